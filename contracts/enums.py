@@ -1,0 +1,86 @@
+"""Closed vocabularies shared by every service: intents, channels, steps, phases, states."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Intent(StrEnum):
+    """C-LARA's five, plus `summary` (global questions) and `tool` (calculation / code)."""
+
+    FACTUAL = "factual"
+    PROCEDURAL = "procedural"
+    COMPARISON = "comparison"
+    RECOMMENDATION = "recommendation"
+    NAVIGATION = "navigation"
+    SUMMARY = "summary"
+    TOOL = "tool"
+
+
+class Channel(StrEnum):
+    VECTOR = "vector"
+    SPARSE = "sparse"
+    GRAPH_LOCAL = "graph_local"
+    GRAPH_GLOBAL = "graph_global"
+
+
+class Step(StrEnum):
+    """A unit of work a worker kind does; its command and result subjects derive from it."""
+
+    CLASSIFY = "classify"
+    SEARCH = "search"
+    FUSE = "fuse"
+    GENERATE = "generate"
+    CRITIC = "critic"
+    TOOL = "tool"
+
+
+class Phase(StrEnum):
+    INTENT_CLASSIFICATION = "intent_classification"
+    VECTOR_SEARCH = "vector_search"
+    SPARSE_SEARCH = "sparse_search"
+    GRAPH_LOCAL_SEARCH = "graph_local_search"
+    GRAPH_GLOBAL_SEARCH = "graph_global_search"
+    FUSION = "fusion"
+    GENERATION = "generation"
+    TOOL_EXECUTION = "tool_execution"
+    CRITIC = "critic"
+    RETRY = "retry"
+
+
+CHANNEL_PHASE: dict[Channel, Phase] = {
+    Channel.VECTOR: Phase.VECTOR_SEARCH,
+    Channel.SPARSE: Phase.SPARSE_SEARCH,
+    Channel.GRAPH_LOCAL: Phase.GRAPH_LOCAL_SEARCH,
+    Channel.GRAPH_GLOBAL: Phase.GRAPH_GLOBAL_SEARCH,
+}
+
+
+class PhaseStatus(StrEnum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class RequestStatus(StrEnum):
+    SUBMITTED = "submitted"
+    CLASSIFYING = "classifying"
+    SEARCHING = "searching"
+    FUSING = "fusing"
+    GENERATING = "generating"
+    TOOLING = "tooling"
+    CRITIQUING = "critiquing"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RequestStatus.COMPLETED, RequestStatus.FAILED, RequestStatus.TIMED_OUT)
+
+
+class StepStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"

@@ -1,0 +1,59 @@
+"""The envelope every bus message carries, and the identifier rules."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+"""Request and job ids become subject tokens: no dots, spaces or wildcards may get in."""
+
+_REQUEST_ID_RE = re.compile(REQUEST_ID_PATTERN)
+
+RequestId = Annotated[str, StringConstraints(pattern=REQUEST_ID_PATTERN)]
+
+
+def is_valid_request_id(value: str) -> bool:
+    return bool(_REQUEST_ID_RE.fullmatch(value))
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class TraceContext(BaseModel):
+    """W3C trace context, carried so a request can be followed across processes."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+
+class Envelope(BaseModel):
+    """Fields common to every message: identity, correlation, retry round and time.
+
+    `event_id` doubles as the JetStream `Nats-Msg-Id`, so a re-published message is
+    dropped by the broker, and as the orchestrator's dedupe key.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str = Field(default_factory=new_event_id, min_length=1, max_length=128)
+    request_id: RequestId
+    type: str
+    attempt: int = Field(default=1, ge=1, le=100)
+    occurred_at: datetime = Field(default_factory=utcnow)
+    trace: TraceContext = Field(default_factory=TraceContext)

@@ -1,0 +1,83 @@
+"""Events for callers on `rag.events.<request_id>`; the SSE stream relays them as they are."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from contracts.enums import Phase, PhaseStatus, RequestStatus
+from contracts.envelope import Envelope
+from contracts.models import Citation
+
+
+class PhaseData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phase: Phase
+    status: PhaseStatus
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    duration_ms: float | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TokenData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    index: int = Field(ge=0)
+
+
+class AnswerData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    citations: dict[int, Citation] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str
+    message: str
+    phase: Phase | None = None
+
+
+class DoneData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: RequestStatus
+
+
+class PhaseEvent(Envelope):
+    type: Literal["phase"] = "phase"
+    data: PhaseData
+
+
+class TokenEvent(Envelope):
+    type: Literal["token"] = "token"
+    data: TokenData
+
+
+class AnswerEvent(Envelope):
+    type: Literal["answer"] = "answer"
+    data: AnswerData
+
+
+class ErrorEvent(Envelope):
+    type: Literal["error"] = "error"
+    data: ErrorData
+
+
+class DoneEvent(Envelope):
+    type: Literal["done"] = "done"
+    data: DoneData
+
+
+CallerEvent = Annotated[
+    PhaseEvent | TokenEvent | AnswerEvent | ErrorEvent | DoneEvent, Field(discriminator="type")
+]
+caller_event_adapter: TypeAdapter[CallerEvent] = TypeAdapter(CallerEvent)

@@ -1,0 +1,72 @@
+"""Batch ingestion: documents in, progress events out."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from contracts.envelope import Envelope
+from contracts.queries import NAMESPACE_PATTERN
+
+MAX_DOCUMENT_CHARS = 2_000_000
+
+
+class DocumentIn(BaseModel):
+    """A document as producers submit it (`POST /v1/documents`, `ragbus ingest`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")
+    title: str = Field(default="", max_length=1000)
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
+
+    def content_hash(self) -> str:
+        """Identity of this version of the document: the broker dedupes re-sent copies by it."""
+        digest = hashlib.sha256()
+        for part in (self.namespace, self.id, self.title, self.text):
+            digest.update(part.encode())
+            digest.update(b"\x00")
+        return digest.hexdigest()
+
+
+class IngestDocument(Envelope):
+    """One document of a job. `request_id` is the job id."""
+
+    type: Literal["ingest.document"] = "ingest.document"
+    document: DocumentIn
+
+
+class IngestJobSealed(Envelope):
+    """Sent after the last document: how many the job holds, so completion can be known."""
+
+    type: Literal["ingest.sealed"] = "ingest.sealed"
+    expected: int = Field(ge=0, description="documents accepted by the broker for this job")
+    duplicates: int = Field(default=0, ge=0, description="re-sent copies the broker dropped")
+
+
+IngestMessage = Annotated[IngestDocument | IngestJobSealed, Field(discriminator="type")]
+ingest_message_adapter: TypeAdapter[IngestMessage] = TypeAdapter(IngestMessage)
+
+
+class IngestProgressData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["running", "completed", "failed"]
+    expected: int | None = None
+    documents_done: int = 0
+    documents_failed: int = 0
+    documents_unchanged: int = 0
+    duplicates: int = 0
+    chunks: int = 0
+    entities: int = 0
+    document_id: str | None = None
+    error: str | None = None
+
+
+class IngestProgress(Envelope):
+    type: Literal["ingest.progress"] = "ingest.progress"
+    data: IngestProgressData

@@ -1,0 +1,91 @@
+"""Results workers send back on `rag.res.*`.
+
+`StepResult` alone (status `failed`) is what the dead-letter path publishes when a
+step cannot be done at all, so the orchestrator never waits for a deadline it
+could have known about.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from contracts.enums import Channel, Intent, StepStatus
+from contracts.envelope import Envelope
+from contracts.models import ErrorInfo, RetrievedChunk, ToolCall, ToolOutcome
+
+
+class StepResult(Envelope):
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "res.step"
+    command_id: str
+    step: str
+    channel: Channel | None = None
+    status: StepStatus = StepStatus.OK
+    error: ErrorInfo | None = None
+    duration_ms: float = Field(default=0.0, ge=0)
+
+
+class ClassifyResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.classify"] = "res.classify"  # type: ignore[assignment]
+    step: Literal["classify"] = "classify"
+    intent: Intent
+    confidence: float = Field(ge=0.0, le=1.0)
+    method: str
+    weights: dict[Channel, float]
+    query_vector: list[float] | None = None
+
+
+class SearchResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.search"] = "res.search"  # type: ignore[assignment]
+    step: Literal["search"] = "search"
+    chunks: list[RetrievedChunk] = Field(default_factory=list)
+
+
+class FuseResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.fuse"] = "res.fuse"  # type: ignore[assignment]
+    step: Literal["fuse"] = "fuse"
+    chunks: list[RetrievedChunk] = Field(default_factory=list)
+    effective_weights: dict[Channel, float] = Field(default_factory=dict)
+    channel_counts: dict[Channel, int] = Field(default_factory=dict)
+    channel_samples: dict[Channel, list[str]] = Field(default_factory=dict)
+
+
+class GenerateResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.generate"] = "res.generate"  # type: ignore[assignment]
+    step: Literal["generate"] = "generate"
+    answer: str = ""
+    citations: dict[int, str] = Field(default_factory=dict, description="n -> chunk_id")
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    generator: str = "extractive"
+
+
+class CriticResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.critic"] = "res.critic"  # type: ignore[assignment]
+    step: Literal["critic"] = "critic"
+    verdict: Literal["accept", "retry"]
+    confidence: float = Field(ge=0.0, le=1.0)
+    scores: dict[str, float] = Field(default_factory=dict)
+    strategy: Literal["broaden", "rebalance", "rewrite"] | None = None
+    rewritten_query: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ToolResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.tool"] = "res.tool"  # type: ignore[assignment]
+    step: Literal["tool"] = "tool"
+    outcomes: list[ToolOutcome] = Field(default_factory=list)

@@ -1,0 +1,72 @@
+"""Subject names and stream layout. Builders validate ids so no wildcard reaches a subject."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from contracts.enums import Channel, Step
+from contracts.envelope import is_valid_request_id
+
+# Streams
+STREAM_QUERIES: Final = "RAG_QUERIES"
+STREAM_CMD: Final = "RAG_CMD"
+STREAM_RES: Final = "RAG_RES"
+STREAM_EVENTS: Final = "RAG_EVENTS"
+STREAM_INGEST: Final = "RAG_INGEST"
+STREAM_INGEST_EVENTS: Final = "RAG_INGEST_EVENTS"
+STREAM_DLQ: Final = "RAG_DLQ"
+
+# Subjects
+QUERY_SUBMITTED: Final = "rag.query.submitted"
+CMD_PREFIX: Final = "rag.cmd"
+RES_PREFIX: Final = "rag.res"
+EVENTS_PREFIX: Final = "rag.events"
+INGEST_DOCS_PREFIX: Final = "rag.ingest.docs"
+INGEST_EVENTS_PREFIX: Final = "rag.ingest.events"
+DLQ_PREFIX: Final = "rag.dlq"
+
+
+def _checked(identifier: str) -> str:
+    if not is_valid_request_id(identifier):
+        raise ValueError(f"invalid id for a subject token: {identifier!r}")
+    return identifier
+
+
+def _step_suffix(step: Step, channel: Channel | None) -> str:
+    if step is Step.SEARCH:
+        if channel is None:
+            raise ValueError("a search subject needs a channel")
+        return f"search.{channel.value}"
+    return step.value
+
+
+def cmd_subject(step: Step, channel: Channel | None = None) -> str:
+    return f"{CMD_PREFIX}.{_step_suffix(step, channel)}"
+
+
+def res_subject(step: Step, channel: Channel | None = None) -> str:
+    return f"{RES_PREFIX}.{_step_suffix(step, channel)}"
+
+
+def result_subject_for(command_subject: str) -> str | None:
+    """`rag.cmd.X` -> `rag.res.X`; None for anything that is not a command subject."""
+    prefix = CMD_PREFIX + "."
+    if not command_subject.startswith(prefix):
+        return None
+    return RES_PREFIX + "." + command_subject[len(prefix) :]
+
+
+def events_subject(request_id: str) -> str:
+    return f"{EVENTS_PREFIX}.{_checked(request_id)}"
+
+
+def ingest_docs_subject(job_id: str) -> str:
+    return f"{INGEST_DOCS_PREFIX}.{_checked(job_id)}"
+
+
+def ingest_events_subject(job_id: str) -> str:
+    return f"{INGEST_EVENTS_PREFIX}.{_checked(job_id)}"
+
+
+def dlq_subject(original_subject: str) -> str:
+    return f"{DLQ_PREFIX}.{original_subject}"

@@ -1,0 +1,1 @@
+"""Adapters and runtime shared by every service: settings, bus, logging, stores, encoders."""

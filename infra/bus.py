@@ -1,0 +1,162 @@
+"""The broker: stream and consumer declarations, and publishing with broker-side dedupe.
+
+Streams and durable consumers are declared explicitly at start-up (idempotently):
+FastStream's implicit durables keep their first config forever, and nats-server 2.9
+silently ignores `filter_subjects`, so each consumer gets exactly one `filter_subject`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+from faststream.nats import JStream, NatsBroker, PullSub
+from nats.js import JetStreamContext, api
+from nats.js.api import PubAck
+from pydantic import BaseModel
+
+from contracts import subjects as sj
+from contracts.enums import Channel, Step
+from contracts.events import CallerEvent
+from infra.logging import get_logger
+from infra.settings import Settings
+
+log = get_logger(__name__)
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: list[str]
+    work_queue: bool
+    max_age_s: float | None = None
+
+
+def stream_specs(settings: Settings) -> list[StreamSpec]:
+    return [
+        StreamSpec(sj.STREAM_QUERIES, ["rag.query.>"], work_queue=True),
+        StreamSpec(sj.STREAM_CMD, ["rag.cmd.>"], work_queue=True),
+        StreamSpec(sj.STREAM_RES, ["rag.res.>"], work_queue=True),
+        StreamSpec(
+            sj.STREAM_EVENTS,
+            ["rag.events.>"],
+            work_queue=False,
+            max_age_s=settings.events_max_age_s,
+        ),
+        StreamSpec(sj.STREAM_INGEST, [f"{sj.INGEST_DOCS_PREFIX}.>"], work_queue=True),
+        StreamSpec(
+            sj.STREAM_INGEST_EVENTS,
+            [f"{sj.INGEST_EVENTS_PREFIX}.>"],
+            work_queue=False,
+            max_age_s=7 * 86_400,
+        ),
+        StreamSpec(sj.STREAM_DLQ, ["rag.dlq.>"], work_queue=False, max_age_s=14 * 86_400),
+    ]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    durable: str
+    stream: str
+    filter_subject: str
+
+
+def step_consumer(step: Step, channel: Channel | None = None) -> ConsumerSpec:
+    name = f"worker-{step.value}" + (f"-{channel.value}" if channel else "")
+    return ConsumerSpec(name.replace("_", "-"), sj.STREAM_CMD, sj.cmd_subject(step, channel))
+
+
+ORCHESTRATOR_QUERIES = ConsumerSpec("orchestrator-queries", sj.STREAM_QUERIES, "rag.query.>")
+ORCHESTRATOR_RESULTS = ConsumerSpec("orchestrator-results", sj.STREAM_RES, "rag.res.>")
+INGEST_WORKER = ConsumerSpec("worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>")
+
+
+def all_consumers() -> list[ConsumerSpec]:
+    specs = [ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, INGEST_WORKER]
+    for step in Step:
+        if step is Step.SEARCH:
+            specs.extend(step_consumer(step, channel) for channel in Channel)
+        else:
+            specs.append(step_consumer(step))
+    return specs
+
+
+async def declare_streams(js: JetStreamContext, settings: Settings) -> None:
+    for spec in stream_specs(settings):
+        config = api.StreamConfig(
+            name=spec.name,
+            subjects=spec.subjects,
+            retention=api.RetentionPolicy.WORK_QUEUE
+            if spec.work_queue
+            else api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE,
+            max_age=spec.max_age_s,
+            duplicate_window=120.0,
+        )
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            # Exists with another config: bring it in line rather than fail start-up.
+            await js.update_stream(config)
+
+
+async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: Settings) -> None:
+    config = api.ConsumerConfig(
+        durable_name=spec.durable,
+        name=spec.durable,
+        filter_subject=spec.filter_subject,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_wait=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        max_ack_pending=1000,
+    )
+    try:
+        await js.add_consumer(spec.stream, config)
+    except nats.js.errors.BadRequestError as exc:
+        log.warning("consumer_kept_existing_config", consumer=spec.durable, error=str(exc))
+
+
+async def declare_topology(js: JetStreamContext, settings: Settings) -> None:
+    """Streams and every durable consumer; safe to run from every process at start-up."""
+    await declare_streams(js, settings)
+    for spec in all_consumers():
+        await declare_consumer(js, spec, settings)
+
+
+def subscriber_kwargs(spec: ConsumerSpec, settings: Settings) -> dict[str, Any]:
+    """Arguments that bind a FastStream subscriber to a declared durable pull consumer."""
+    return {
+        "subject": spec.filter_subject,
+        "durable": spec.durable,
+        "stream": JStream(spec.stream, declare=False),
+        "pull_sub": PullSub(batch_size=settings.worker_concurrency, timeout=1.0),
+        "max_workers": settings.worker_concurrency,
+    }
+
+
+def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
+    return NatsBroker(settings.nats_url, name=name, graceful_timeout=10.0)
+
+
+class Bus:
+    """Publishes our messages: JSON bodies, `Nats-Msg-Id = event_id`, into the right stream."""
+
+    def __init__(self, broker: NatsBroker) -> None:
+        self.broker = broker
+
+    async def publish(self, message: BaseModel, subject: str, stream: str) -> PubAck | None:
+        """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""
+        event_id = getattr(message, "event_id", None)
+        headers = {MSG_ID_HEADER: str(event_id)} if event_id else None
+        ack = await self.broker.publish(
+            message.model_dump(mode="json"), subject, headers=headers, stream=stream
+        )
+        return ack if isinstance(ack, PubAck) else None
+
+    async def emit(self, event: CallerEvent) -> None:
+        """A caller event on the request's own subject."""
+        await self.publish(event, sj.events_subject(event.request_id), sj.STREAM_EVENTS)

@@ -1,0 +1,33 @@
+"""Failure classes that decide what the consumer does with a message."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats.errors
+import redis.exceptions
+
+
+class TransientError(Exception):
+    """A dependency hiccup: nak with delay and try the same message again."""
+
+
+class PoisonMessage(Exception):
+    """The message can never be processed: dead-letter it at once."""
+
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    TransientError,
+    ConnectionError,
+    TimeoutError,
+    asyncio.TimeoutError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.NoRespondersError,
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSIENT)

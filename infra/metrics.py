@@ -1,0 +1,22 @@
+"""Prometheus metrics shared by every service in a process (exposed by the API at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+MESSAGES = Counter(
+    "ragbus_messages_total", "Bus messages handled, by subject and outcome", ["subject", "outcome"]
+)
+STEP_SECONDS = Histogram(
+    "ragbus_step_seconds",
+    "Time a worker spent on one step",
+    ["phase"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+REQUESTS = Counter("ragbus_requests_total", "Requests that reached a terminal state", ["status"])
+REQUEST_SECONDS = Histogram(
+    "ragbus_request_seconds",
+    "Submit-to-terminal time of requests",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+DEAD_LETTERS = Counter("ragbus_dead_letters_total", "Messages dead-lettered", ["subject", "reason"])

@@ -1,0 +1,81 @@
+"""Configuration from `RAGBUS_*` environment variables (and an optional `.env`)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob ragbus reads. The README's configuration table is generated from this class."""
+
+    model_config = SettingsConfigDict(env_prefix="RAGBUS_", env_file=".env", extra="ignore")
+
+    # Services
+    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server with JetStream.")
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for saga state.")
+    data_dir: Path = Field(Path(".ragbus"), description="Local stores and started services' data.")
+    start_services: bool = Field(
+        True, description="Start nats-server / redis-server when the URLs are unreachable."
+    )
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode.")
+    qdrant_api_key: str | None = Field(None, description="API key for a Qdrant server.")
+    neo4j_uri: str | None = Field(None, description="Neo4j bolt URI; unset = embedded graph.")
+    neo4j_user: str = Field("neo4j", description="Neo4j user.")
+    neo4j_password: str = Field("neo4j", description="Neo4j password.")
+
+    # API
+    api_host: str = Field("127.0.0.1", description="API bind address.")
+    api_port: int = Field(8000, description="API port.")
+    api_token: str | None = Field(None, description="Bearer token the API demands when set.")
+
+    # Saga
+    max_attempts: int = Field(2, ge=1, le=10, description="Critic rounds per request at most.")
+    max_tool_calls: int = Field(3, ge=0, le=20, description="Tool rounds per request at most.")
+    request_timeout_s: float = Field(120.0, gt=0, description="Whole-request deadline.")
+    classify_timeout_s: float = Field(10.0, gt=0, description="Classification step deadline.")
+    search_timeout_s: float = Field(10.0, gt=0, description="Search fan-in deadline.")
+    fuse_timeout_s: float = Field(10.0, gt=0, description="Fusion step deadline.")
+    generate_timeout_s: float = Field(60.0, gt=0, description="Generation step deadline.")
+    critic_timeout_s: float = Field(10.0, gt=0, description="Critic step deadline.")
+    tool_timeout_s: float = Field(30.0, gt=0, description="Tool step deadline.")
+    deadline_poll_s: float = Field(0.2, gt=0, description="How often the deadline timer looks.")
+    state_ttl_s: int = Field(86_400, gt=0, description="How long finished request state is kept.")
+    events_max_age_s: int = Field(3_600, gt=0, description="How long caller events are replayable.")
+
+    # Consumers
+    ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after a worker goes silent.")
+    max_deliver: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
+    retry_delay_s: float = Field(1.0, ge=0, description="Nak delay for transient failures.")
+    worker_concurrency: int = Field(4, ge=1, description="Messages one subscriber handles at once.")
+
+    # Retrieval
+    default_top_k: int = Field(8, ge=1, le=50, description="Chunks given to generation.")
+    channel_top_k: int = Field(20, ge=1, le=200, description="Chunks each channel returns.")
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
+    chunk_chars: int = Field(800, ge=100, description="Target chunk size in characters.")
+    chunk_overlap_chars: int = Field(120, ge=0, description="Overlap between chunks.")
+    critic_accept: float = Field(0.55, ge=0, le=1, description="Confidence the critic accepts.")
+    encoder_path: Path | None = Field(
+        None, description="Sentence-transformers model dir; unset = the bundled MiniLM."
+    )
+
+    # Observability
+    log_level: str = Field("INFO", description="Log level.")
+    log_json: bool = Field(True, description="JSON logs (false: human-readable console).")
+
+    @property
+    def qdrant_path(self) -> Path:
+        return self.data_dir / "qdrant"
+
+    @property
+    def graph_path(self) -> Path:
+        return self.data_dir / "graph"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,241 @@
+"""What every step worker shares: the ack / retry / dead-letter policy and phase events.
+
+The policy is a FastStream router middleware with manual acks, so one place decides:
+success -> ack; transient failure with deliveries left -> nak with delay; anything
+else (malformed body, a bug, retries exhausted) -> copy to `rag.dlq.<subject>` with
+the reason, tell the orchestrator the step failed, and ack so the consumer moves on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from faststream import BaseMiddleware
+from faststream.message import StreamMessage
+from pydantic import ValidationError
+
+from contracts import subjects as sj
+from contracts.dlq import DeadLetter
+from contracts.enums import Phase, PhaseStatus, StepStatus
+from contracts.envelope import Envelope, is_valid_request_id, utcnow
+from contracts.events import PhaseData, PhaseEvent
+from contracts.models import ErrorInfo
+from contracts.results import StepResult
+from infra.bus import Bus
+from infra.errors import PoisonMessage, is_transient
+from infra.logging import get_logger
+from infra.metrics import DEAD_LETTERS, MESSAGES, STEP_SECONDS
+from infra.settings import Settings
+
+log = get_logger(__name__)
+
+
+def delivery_count(msg: StreamMessage[Any]) -> int:
+    """How many times JetStream has delivered this message (1 outside JetStream)."""
+    try:
+        return int(msg.raw_message.metadata.num_delivered)
+    except Exception:
+        return 1
+
+
+def _body_text(msg: StreamMessage[Any]) -> str:
+    body = msg.body
+    if isinstance(body, bytes | bytearray):
+        return bytes(body).decode("utf-8", errors="replace")
+    return str(body)
+
+
+def _subject(msg: StreamMessage[Any]) -> str:
+    raw = getattr(msg, "raw_message", None)
+    return str(getattr(raw, "subject", "") or getattr(msg, "path", {}).get("subject", "") or "")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in err['loc']) or '<body>'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        ]
+        return "invalid message: " + "; ".join(parts)
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def dead_letter(
+    bus: Bus, msg: StreamMessage[Any], subject: str, reason: str, error: str, deliveries: int
+) -> DeadLetter:
+    body = _body_text(msg)
+    request_id: str | None = None
+    try:
+        parsed = json.loads(body)
+        if isinstance(parsed, dict) and isinstance(parsed.get("request_id"), str):
+            request_id = parsed["request_id"]
+    except ValueError:
+        pass
+    letter = DeadLetter(
+        original_subject=subject,
+        reason=reason,
+        error=error[:4000],
+        deliveries=deliveries,
+        request_id=request_id,
+        payload=body[:1_000_000],
+        headers={k: str(v) for k, v in (msg.headers or {}).items()},
+    )
+    await bus.publish(letter, sj.dlq_subject(subject), sj.STREAM_DLQ)
+    DEAD_LETTERS.labels(subject=subject, reason=reason).inc()
+    log.warning("dead_lettered", subject=subject, reason=reason, error=error, request_id=request_id)
+    return letter
+
+
+async def report_step_failure(bus: Bus, msg: StreamMessage[Any], subject: str, error: str) -> None:
+    """Tell the orchestrator a command failed for good, when the body says whose it was."""
+    result_subject = sj.result_subject_for(subject)
+    if result_subject is None:
+        return
+    try:
+        raw = json.loads(_body_text(msg))
+        request_id = raw["request_id"]
+        command_id = raw["event_id"]
+    except (ValueError, KeyError, TypeError):
+        return
+    if not (isinstance(request_id, str) and is_valid_request_id(request_id)):
+        return
+    step = subject.removeprefix(sj.CMD_PREFIX + ".").split(".")[0]
+    channel = raw.get("channel") if step == "search" else None
+    try:
+        failure = StepResult(
+            request_id=request_id,
+            command_id=str(command_id),
+            attempt=int(raw.get("attempt", 1)),
+            step=step,
+            channel=channel,
+            status=StepStatus.FAILED,
+            error=ErrorInfo(code="step_failed", message=error[:2000]),
+        )
+    except (ValidationError, ValueError, TypeError):
+        return
+    await bus.publish(failure, result_subject, sj.STREAM_RES)
+
+
+def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type[BaseMiddleware]:
+    """Build the router middleware; `report_failures` is off where there is no result to send."""
+
+    class StepErrorPolicy(BaseMiddleware):
+        async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
+            subject = _subject(msg)
+            deliveries = delivery_count(msg)
+            structlog.contextvars.clear_contextvars()
+            try:
+                result = await call_next(msg)
+            except Exception as exc:
+                await self._on_failure(msg, subject, deliveries, exc)
+                return None
+            finally:
+                structlog.contextvars.clear_contextvars()
+            await msg.ack()
+            MESSAGES.labels(subject=subject, outcome="ok").inc()
+            return result
+
+        async def _on_failure(
+            self, msg: StreamMessage[Any], subject: str, deliveries: int, exc: Exception
+        ) -> None:
+            error = _describe(exc)
+            if is_transient(exc) and deliveries < settings.max_deliver:
+                log.warning("step_retry", subject=subject, deliveries=deliveries, error=error)
+                MESSAGES.labels(subject=subject, outcome="retry").inc()
+                await msg.nack(delay=settings.retry_delay_s * deliveries)
+                return
+            if isinstance(exc, ValidationError | PoisonMessage):
+                reason = "poison"
+            elif is_transient(exc):
+                reason = "exhausted"
+            else:
+                reason = "failed"
+                log.exception("step_failed", subject=subject, error=error)
+            MESSAGES.labels(subject=subject, outcome=reason).inc()
+            try:
+                await dead_letter(bus, msg, subject, reason, error, deliveries)
+                if report_failures:
+                    await report_step_failure(bus, msg, subject, error)
+            except (
+                Exception
+            ) as publish_exc:  # the broker itself is failing: let JetStream redeliver
+                log.error("dead_letter_failed", subject=subject, error=str(publish_exc))
+                await msg.nack(delay=settings.retry_delay_s)
+                return
+            await msg.ack()
+
+    return StepErrorPolicy
+
+
+@dataclass
+class PhaseRun:
+    metadata: dict[str, Any] = field(default_factory=dict)
+    duration_ms: float = 0.0
+
+
+@asynccontextmanager
+async def phase(
+    bus: Bus, envelope: Envelope, name: Phase, **metadata: Any
+) -> AsyncIterator[PhaseRun]:
+    """Emit `in_progress`, run the body, emit `completed` or `failed` with the measured time."""
+    structlog.contextvars.bind_contextvars(request_id=envelope.request_id, phase=name.value)
+    run = PhaseRun(metadata=dict(metadata))
+    started_at = utcnow()
+    t0 = time.perf_counter()
+    await bus.emit(
+        PhaseEvent(
+            request_id=envelope.request_id,
+            attempt=envelope.attempt,
+            trace=envelope.trace,
+            data=PhaseData(
+                phase=name,
+                status=PhaseStatus.IN_PROGRESS,
+                started_at=started_at,
+                metadata=dict(metadata),
+            ),
+        )
+    )
+    status = PhaseStatus.COMPLETED
+    try:
+        yield run
+    except Exception as exc:
+        status = PhaseStatus.FAILED
+        run.metadata["error"] = _describe(exc)
+        raise
+    finally:
+        run.duration_ms = (time.perf_counter() - t0) * 1000
+        STEP_SECONDS.labels(phase=name.value).observe(run.duration_ms / 1000)
+        log.info("phase_" + status.value, duration_ms=round(run.duration_ms, 2))
+        await bus.emit(
+            PhaseEvent(
+                request_id=envelope.request_id,
+                attempt=envelope.attempt,
+                trace=envelope.trace,
+                data=PhaseData(
+                    phase=name,
+                    status=status,
+                    started_at=started_at,
+                    ended_at=utcnow(),
+                    duration_ms=run.duration_ms,
+                    metadata=run.metadata,
+                ),
+            )
+        )
+
+
+def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:
+    """Correlation fields every result copies from its command."""
+    return {
+        "request_id": cmd.request_id,
+        "attempt": cmd.attempt,
+        "trace": cmd.trace,
+        "command_id": cmd.event_id,
+        "duration_ms": run.duration_ms,
+        "status": StepStatus.OK,
+    }
