@@ -1,15 +1,14 @@
 """Results workers send back on `rag.res.*`.
 
-`StepResult` alone (status `failed`) is what the dead-letter path publishes when a
-step cannot be done at all, so the orchestrator never waits for a deadline it
-could have known about.
+`StepFailure` is what the dead-letter path publishes when a step cannot be done at
+all, so the orchestrator never waits for a deadline it could have known about.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from contracts.enums import Channel, Intent, StepStatus
 from contracts.envelope import Envelope
@@ -17,9 +16,9 @@ from contracts.models import ErrorInfo, RetrievedChunk, ToolCall, ToolOutcome
 
 
 class StepResult(Envelope):
-    model_config = ConfigDict(extra="allow")
+    """Fields every result shares; concrete results below fix `type`."""
 
-    type: str = "res.step"
+    type: str
     command_id: str
     step: str
     channel: Channel | None = None
@@ -89,3 +88,25 @@ class ToolResult(StepResult):
     type: Literal["res.tool"] = "res.tool"  # type: ignore[assignment]
     step: Literal["tool"] = "tool"
     outcomes: list[ToolOutcome] = Field(default_factory=list)
+
+
+class StepFailure(StepResult):
+    """A step that failed for good (its command was dead-lettered)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.failed"] = "res.failed"  # type: ignore[assignment]
+    status: StepStatus = StepStatus.FAILED
+
+
+AnyResult = Annotated[
+    ClassifyResult
+    | SearchResult
+    | FuseResult
+    | GenerateResult
+    | CriticResult
+    | ToolResult
+    | StepFailure,
+    Field(discriminator="type"),
+]
+any_result_adapter: TypeAdapter[AnyResult] = TypeAdapter(AnyResult)

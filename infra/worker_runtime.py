@@ -8,6 +8,7 @@ the reason, tell the orchestrator the step failed, and ack so the consumer moves
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -26,7 +27,7 @@ from contracts.enums import Phase, PhaseStatus, StepStatus
 from contracts.envelope import Envelope, is_valid_request_id, utcnow
 from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo
-from contracts.results import StepResult
+from contracts.results import StepFailure
 from infra.bus import Bus
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
@@ -108,18 +109,28 @@ async def report_step_failure(bus: Bus, msg: StreamMessage[Any], subject: str, e
     step = subject.removeprefix(sj.CMD_PREFIX + ".").split(".")[0]
     channel = raw.get("channel") if step == "search" else None
     try:
-        failure = StepResult(
+        failure = StepFailure(
             request_id=request_id,
             command_id=str(command_id),
             attempt=int(raw.get("attempt", 1)),
             step=step,
             channel=channel,
-            status=StepStatus.FAILED,
             error=ErrorInfo(code="step_failed", message=error[:2000]),
         )
     except (ValidationError, ValueError, TypeError):
         return
     await bus.publish(failure, result_subject, sj.STREAM_RES)
+
+
+async def _keep_alive(msg: StreamMessage[Any], every_s: float) -> None:
+    """Tell JetStream the message is still being worked on, so a long step is not redelivered
+    to another replica; a dead process stops sending this, and redelivery follows."""
+    while True:
+        await asyncio.sleep(max(every_s, 0.2))
+        try:
+            await msg.in_progress()  # type: ignore[attr-defined]
+        except Exception:
+            return
 
 
 def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type[BaseMiddleware]:
@@ -130,12 +141,15 @@ def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type
             subject = _subject(msg)
             deliveries = delivery_count(msg)
             structlog.contextvars.clear_contextvars()
+            heartbeat = asyncio.create_task(_keep_alive(msg, settings.ack_wait_s / 2))
             try:
                 result = await call_next(msg)
             except Exception as exc:
+                heartbeat.cancel()
                 await self._on_failure(msg, subject, deliveries, exc)
                 return None
             finally:
+                heartbeat.cancel()
                 structlog.contextvars.clear_contextvars()
             await msg.ack()
             MESSAGES.labels(subject=subject, outcome="ok").inc()

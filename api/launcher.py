@@ -1,0 +1,176 @@
+"""Runs ragbus processes: any mix of API, orchestrator and worker kinds in one process.
+
+`ragbus up` runs everything together; `ragbus worker search` runs one kind for
+scale-out. Each process declares the streams and consumers it needs (idempotent),
+finds or starts NATS and Redis, and shuts down cleanly on SIGINT / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import signal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from faststream.nats import NatsBroker, NatsRouter
+
+from infra.bus import Bus, create_broker, declare_topology
+from infra.logging import get_logger
+from infra.resources import Resources
+from infra.services import Services, ensure_services
+from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from orchestrator.service import Orchestrator
+
+log = get_logger(__name__)
+
+WORKER_KINDS: tuple[str, ...] = (
+    "classify",
+    "search",
+    "fuse",
+    "generate",
+    "critic",
+    "tool",
+    "ingest",
+)
+
+
+def worker_router(kind: str, resources: Resources) -> NatsRouter:
+    """The router of one worker kind, imported only when the process runs it."""
+    if kind not in WORKER_KINDS:
+        raise ValueError(f"unknown worker kind {kind!r}; choose from {', '.join(WORKER_KINDS)}")
+    module = importlib.import_module(f"workers.{kind}")
+    router: NatsRouter = module.create_router(resources)
+    return router
+
+
+def build_broker(
+    resources: Resources, *, orchestrator: bool, workers: Sequence[str]
+) -> Orchestrator | None:
+    """Attach the routers this process runs to the resources' broker."""
+    broker = resources.bus.broker
+    orch = None
+    if orchestrator:
+        from orchestrator.service import Orchestrator, create_router
+
+        orch = Orchestrator(resources)
+        broker.include_router(create_router(resources, orch))
+    for kind in workers:
+        broker.include_router(worker_router(kind, resources))
+    return orch
+
+
+class Runtime:
+    """The bus side of a process: services, broker, subscribers and the deadline timer."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        orchestrator: bool = True,
+        workers: Sequence[str] = WORKER_KINDS,
+    ) -> None:
+        self.requested = settings
+        self.run_orchestrator = orchestrator
+        self.workers = list(workers)
+        self.services: Services | None = None
+        self.settings = settings
+        self.broker: NatsBroker | None = None
+        self.resources: Resources | None = None
+        self.orchestrator: Orchestrator | None = None
+
+    async def start(self) -> None:
+        self.services = await ensure_services(self.requested)
+        self.settings = self.services.settings
+        self.broker = create_broker(self.settings)
+        self.resources = Resources(self.settings, Bus(self.broker))
+        self.orchestrator = build_broker(
+            self.resources, orchestrator=self.run_orchestrator, workers=self.workers
+        )
+        await self.broker.connect()
+        await declare_topology(self.broker.connection.jetstream(), self.settings)
+        await self.broker.start()
+        if self.orchestrator is not None:
+            self.orchestrator.start_timer()
+        log.info(
+            "runtime_started",
+            orchestrator=self.run_orchestrator,
+            workers=self.workers,
+            nats=self.settings.nats_url,
+            redis=self.settings.redis_url,
+        )
+
+    async def stop(self) -> None:
+        if self.orchestrator is not None:
+            await self.orchestrator.stop_timer()
+        if self.broker is not None:
+            await self.broker.stop()
+        if self.resources is not None:
+            await self.resources.aclose()
+        if self.services is not None:
+            self.services.stop()
+        log.info("runtime_stopped")
+
+
+async def serve(
+    settings: Settings,
+    *,
+    api: bool,
+    orchestrator: bool,
+    workers: Sequence[str],
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Run until SIGINT / SIGTERM (or cancellation)."""
+    runtime = Runtime(settings, orchestrator=orchestrator, workers=workers)
+    await runtime.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    server_task: asyncio.Task[None] | None = None
+    try:
+        if api:
+            import uvicorn
+
+            from api.app import create_app
+
+            assert runtime.broker is not None
+            app = create_app(runtime.settings, broker=runtime.broker)
+            config = uvicorn.Config(
+                app,
+                host=runtime.settings.api_host,
+                port=runtime.settings.api_port,
+                log_config=None,
+                access_log=False,
+                lifespan="on",
+            )
+            server = uvicorn.Server(config)
+            server_task = asyncio.create_task(server.serve(), name="uvicorn")
+            # uvicorn offers a flag, not an event, for "listening".
+            while not server.started and not server_task.done():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            if server_task.done():
+                server_task.result()  # surface a bind error
+            log.info(
+                "api_listening",
+                url=f"http://{runtime.settings.api_host}:{runtime.settings.api_port}",
+            )
+        if ready is not None:
+            ready.set()
+        waiters = [asyncio.create_task(stop.wait())]
+        if server_task is not None:
+            waiters.append(server_task)  # type: ignore[arg-type]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if server_task is not None and not server_task.done():
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server_task, 10)
+        await runtime.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)

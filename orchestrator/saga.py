@@ -1,0 +1,543 @@
+"""The saga's decisions: given a request's state and what just happened, what happens next.
+
+Pure functions over `RequestState`: no I/O, so every path (late results, deadlines,
+failed channels, critic retries) is unit-testable. `orchestrator.service` commits
+each `Transition` atomically and publishes its messages.
+
+States: submitted -> classifying -> searching -> fusing -> generating <-> tooling ->
+critiquing -> (retrying -> searching ...) -> completed | failed | timed_out.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from contracts import subjects as sj
+from contracts.commands import (
+    ClassifyCommand,
+    CriticCommand,
+    FuseCommand,
+    GenerateCommand,
+    SearchCommand,
+    ToolCommand,
+)
+from contracts.enums import (
+    CHANNEL_PHASE,
+    Channel,
+    Intent,
+    Phase,
+    PhaseStatus,
+    RequestStatus,
+    Step,
+    StepStatus,
+)
+from contracts.envelope import Envelope, utcnow
+from contracts.events import (
+    AnswerData,
+    AnswerEvent,
+    DoneData,
+    DoneEvent,
+    ErrorData,
+    ErrorEvent,
+    PhaseData,
+    PhaseEvent,
+)
+from contracts.models import ChannelReport, Citation, ToolCall, ToolOutcome
+from contracts.queries import QuerySubmitted
+from contracts.results import (
+    ClassifyResult,
+    CriticResult,
+    FuseResult,
+    GenerateResult,
+    SearchResult,
+    StepFailure,
+    StepResult,
+    ToolResult,
+)
+from infra.settings import Settings
+from orchestrator.state import AttemptRecord, PendingStep, RequestState
+from orchestrator.store import Outgoing, Transition, initial_state
+
+BALANCED_WEIGHTS: dict[Channel, float] = {c: 1.0 / len(Channel) for c in Channel}
+"""Used when classification failed or timed out: no channel is favoured on a guess."""
+
+
+@dataclass(frozen=True)
+class Clock:
+    now: float
+
+    @classmethod
+    def system(cls) -> Clock:
+        return cls(time.time())
+
+
+class Saga:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    # ----------------------------------------------------------------- entry points
+    def on_submitted(
+        self, state: RequestState | None, msg: QuerySubmitted, clock: Clock
+    ) -> Transition:
+        if state is None:
+            state = initial_state(msg, self.settings, clock.now)
+        elif state.status is not RequestStatus.SUBMITTED:
+            return Transition(None)  # already under way: a re-sent submission changes nothing
+        return self._start_classify(state, clock)
+
+    def on_result(self, state: RequestState | None, result: StepResult, clock: Clock) -> Transition:
+        if state is None or state.status.is_terminal or not self._expected(state, result):
+            return Transition(None)
+        if isinstance(result, StepFailure) or result.status is StepStatus.FAILED:
+            return self._on_step_failed(state, result, clock)
+        if isinstance(result, ClassifyResult):
+            return self._on_classified(state, result, clock)
+        if isinstance(result, SearchResult):
+            return self._on_channel(state, result, clock)
+        if isinstance(result, FuseResult):
+            return self._on_fused(state, result, clock)
+        if isinstance(result, GenerateResult):
+            return self._on_generated(state, result, clock)
+        if isinstance(result, ToolResult):
+            return self._on_tools(state, result, clock)
+        if isinstance(result, CriticResult):
+            return self._on_critique(state, result, clock)
+        return Transition(None)
+
+    def on_tick(self, state: RequestState | None, clock: Clock) -> Transition:
+        """Deadlines: the whole request's, then the pending step's."""
+        if state is None or state.status.is_terminal:
+            return Transition(None)
+        if clock.now >= state.deadline_at:
+            phase = _STEP_PHASE.get(state.pending.step) if state.pending else None
+            return self._finish_error(
+                state,
+                RequestStatus.TIMED_OUT,
+                "request_timeout",
+                f"the request did not finish within {self.settings.request_timeout_s:g}s",
+                phase,
+            )
+        pending = state.pending
+        if pending is None or clock.now < pending.deadline_at:
+            return Transition(None)
+        step = pending.step
+        if step == Step.SEARCH.value:
+            return self._search_deadline(state, clock)
+        if step == Step.CLASSIFY.value:
+            messages = [
+                self._phase(
+                    state,
+                    Phase.INTENT_CLASSIFICATION,
+                    PhaseStatus.FAILED,
+                    reason="deadline",
+                    fallback="balanced weights",
+                )
+            ]
+            return self._degrade_classification(state, clock, messages)
+        if step == Step.CRITIC.value:
+            messages = [self._phase(state, Phase.CRITIC, PhaseStatus.FAILED, reason="deadline")]
+            return self._complete(state, messages, critic_note="critic did not answer in time")
+        if step == Step.TOOL.value:
+            state.tool_results.append(
+                ToolOutcome(call_id="deadline", name="tool", ok=False, error="the tool timed out")
+            )
+            return self._start_generate(state, clock)
+        return self._finish_error(
+            state,
+            RequestStatus.TIMED_OUT,
+            f"{step}_timeout",
+            f"the {step} step did not answer in time",
+            _STEP_PHASE.get(step),
+        )
+
+    # ----------------------------------------------------------------- results
+    def _expected(self, state: RequestState, result: StepResult) -> bool:
+        """Only the answer to the command the saga is waiting on counts; others are stale."""
+        pending = state.pending
+        if pending is None or result.attempt != state.attempt or pending.step != result.step:
+            return False
+        key = (
+            result.channel.value
+            if result.step == Step.SEARCH.value and result.channel
+            else result.step
+        )
+        return pending.command_ids.get(key) == result.command_id
+
+    def _on_step_failed(self, state: RequestState, result: StepResult, clock: Clock) -> Transition:
+        message = result.error.message if result.error else "step failed"
+        step = result.step
+        if step == Step.SEARCH.value and result.channel is not None:
+            report = ChannelReport(
+                channel=result.channel,
+                status="failed",
+                reason=message,
+                duration_ms=result.duration_ms or None,
+            )
+            return self._channel_done(state, result.channel, [], report, clock)
+        if step == Step.CLASSIFY.value:
+            return self._degrade_classification(state, clock, [])
+        if step == Step.CRITIC.value:
+            return self._complete(state, [], critic_note=f"critic failed: {message}")
+        if step == Step.TOOL.value:
+            state.tool_results.append(
+                ToolOutcome(call_id="failed", name="tool", ok=False, error=message)
+            )
+            return self._start_generate(state, clock)
+        return self._finish_error(
+            state, RequestStatus.FAILED, f"{step}_failed", message, _STEP_PHASE.get(step)
+        )
+
+    def _on_classified(self, state: RequestState, res: ClassifyResult, clock: Clock) -> Transition:
+        state.intent = res.intent
+        state.intent_confidence = res.confidence
+        state.intent_method = res.method
+        state.weights = dict(res.weights) or dict(BALANCED_WEIGHTS)
+        state.query_vector = res.query_vector
+        if res.intent is Intent.TOOL:
+            return self._start_tool(state, [], clock)
+        return self._start_search(state, clock, [])
+
+    def _on_channel(self, state: RequestState, res: SearchResult, clock: Clock) -> Transition:
+        assert res.channel is not None
+        report = ChannelReport(
+            channel=res.channel,
+            status="completed",
+            count=len(res.chunks),
+            duration_ms=res.duration_ms,
+        )
+        return self._channel_done(state, res.channel, res.chunks, report, clock)
+
+    def _on_fused(self, state: RequestState, res: FuseResult, clock: Clock) -> Transition:
+        state.fused = res.chunks
+        state.effective_weights = dict(res.effective_weights)
+        state.channel_counts = dict(res.channel_counts)
+        state.channel_samples = dict(res.channel_samples)
+        return self._start_generate(state, clock)
+
+    def _on_generated(self, state: RequestState, res: GenerateResult, clock: Clock) -> Transition:
+        if res.tool_calls and state.tool_rounds < self.settings.max_tool_calls:
+            return self._start_tool(state, res.tool_calls, clock)
+        state.draft = res.answer
+        state.draft_citations = dict(res.citations)
+        state.generator = res.generator
+        return self._start_critic(state, clock)
+
+    def _on_tools(self, state: RequestState, res: ToolResult, clock: Clock) -> Transition:
+        state.tool_results.extend(res.outcomes)
+        return self._start_generate(state, clock)
+
+    def _on_critique(self, state: RequestState, res: CriticResult, clock: Clock) -> Transition:
+        state.attempts.append(
+            AttemptRecord(
+                attempt=state.attempt,
+                confidence=res.confidence,
+                verdict=res.verdict,
+                strategy=res.strategy,
+                reasons=res.reasons,
+            )
+        )
+        if res.verdict == "accept" or state.attempt >= self.settings.max_attempts:
+            return self._complete(state, [])
+        return self._retry(state, res, clock)
+
+    # ----------------------------------------------------------------- steps
+    def _start_classify(self, state: RequestState, clock: Clock) -> Transition:
+        cmd = ClassifyCommand(
+            **self._corr(state), query=state.query, intent_override=state.intent_override
+        )
+        state.status = RequestStatus.CLASSIFYING
+        state.pending = self._pending(
+            Step.CLASSIFY,
+            {Step.CLASSIFY.value: cmd.event_id},
+            self.settings.classify_timeout_s,
+            clock,
+        )
+        return self._moved(state, [self._cmd(cmd, Step.CLASSIFY)])
+
+    def _degrade_classification(
+        self, state: RequestState, clock: Clock, messages: list[Outgoing]
+    ) -> Transition:
+        state.intent = state.intent_override or Intent.FACTUAL
+        state.intent_confidence = 0.0
+        state.intent_method = "fallback"
+        state.weights = dict(BALANCED_WEIGHTS)
+        if state.intent is Intent.TOOL:
+            transition = self._start_tool(state, [], clock)
+            transition.messages[:0] = messages
+            return transition
+        return self._start_search(state, clock, messages)
+
+    def _start_search(
+        self, state: RequestState, clock: Clock, messages: list[Outgoing]
+    ) -> Transition:
+        state.status = RequestStatus.SEARCHING
+        state.channel_results = {}
+        state.channel_reports = {}
+        awaited: dict[str, str] = {}
+        reuse_vector = state.search_query == state.query
+        for channel in Channel:
+            if state.weights.get(channel, 0.0) <= 0.0:
+                state.channel_reports[channel] = ChannelReport(
+                    channel=channel, status="skipped", reason="weight 0 for this intent"
+                )
+                messages.append(
+                    self._phase(
+                        state,
+                        CHANNEL_PHASE[channel],
+                        PhaseStatus.SKIPPED,
+                        reason="weight 0 for this intent",
+                    )
+                )
+                continue
+            cmd = SearchCommand(
+                **self._corr(state),
+                channel=channel,
+                query=state.search_query,
+                namespaces=state.namespaces,
+                top_k=state.channel_top_k,
+                query_vector=state.query_vector if reuse_vector else None,
+            )
+            awaited[channel.value] = cmd.event_id
+            messages.append(self._cmd(cmd, Step.SEARCH, channel))
+        state.pending = self._pending(Step.SEARCH, awaited, self.settings.search_timeout_s, clock)
+        if not awaited:
+            return self._start_fuse(state, clock, messages)
+        return self._moved(state, messages)
+
+    def _channel_done(
+        self,
+        state: RequestState,
+        channel: Channel,
+        chunks: list,
+        report: ChannelReport,
+        clock: Clock,
+    ) -> Transition:
+        assert state.pending is not None
+        state.pending.command_ids.pop(channel.value, None)
+        state.channel_reports[channel] = report
+        if report.status == "completed":
+            state.channel_results[channel] = chunks
+        if state.pending.command_ids:
+            return self._moved(state, [])
+        return self._start_fuse(state, clock, [])
+
+    def _search_deadline(self, state: RequestState, clock: Clock) -> Transition:
+        assert state.pending is not None
+        messages: list[Outgoing] = []
+        for name in list(state.pending.command_ids):
+            channel = Channel(name)
+            reason = f"no answer within {self.settings.search_timeout_s:g}s"
+            state.channel_reports[channel] = ChannelReport(
+                channel=channel, status="timed_out", reason=reason
+            )
+            messages.append(
+                self._phase(
+                    state, CHANNEL_PHASE[channel], PhaseStatus.FAILED, reason=reason, dropped=True
+                )
+            )
+        state.pending.command_ids.clear()
+        return self._start_fuse(state, clock, messages)
+
+    def _start_fuse(
+        self, state: RequestState, clock: Clock, messages: list[Outgoing]
+    ) -> Transition:
+        cmd = FuseCommand(
+            **self._corr(state),
+            query=state.query,
+            weights=state.weights,
+            results=state.channel_results,
+            top_k=state.top_k,
+            rrf_k=self.settings.rrf_k,
+        )
+        state.status = RequestStatus.FUSING
+        state.pending = self._pending(
+            Step.FUSE, {Step.FUSE.value: cmd.event_id}, self.settings.fuse_timeout_s, clock
+        )
+        return self._moved(state, [*messages, self._cmd(cmd, Step.FUSE)])
+
+    def _start_generate(self, state: RequestState, clock: Clock) -> Transition:
+        cmd = GenerateCommand(
+            **self._corr(state),
+            query=state.query,
+            intent=state.intent or Intent.FACTUAL,
+            contexts=state.fused,
+            tool_results=state.tool_results,
+            tool_rounds_left=max(0, self.settings.max_tool_calls - state.tool_rounds),
+        )
+        state.status = RequestStatus.GENERATING
+        state.pending = self._pending(
+            Step.GENERATE,
+            {Step.GENERATE.value: cmd.event_id},
+            self.settings.generate_timeout_s,
+            clock,
+        )
+        return self._moved(state, [self._cmd(cmd, Step.GENERATE)])
+
+    def _start_tool(self, state: RequestState, calls: list[ToolCall], clock: Clock) -> Transition:
+        cmd = ToolCommand(**self._corr(state), query=state.query, calls=calls)
+        state.status = RequestStatus.TOOLING
+        state.tool_rounds += 1
+        state.pending = self._pending(
+            Step.TOOL, {Step.TOOL.value: cmd.event_id}, self.settings.tool_timeout_s, clock
+        )
+        return self._moved(state, [self._cmd(cmd, Step.TOOL)])
+
+    def _start_critic(self, state: RequestState, clock: Clock) -> Transition:
+        cmd = CriticCommand(
+            **self._corr(state),
+            query=state.query,
+            intent=state.intent or Intent.FACTUAL,
+            answer=state.draft or "",
+            citations=state.draft_citations,
+            contexts=state.fused,
+            tool_results=state.tool_results,
+            attempts_left=max(0, self.settings.max_attempts - state.attempt),
+        )
+        state.status = RequestStatus.CRITIQUING
+        state.pending = self._pending(
+            Step.CRITIC, {Step.CRITIC.value: cmd.event_id}, self.settings.critic_timeout_s, clock
+        )
+        return self._moved(state, [self._cmd(cmd, Step.CRITIC)])
+
+    def _retry(self, state: RequestState, res: CriticResult, clock: Clock) -> Transition:
+        strategy = res.strategy or "broaden"
+        changes: dict[str, object] = {"strategy": strategy}
+        if strategy == "broaden":
+            state.channel_top_k = min(200, state.channel_top_k * 2)
+            state.top_k = min(50, state.top_k + 4)
+            changes.update(channel_top_k=state.channel_top_k, top_k=state.top_k)
+        elif strategy == "rebalance":
+            state.weights = dict(BALANCED_WEIGHTS)
+            changes["weights"] = {c.value: w for c, w in state.weights.items()}
+        elif strategy == "rewrite" and res.rewritten_query:
+            state.search_query = res.rewritten_query
+            changes["search_query"] = res.rewritten_query
+        previous = state.attempt
+        state.attempt += 1
+        state.status = RequestStatus.RETRYING
+        state.tool_results = []
+        state.tool_rounds = 0
+        retry_phase = self._phase(
+            state,
+            Phase.RETRY,
+            PhaseStatus.COMPLETED,
+            from_attempt=previous,
+            to_attempt=state.attempt,
+            confidence=res.confidence,
+            reasons=res.reasons,
+            **changes,
+        )
+        return self._start_search(state, clock, [retry_phase])
+
+    # ----------------------------------------------------------------- endings
+    def _complete(
+        self, state: RequestState, messages: list[Outgoing], critic_note: str | None = None
+    ) -> Transition:
+        by_id = {c.chunk_id: c for c in state.fused}
+        citations = {
+            n: Citation(
+                chunk_id=cid,
+                document_id=by_id[cid].document_id,
+                title=by_id[cid].title,
+                source=by_id[cid].source,
+                score=by_id[cid].score,
+            )
+            for n, cid in sorted(state.draft_citations.items())
+            if cid in by_id
+        }
+        last = state.attempts[-1] if state.attempts else None
+        low_confidence = last is not None and last.verdict != "accept"
+        finished = utcnow()
+        metadata = {
+            "intent": state.intent.value if state.intent else None,
+            "intent_confidence": state.intent_confidence,
+            "intent_method": state.intent_method,
+            "weights": {c.value: w for c, w in state.weights.items()},
+            "effective_weights": {c.value: w for c, w in state.effective_weights.items()},
+            "channel_counts": {c.value: n for c, n in state.channel_counts.items()},
+            "channel_samples": {c.value: s for c, s in state.channel_samples.items()},
+            "channels": {
+                c.value: r.model_dump(mode="json") for c, r in state.channel_reports.items()
+            },
+            "attempts": state.attempt,
+            "attempt_history": [a.model_dump(mode="json") for a in state.attempts],
+            "confidence": last.confidence if last else None,
+            "low_confidence": low_confidence,
+            "generator": state.generator,
+            "tools": [t.model_dump(mode="json") for t in state.tool_results],
+            "latency_ms": round((finished - state.created_at).total_seconds() * 1000, 2),
+        }
+        if critic_note:
+            metadata["critic_note"] = critic_note
+        state.answer = AnswerData(content=state.draft or "", citations=citations, metadata=metadata)
+        state.status = RequestStatus.COMPLETED
+        state.pending = None
+        state.finished_at = finished
+        answer = AnswerEvent(**self._corr(state), data=state.answer)
+        done = DoneEvent(**self._corr(state), data=DoneData(status=RequestStatus.COMPLETED))
+        return self._moved(state, [*messages, self._event(answer), self._event(done)])
+
+    def _finish_error(
+        self,
+        state: RequestState,
+        status: RequestStatus,
+        code: str,
+        message: str,
+        phase: Phase | None,
+    ) -> Transition:
+        state.error = ErrorData(code=code, message=message, phase=phase)
+        state.status = status
+        state.pending = None
+        state.finished_at = utcnow()
+        error = ErrorEvent(**self._corr(state), data=state.error)
+        done = DoneEvent(**self._corr(state), data=DoneData(status=status))
+        return self._moved(state, [self._event(error), self._event(done)])
+
+    # ----------------------------------------------------------------- helpers
+    @staticmethod
+    def _corr(state: RequestState) -> dict[str, object]:
+        return {"request_id": state.request_id, "attempt": state.attempt, "trace": state.trace}
+
+    @staticmethod
+    def _pending(step: Step, awaited: dict[str, str], timeout: float, clock: Clock) -> PendingStep:
+        return PendingStep(step=step.value, command_ids=awaited, deadline_at=clock.now + timeout)
+
+    @staticmethod
+    def _moved(state: RequestState, messages: list[Outgoing]) -> Transition:
+        state.updated_at = utcnow()
+        return Transition(state, messages)
+
+    @staticmethod
+    def _cmd(cmd: Envelope, step: Step, channel: Channel | None = None) -> Outgoing:
+        return Outgoing(sj.cmd_subject(step, channel), sj.STREAM_CMD, cmd)
+
+    @staticmethod
+    def _event(event: Envelope) -> Outgoing:
+        return Outgoing(sj.events_subject(event.request_id), sj.STREAM_EVENTS, event)
+
+    def _phase(
+        self, state: RequestState, phase: Phase, status: PhaseStatus, **metadata: object
+    ) -> Outgoing:
+        now = utcnow()
+        event = PhaseEvent(
+            **self._corr(state),
+            data=PhaseData(
+                phase=phase,
+                status=status,
+                started_at=now,
+                ended_at=now,
+                duration_ms=0.0,
+                metadata=dict(metadata),
+            ),
+        )
+        return self._event(event)
+
+
+_STEP_PHASE: dict[str, Phase] = {
+    Step.CLASSIFY.value: Phase.INTENT_CLASSIFICATION,
+    Step.FUSE.value: Phase.FUSION,
+    Step.GENERATE.value: Phase.GENERATION,
+    Step.CRITIC.value: Phase.CRITIC,
+    Step.TOOL.value: Phase.TOOL_EXECUTION,
+}

@@ -1,0 +1,145 @@
+"""The orchestrator's bus side: consume submissions and results, commit, publish, time out.
+
+Any number of replicas can run this against the same durable consumers: every change
+to a request is an atomic Redis transition (see `orchestrator.store`), so replicas
+never double-apply an event or overwrite each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import structlog
+from faststream import AckPolicy
+from faststream.nats import NatsRouter
+
+from contracts.queries import QuerySubmitted
+from contracts.results import AnyResult
+from infra.bus import ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, Bus, subscriber_kwargs
+from infra.logging import get_logger
+from infra.metrics import REQUEST_SECONDS, REQUESTS
+from infra.resources import Resources
+from infra.worker_runtime import error_policy
+from orchestrator.saga import Clock, Saga
+from orchestrator.state import RequestState
+from orchestrator.store import OutboxEntry, StateStore, Transition
+
+log = get_logger(__name__)
+
+
+class Orchestrator:
+    def __init__(self, resources: Resources) -> None:
+        self.settings = resources.settings
+        self.bus: Bus = resources.bus
+        self.store = StateStore(resources.redis(), resources.settings)
+        self.saga = Saga(resources.settings)
+        self._timer: asyncio.Task[None] | None = None
+
+    async def handle_submission(self, msg: QuerySubmitted) -> None:
+        await self._apply(
+            msg.request_id,
+            msg.event_id,
+            lambda state: self.saga.on_submitted(state, msg, Clock.system()),
+        )
+
+    async def handle_result(self, result: AnyResult) -> None:
+        await self._apply(
+            result.request_id,
+            result.event_id,
+            lambda state: self.saga.on_result(state, result, Clock.system()),
+        )
+
+    async def tick(self, request_id: str) -> None:
+        await self._apply(request_id, None, lambda state: self.saga.on_tick(state, Clock.system()))
+
+    async def _apply(
+        self,
+        request_id: str,
+        event_id: str | None,
+        decide: Callable[[RequestState | None], Transition],
+    ) -> None:
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        applied = await self.store.apply(request_id, event_id, decide)
+        if applied.duplicate:
+            log.info("event_already_applied", event_id=event_id, resend=len(applied.outbox))
+        elif applied.transition and applied.transition.state:
+            self._observe(applied.transition.state)
+        await self._publish(request_id, applied.outbox)
+
+    async def _publish(self, request_id: str, entries: list[OutboxEntry]) -> None:
+        for entry in entries:
+            await self.bus.broker.publish(
+                entry.body,
+                entry.subject,
+                headers={"Nats-Msg-Id": entry.event_id},
+                stream=entry.stream,
+            )
+        await self.store.outbox_sent(request_id, [e.event_id for e in entries])
+
+    @staticmethod
+    def _observe(state: RequestState) -> None:
+        log.info(
+            "saga_transition",
+            status=state.status.value,
+            attempt=state.attempt,
+            pending=state.pending.step if state.pending else None,
+        )
+        if state.status.is_terminal and state.finished_at is not None:
+            REQUESTS.labels(status=state.status.value).inc()
+            REQUEST_SECONDS.observe((state.finished_at - state.created_at).total_seconds())
+
+    # ----------------------------------------------------------------- deadlines
+    def start_timer(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._run_timer(), name="saga-deadlines")
+
+    async def stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+
+    async def _run_timer(self) -> None:
+        """Every replica looks; the atomic transition makes a double look harmless."""
+        while True:
+            try:
+                for request_id in await self.store.due(time.time()):
+                    await self.tick(request_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis or NATS hiccup: keep the timer alive
+                log.warning("deadline_timer_error", error=str(exc))
+            finally:
+                structlog.contextvars.clear_contextvars()
+            await asyncio.sleep(self.settings.deadline_poll_s)
+
+
+def create_router(resources: Resources, orchestrator: Orchestrator | None = None) -> NatsRouter:
+    orch = orchestrator or Orchestrator(resources)
+    router = NatsRouter(
+        middlewares=[error_policy(resources.bus, resources.settings, report_failures=False)],
+        ack_policy=AckPolicy.MANUAL,
+    )
+
+    @router.subscriber(
+        **subscriber_kwargs(ORCHESTRATOR_QUERIES, resources.settings),
+        title="orchestrator:submissions",
+        description="Starts a request's saga.",
+    )
+    async def on_submitted(msg: QuerySubmitted) -> None:
+        await orch.handle_submission(msg)
+
+    @router.subscriber(
+        **subscriber_kwargs(ORCHESTRATOR_RESULTS, resources.settings),
+        title="orchestrator:results",
+        description="Every worker's result; advances the saga.",
+    )
+    async def on_result(result: AnyResult) -> None:
+        await orch.handle_result(result)
+
+    router.orchestrator = orch  # type: ignore[attr-defined]
+    return router

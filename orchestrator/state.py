@@ -1,0 +1,94 @@
+"""A request's saga state as kept in Redis (one JSON document per request)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.enums import Channel, Intent, RequestStatus
+from contracts.envelope import TraceContext, utcnow
+from contracts.events import AnswerData, ErrorData
+from contracts.models import ChannelReport, RetrievedChunk, ToolOutcome
+
+
+class PendingStep(BaseModel):
+    """The command the saga is waiting on; a result that does not match it is stale."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: str
+    command_ids: dict[str, str] = Field(
+        default_factory=dict, description="channel (or step) -> command event_id still awaited"
+    )
+    deadline_at: float = Field(description="epoch seconds")
+
+
+class AttemptRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    confidence: float | None = None
+    verdict: str | None = None
+    strategy: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class RequestState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    status: RequestStatus = RequestStatus.SUBMITTED
+    query: str
+    search_query: str = Field(description="the query the channels search; a rewrite may change it")
+    session_id: str | None = None
+    namespaces: list[str]
+    top_k: int
+    channel_top_k: int
+    intent_override: Intent | None = None
+    trace: TraceContext = Field(default_factory=TraceContext)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    deadline_at: float = Field(description="whole-request deadline, epoch seconds")
+    version: int = 0
+
+    attempt: int = 1
+    intent: Intent | None = None
+    intent_confidence: float | None = None
+    intent_method: str | None = None
+    weights: dict[Channel, float] = Field(default_factory=dict)
+    query_vector: list[float] | None = None
+
+    pending: PendingStep | None = None
+    channel_results: dict[Channel, list[RetrievedChunk]] = Field(default_factory=dict)
+    channel_reports: dict[Channel, ChannelReport] = Field(default_factory=dict)
+    fused: list[RetrievedChunk] = Field(default_factory=list)
+    effective_weights: dict[Channel, float] = Field(default_factory=dict)
+    channel_counts: dict[Channel, int] = Field(default_factory=dict)
+    channel_samples: dict[Channel, list[str]] = Field(default_factory=dict)
+
+    tool_rounds: int = 0
+    tool_results: list[ToolOutcome] = Field(default_factory=list)
+    draft: str | None = None
+    draft_citations: dict[int, str] = Field(default_factory=dict)
+    generator: str | None = None
+
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    answer: AnswerData | None = None
+    error: ErrorData | None = None
+    finished_at: datetime | None = None
+
+    def public_view(self) -> dict[str, Any]:
+        """What `GET /v1/queries/{id}` shows: no internal bookkeeping."""
+        return {
+            "request_id": self.request_id,
+            "status": self.status.value,
+            "query": self.query,
+            "attempt": self.attempt,
+            "intent": self.intent.value if self.intent else None,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "answer": self.answer.model_dump(mode="json") if self.answer else None,
+            "error": self.error.model_dump(mode="json") if self.error else None,
+        }

@@ -1,0 +1,133 @@
+"""Real nats-server and redis-server on free ports with temporary storage, and a ragbus stack.
+
+Never the machine's own services on 4222 / 6379: every server here is started by a
+fixture and stopped with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.launcher import WORKER_KINDS, Runtime
+from infra.ingest_producer import publish_job
+from infra.services import LocalService, free_port, start_nats, start_redis
+from infra.settings import Settings
+from tests.integration.corpus import DOCUMENTS
+from workers.ingest import read_job
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    service = start_nats(free_port(), tmp_path_factory.mktemp("nats"))
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    service = start_redis(free_port(), tmp_path_factory.mktemp("redis"), persistent=False)
+    yield service
+    service.stop()
+
+
+def stack_settings(nats_url: str, redis_url: str, data_dir: Path, **overrides: object) -> Settings:
+    """Short deadlines and redelivery so failure paths resolve in seconds, not minutes."""
+    values: dict[str, object] = {
+        "nats_url": nats_url,
+        "redis_url": redis_url,
+        "data_dir": data_dir,
+        "start_services": False,
+        "ack_wait_s": 3.0,
+        "retry_delay_s": 0.2,
+        "classify_timeout_s": 15.0,
+        "search_timeout_s": 4.0,
+        "fuse_timeout_s": 15.0,
+        "generate_timeout_s": 30.0,
+        "critic_timeout_s": 15.0,
+        "request_timeout_s": 90.0,
+        "deadline_poll_s": 0.1,
+        "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def settings(
+    nats_server: LocalService, redis_server: LocalService, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    return stack_settings(nats_server.url, redis_server.url, tmp_path_factory.mktemp("data"))
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, **kwargs: object) -> AsyncIterator[Runtime]:
+    runtime = Runtime(settings, **kwargs)  # type: ignore[arg-type]
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving_api(runtime: Runtime) -> AsyncIterator[str]:
+    port = free_port()
+    assert runtime.broker is not None
+    app = create_app(runtime.settings, broker=runtime.broker)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+async def ingest_and_wait(runtime: Runtime, timeout: float = 120.0) -> str:
+    assert runtime.resources is not None
+    receipt = await publish_job(runtime.resources.bus, DOCUMENTS)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = await read_job(runtime.resources.redis(), receipt.job_id)
+        if job and job["status"] in ("completed", "failed"):
+            assert job["status"] == "completed", job
+            return receipt.job_id
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"ingest job {receipt.job_id} did not finish")
+
+
+@pytest.fixture(scope="session")
+async def stack(settings: Settings) -> AsyncIterator[Runtime]:
+    """API-less runtime with the orchestrator and every worker kind, corpus ingested."""
+    async with running(settings, orchestrator=True, workers=WORKER_KINDS) as runtime:
+        await ingest_and_wait(runtime)
+        yield runtime
+
+
+@pytest.fixture(scope="session")
+async def api_url(stack: Runtime) -> AsyncIterator[str]:
+    async with serving_api(stack) as url:
+        yield url
+
+
+@pytest.fixture
+async def http(api_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=api_url, timeout=60) as client:
+        yield client

@@ -1,0 +1,47 @@
+"""A plain SSE reader for the tests (independent of the project's own client)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class SseEvent:
+    event: str
+    id: int | None
+    data: dict[str, Any]
+
+
+async def read_events(
+    client: httpx.AsyncClient, path: str, last_event_id: int | None = None, *,
+    method: str = "GET", json_body: dict[str, Any] | None = None, timeout: float = 90.0,
+) -> list[SseEvent]:
+    """Read the stream until the server closes it (it closes after `done`)."""
+    headers = {"Accept": "text/event-stream"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    events: list[SseEvent] = []
+    fields: dict[str, str] = {}
+    async with client.stream(method, path, headers=headers, json=json_body,
+                             timeout=timeout) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if line.startswith(":"):
+                continue
+            if line == "":
+                if "data" in fields:
+                    events.append(SseEvent(
+                        event=fields.get("event", "message"),
+                        id=int(fields["id"]) if fields.get("id") else None,
+                        data=json.loads(fields["data"]),
+                    ))
+                fields = {}
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            fields[name] = fields[name] + "\n" + value if name in fields else value
+    return events

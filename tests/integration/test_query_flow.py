@@ -1,0 +1,193 @@
+"""A question over HTTP travels the whole broker pipeline and streams back live."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from api.launcher import Runtime
+from contracts.enums import Channel
+from infra.text import chunk_document
+from tests.integration.corpus import DOCUMENTS, EXPECTED_DOCUMENT, QUESTION
+from tests.integration.sse import SseEvent, read_events
+
+pytestmark = pytest.mark.integration
+
+SEARCH_PHASES = {"vector_search", "sparse_search", "graph_local_search", "graph_global_search"}
+
+
+async def ask(http: httpx.AsyncClient, **body: Any) -> tuple[str, list[SseEvent]]:
+    response = await http.post("/v1/queries", json={"query": QUESTION, **body})
+    assert response.status_code == 202, response.text
+    submitted = response.json()
+    assert submitted["events_url"].endswith(f"/v1/queries/{submitted['request_id']}/events")
+    events = await read_events(http, submitted["events_url"])
+    return submitted["request_id"], events
+
+
+def first(events: list[SseEvent], predicate: Any) -> int:
+    return next(i for i, e in enumerate(events) if predicate(e))
+
+
+def last(events: list[SseEvent], predicate: Any) -> int:
+    return max(i for i, e in enumerate(events) if predicate(e))
+
+
+def phase_is(name: str | set[str], status: str) -> Any:
+    names = {name} if isinstance(name, str) else name
+    return lambda e: e.event == "phase" and e.data["data"]["phase"] in names and (
+        e.data["data"]["status"] == status
+    )
+
+
+def ingested_chunk_ids(settings_chunk_chars: int, overlap: int) -> set[str]:
+    return {
+        c.chunk_id for doc in DOCUMENTS for c in chunk_document(doc, settings_chunk_chars, overlap)
+    }
+
+
+async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
+    http: httpx.AsyncClient, stack: Runtime
+) -> None:
+    request_id, events = await ask(http)
+    kinds = [e.event for e in events]
+    assert kinds[-1] == "done"
+    assert events[-1].data["data"]["status"] == "completed"
+    assert kinds.count("answer") == 1 and kinds.count("done") == 1
+
+    classified = last(events, phase_is("intent_classification", "completed"))
+    searches_started = first(events, phase_is(SEARCH_PHASES, "in_progress"))
+    searches_ended = last(events, lambda e: e.event == "phase"
+                          and e.data["data"]["phase"] in SEARCH_PHASES
+                          and e.data["data"]["status"] != "in_progress")
+    fusion = first(events, phase_is("fusion", "completed"))
+    generating = first(events, phase_is("generation", "in_progress"))
+    first_token = first(events, lambda e: e.event == "token")
+    critic = first(events, phase_is("critic", "completed"))
+    answer = kinds.index("answer")
+    assert classified < searches_started < fusion
+    assert searches_ended < fusion < generating < first_token < critic < answer
+
+    # Every phase that completed says how long it took, measured where it ran.
+    for event in events:
+        data = event.data["data"]
+        if event.event == "phase" and data["status"] == "completed" and data["phase"] != "retry":
+            assert data["duration_ms"] is not None and data["duration_ms"] >= 0
+
+    # SSE ids are the stream sequence: strictly increasing, mirrored in the payload.
+    seqs = [e.id for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert all(e.data["seq"] == e.id for e in events)
+
+    answer_data = events[answer].data["data"]
+    settings = stack.settings
+    known = ingested_chunk_ids(settings.chunk_chars, settings.chunk_overlap_chars)
+    assert answer_data["citations"], "the answer cites its sources"
+    for n, citation in answer_data["citations"].items():
+        assert f"[{n}]" in answer_data["content"]
+        assert citation["chunk_id"] in known
+    cited_documents = {c["document_id"] for c in answer_data["citations"].values()}
+    assert EXPECTED_DOCUMENT in cited_documents
+    tokens = "".join(e.data["data"]["text"] for e in events if e.event == "token"
+                     and e.data["attempt"] == events[answer].data["attempt"])
+    assert " ".join(tokens.split()) == " ".join(answer_data["content"].split())
+
+    status = (await http.get(f"/v1/queries/{request_id}")).json()
+    assert status["status"] == "completed"
+    assert status["answer"]["content"] == answer_data["content"]
+    assert status["answer"]["metadata"]["attempts"] >= 1
+
+
+async def test_late_subscriber_gets_full_replay_and_last_event_id_resumes(
+    http: httpx.AsyncClient,
+) -> None:
+    request_id, live = await ask(http)
+    replay = await read_events(http, f"/v1/queries/{request_id}/events")
+    assert [(e.id, e.event) for e in replay] == [(e.id, e.event) for e in live]
+
+    cut = len(replay) // 2
+    resumed = await read_events(
+        http, f"/v1/queries/{request_id}/events", last_event_id=replay[cut].id
+    )
+    assert [e.id for e in resumed] == [e.id for e in replay[cut + 1:]]
+
+
+async def test_a_failing_channel_is_reported_and_its_weight_redistributed(
+    http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import workers.search.channels as channels
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("graph backend exploded")
+
+    monkeypatch.setattr(channels, "search_graph_local", broken)
+    _, events = await ask(http, intent="factual")
+    assert events[-1].data["data"]["status"] == "completed"
+    failed = [e for e in events if phase_is("graph_local_search", "failed")(e)]
+    assert failed, "the failed channel's phase says so"
+    metadata = next(e for e in events if e.event == "answer").data["data"]["metadata"]
+    effective = metadata["effective_weights"]
+    assert metadata["weights"][Channel.GRAPH_LOCAL.value] > 0
+    assert effective.get(Channel.GRAPH_LOCAL.value, 0.0) == 0.0
+    assert sum(effective.values()) == pytest.approx(1.0)
+    assert metadata["channels"]["graph_local"]["status"] == "failed"
+
+
+async def test_a_silent_channel_misses_its_deadline_and_fusion_goes_on(
+    http: httpx.AsyncClient, stack: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import workers.search.channels as channels
+
+    release = asyncio.Event()
+
+    async def silent(*args: object, **kwargs: object) -> list[object]:
+        await release.wait()
+        return []
+
+    monkeypatch.setattr(channels, "search_sparse", silent)
+    try:
+        _, events = await ask(http, intent="navigation")
+    finally:
+        release.set()
+    assert events[-1].data["data"]["status"] == "completed"
+    dropped = [e for e in events if phase_is("sparse_search", "failed")(e)]
+    assert dropped and dropped[0].data["data"]["metadata"].get("dropped") is True
+    metadata = next(e for e in events if e.event == "answer").data["data"]["metadata"]
+    assert metadata["channels"]["sparse"]["status"] == "timed_out"
+    assert metadata["effective_weights"].get("sparse", 0.0) == 0.0
+    assert any(phase_is("fusion", "completed")(e) for e in events)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "   "}, "query"),
+        ({"query": "x" * 4001}, "query"),
+        ({"query": "fine", "intent": "astrology"}, "intent"),
+        ({"query": "fine", "top_k": 0}, "top_k"),
+        ({"query": "fine", "namespaces": ["Bad Namespace!"]}, "namespaces"),
+        ({}, "query"),
+    ],
+)
+async def test_bad_http_input_is_a_4xx_naming_the_field_and_publishes_nothing(
+    http: httpx.AsyncClient, stack: Runtime, body: dict[str, Any], field: str
+) -> None:
+    assert stack.broker is not None
+    js = stack.broker.connection.jetstream()
+    before = (await js.stream_info("RAG_QUERIES")).state.last_seq
+    response = await http.post("/v1/queries", json=body)
+    assert 400 <= response.status_code < 500
+    assert field in response.text
+    after = (await js.stream_info("RAG_QUERIES")).state.last_seq
+    assert after == before, "bad input must not reach the bus"
+
+
+async def test_unknown_and_malformed_request_ids(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/v1/queries/no-such-request")).status_code == 404
+    assert (await http.get("/v1/queries/no-such-request/events")).status_code == 404
+    malformed = await http.get("/v1/queries/bad.id*>")
+    assert 400 <= malformed.status_code < 500

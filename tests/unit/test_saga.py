@@ -1,0 +1,309 @@
+"""The saga's decisions, without a broker or Redis: every path from submit to terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts.commands import (
+    ClassifyCommand,
+    CriticCommand,
+    FuseCommand,
+    GenerateCommand,
+    SearchCommand,
+    ToolCommand,
+)
+from contracts.enums import Channel, Intent, RequestStatus
+from contracts.events import AnswerEvent, DoneEvent, ErrorEvent, PhaseEvent
+from contracts.models import ErrorInfo, RetrievedChunk, ToolOutcome
+from contracts.queries import QuerySubmitted
+from contracts.results import (
+    ClassifyResult,
+    CriticResult,
+    FuseResult,
+    GenerateResult,
+    SearchResult,
+    StepFailure,
+    ToolResult,
+)
+from infra.settings import Settings
+from orchestrator.saga import BALANCED_WEIGHTS, Clock, Saga
+from orchestrator.state import RequestState
+from orchestrator.store import Transition
+
+FACTUAL = {Channel.VECTOR: 0.3, Channel.SPARSE: 0.3, Channel.GRAPH_LOCAL: 0.4,
+           Channel.GRAPH_GLOBAL: 0.0}
+CHUNK = RetrievedChunk(chunk_id="c1", document_id="d1", title="T", text="Pharos light.")
+
+
+class Run:
+    """Drives one request through the saga, keeping the state as Redis would."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = Settings(**settings)
+        self.saga = Saga(self.settings)
+        self.now = 1_000.0
+        self.state: RequestState | None = None
+        self.sent: list[Any] = []
+
+    def _take(self, transition: Transition) -> list[Any]:
+        if transition.state is not None:
+            self.state = transition.state.model_copy(deep=True)
+        messages = [m.message for m in transition.messages]
+        self.sent.extend(messages)
+        return messages
+
+    def submit(self, **fields: Any) -> list[Any]:
+        msg = QuerySubmitted(request_id="r1", query="who built the lighthouse", **fields)
+        return self._take(self.saga.on_submitted(self.state, msg, Clock(self.now)))
+
+    def result(self, result: Any) -> list[Any]:
+        return self._take(self.saga.on_result(self.state, result, Clock(self.now)))
+
+    def tick(self, advance: float) -> list[Any]:
+        self.now += advance
+        return self._take(self.saga.on_tick(self.state, Clock(self.now)))
+
+    def last(self, kind: type) -> Any:
+        return next(m for m in reversed(self.sent) if isinstance(m, kind))
+
+    def corr(self, cmd: Any) -> dict[str, Any]:
+        return {"request_id": cmd.request_id, "attempt": cmd.attempt, "command_id": cmd.event_id}
+
+    # ---- steps answered the happy way
+    def classify(self, weights: dict[Channel, float] = FACTUAL, intent: Intent = Intent.FACTUAL,
+                 confidence: float = 0.9) -> list[Any]:
+        cmd = self.last(ClassifyCommand)
+        return self.result(ClassifyResult(**self.corr(cmd), intent=intent, confidence=confidence,
+                                          method="zero_shot", weights=weights))
+
+    def search_all(self, chunks: list[RetrievedChunk] | None = None) -> list[Any]:
+        out: list[Any] = []
+        pending = list(self.state.pending.command_ids) if self.state and self.state.pending else []
+        for cmd in [m for m in self.sent if isinstance(m, SearchCommand)
+                    and m.channel.value in pending]:
+            out += self.result(SearchResult(**self.corr(cmd), channel=cmd.channel,
+                                            chunks=chunks if chunks is not None else [CHUNK]))
+        return out
+
+    def fuse(self) -> list[Any]:
+        cmd = self.last(FuseCommand)
+        return self.result(FuseResult(**self.corr(cmd), chunks=[CHUNK],
+                                      effective_weights={Channel.VECTOR: 1.0}))
+
+    def generate(self, **fields: Any) -> list[Any]:
+        cmd = self.last(GenerateCommand)
+        fields.setdefault("answer", "Sostratus built it [1].")
+        fields.setdefault("citations", {1: "c1"})
+        return self.result(GenerateResult(**self.corr(cmd), **fields))
+
+    def critic(self, verdict: str = "accept", **fields: Any) -> list[Any]:
+        cmd = self.last(CriticCommand)
+        return self.result(CriticResult(**self.corr(cmd), verdict=verdict,
+                                        confidence=fields.pop("confidence", 0.8), **fields))
+
+
+def kinds(messages: list[Any]) -> list[str]:
+    return [type(m).__name__ for m in messages]
+
+
+def test_happy_path_reaches_completed_with_one_answer_and_one_done() -> None:
+    run = Run()
+    assert kinds(run.submit()) == ["ClassifyCommand"]
+    assert run.state and run.state.status is RequestStatus.CLASSIFYING
+    sent = run.classify()
+    searches = [m for m in sent if isinstance(m, SearchCommand)]
+    assert {s.channel for s in searches} == {Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL}
+    skipped = [m for m in sent if isinstance(m, PhaseEvent)]
+    assert skipped[0].data.phase.value == "graph_global_search"
+    assert skipped[0].data.status.value == "skipped"
+    sent = run.search_all()
+    assert kinds(sent) == ["FuseCommand"]
+    assert kinds(run.fuse()) == ["GenerateCommand"]
+    assert kinds(run.generate()) == ["CriticCommand"]
+    sent = run.critic()
+    assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
+    answer: AnswerEvent = sent[0]
+    assert answer.data.citations[1].chunk_id == "c1"
+    assert answer.data.metadata["attempts"] == 1
+    assert run.state.status is RequestStatus.COMPLETED
+    assert run.state.pending is None
+
+
+def test_a_result_for_another_command_or_attempt_is_ignored() -> None:
+    run = Run()
+    run.submit()
+    cmd = run.last(ClassifyCommand)
+    stale = ClassifyResult(request_id="r1", attempt=1, command_id="someone-else",
+                           intent=Intent.FACTUAL, confidence=1, method="x", weights=FACTUAL)
+    assert run.saga.on_result(run.state, stale, Clock(run.now)).state is None
+    wrong_attempt = ClassifyResult(request_id="r1", attempt=2, command_id=cmd.event_id,
+                                   intent=Intent.FACTUAL, confidence=1, method="x", weights=FACTUAL)
+    assert run.saga.on_result(run.state, wrong_attempt, Clock(run.now)).state is None
+
+
+def test_resubmission_of_a_started_request_changes_nothing() -> None:
+    run = Run()
+    run.submit()
+    again = QuerySubmitted(request_id="r1", query="who built the lighthouse")
+    assert run.saga.on_submitted(run.state, again, Clock(run.now)).state is None
+
+
+def test_failed_channel_is_reported_and_fusion_gets_only_the_answering_channels() -> None:
+    run = Run()
+    run.submit()
+    run.classify()
+    cmds = {m.channel: m for m in run.sent if isinstance(m, SearchCommand)}
+    run.result(StepFailure(**run.corr(cmds[Channel.GRAPH_LOCAL]), step="search",
+                           channel=Channel.GRAPH_LOCAL,
+                           error=ErrorInfo(code="step_failed", message="boom")))
+    sent = run.search_all()
+    fuse: FuseCommand = sent[-1]
+    assert set(fuse.results) == {Channel.VECTOR, Channel.SPARSE}
+    assert run.state.channel_reports[Channel.GRAPH_LOCAL].status == "failed"
+
+
+def test_search_deadline_drops_silent_channels_and_fuses() -> None:
+    run = Run(search_timeout_s=5)
+    run.submit()
+    run.classify()
+    vector = next(m for m in run.sent if isinstance(m, SearchCommand)
+                  and m.channel is Channel.VECTOR)
+    run.result(SearchResult(**run.corr(vector), channel=Channel.VECTOR, chunks=[CHUNK]))
+    assert run.tick(4.0) == []
+    sent = run.tick(1.5)
+    dropped = [m for m in sent if isinstance(m, PhaseEvent)]
+    assert {d.data.phase.value for d in dropped} == {"sparse_search", "graph_local_search"}
+    assert all(d.data.status.value == "failed" and d.data.metadata["dropped"] for d in dropped)
+    assert isinstance(sent[-1], FuseCommand)
+    assert set(sent[-1].results) == {Channel.VECTOR}
+    assert run.state.channel_reports[Channel.SPARSE].status == "timed_out"
+
+
+def test_classification_failure_degrades_to_balanced_weights() -> None:
+    run = Run()
+    run.submit()
+    cmd = run.last(ClassifyCommand)
+    sent = run.result(StepFailure(**run.corr(cmd), step="classify"))
+    assert len([m for m in sent if isinstance(m, SearchCommand)]) == len(Channel)
+    assert run.state.weights == BALANCED_WEIGHTS
+    assert run.state.intent_method == "fallback"
+
+
+def test_critic_retry_broadens_then_accepts_on_the_second_attempt() -> None:
+    run = Run(max_attempts=2)
+    run.submit()
+    run.classify()
+    run.search_all()
+    run.fuse()
+    run.generate()
+    top_k_before = run.state.channel_top_k
+    sent = run.critic("retry", strategy="broaden", confidence=0.2, reasons=["weak retrieval"])
+    retry = next(m for m in sent if isinstance(m, PhaseEvent))
+    assert retry.data.phase.value == "retry"
+    assert retry.data.metadata["to_attempt"] == 2
+    assert run.state.attempt == 2
+    assert run.state.channel_top_k == top_k_before * 2
+    assert all(m.attempt == 2 for m in sent if isinstance(m, SearchCommand))
+    run.search_all()
+    run.fuse()
+    run.generate()
+    sent = run.critic("accept")
+    assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
+    assert sent[0].data.metadata["attempts"] == 2
+
+
+def test_attempts_spent_answers_with_a_low_confidence_flag() -> None:
+    run = Run(max_attempts=1)
+    run.submit()
+    run.classify()
+    run.search_all()
+    run.fuse()
+    run.generate()
+    sent = run.critic("retry", strategy="rewrite", rewritten_query="lighthouse builder",
+                      confidence=0.2)
+    assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
+    assert sent[0].data.metadata["low_confidence"] is True
+
+
+def test_rewrite_strategy_changes_the_searched_query_and_drops_the_cached_vector() -> None:
+    run = Run(max_attempts=2)
+    run.submit()
+    cmd = run.last(ClassifyCommand)
+    run.result(ClassifyResult(**run.corr(cmd), intent=Intent.FACTUAL, confidence=0.9,
+                              method="setfit", weights=FACTUAL, query_vector=[0.1, 0.2]))
+    assert all(m.query_vector == [0.1, 0.2] for m in run.sent if isinstance(m, SearchCommand))
+    run.search_all()
+    run.fuse()
+    run.generate()
+    sent = run.critic("retry", strategy="rewrite", rewritten_query="lighthouse builder")
+    searches = [m for m in sent if isinstance(m, SearchCommand)]
+    assert searches and all(s.query == "lighthouse builder" for s in searches)
+    assert all(s.query_vector is None for s in searches)
+
+
+def test_tool_intent_goes_straight_to_the_tool_worker_then_generation() -> None:
+    run = Run()
+    run.submit()
+    sent = run.classify(intent=Intent.TOOL, weights=BALANCED_WEIGHTS)
+    assert kinds(sent) == ["ToolCommand"]
+    tool_cmd: ToolCommand = sent[0]
+    sent = run.result(ToolResult(**run.corr(tool_cmd), outcomes=[
+        ToolOutcome(call_id="1", name="calculator", ok=True, output="395")]))
+    assert kinds(sent) == ["GenerateCommand"]
+    assert sent[0].tool_results[0].output == "395"
+
+
+def test_generation_may_ask_for_tools_within_the_budget() -> None:
+    run = Run(max_tool_calls=1)
+    run.submit()
+    run.classify()
+    run.search_all()
+    run.fuse()
+    sent = run.generate(answer="", citations={}, tool_calls=[
+        {"id": "t1", "name": "calculator", "arguments": {"expression": "2+2"}}])
+    assert kinds(sent) == ["ToolCommand"]
+    run.result(ToolResult(**run.corr(sent[0]), outcomes=[]))
+    sent = run.generate(answer="", citations={}, tool_calls=[
+        {"id": "t2", "name": "calculator", "arguments": {"expression": "3+3"}}])
+    assert kinds(sent) == ["CriticCommand"], "a spent tool budget goes on to the critic"
+
+
+@pytest.mark.parametrize("step", ["fuse", "generate"])
+def test_a_failed_essential_step_fails_the_request_with_an_error_event(step: str) -> None:
+    run = Run()
+    run.submit()
+    run.classify()
+    run.search_all()
+    if step == "generate":
+        run.fuse()
+    cmd = run.last(FuseCommand if step == "fuse" else GenerateCommand)
+    sent = run.result(StepFailure(**run.corr(cmd), step=step,
+                                  error=ErrorInfo(code="step_failed", message="kaput")))
+    assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
+    error: ErrorEvent = sent[0]
+    assert error.data.code == f"{step}_failed"
+    done: DoneEvent = sent[1]
+    assert done.data.status is RequestStatus.FAILED
+
+
+def test_whole_request_deadline_times_out_with_one_terminal_event() -> None:
+    run = Run(request_timeout_s=30, classify_timeout_s=100)
+    run.submit()
+    sent = run.tick(31)
+    assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
+    assert sent[1].data.status is RequestStatus.TIMED_OUT
+    assert run.tick(100) == [], "a finished request never gets a second terminal event"
+
+
+def test_critic_silence_accepts_the_draft_rather_than_stranding_the_request() -> None:
+    run = Run(critic_timeout_s=5)
+    run.submit()
+    run.classify()
+    run.search_all()
+    run.fuse()
+    run.generate()
+    sent = run.tick(6)
+    assert kinds(sent)[-2:] == ["AnswerEvent", "DoneEvent"]
+    assert sent[-2].data.metadata["critic_note"]
