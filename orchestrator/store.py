@@ -153,46 +153,51 @@ class StateStore:
         decide: Callable[[RequestState | None], Transition],
     ) -> Applied:
         """Run `decide` on the current state and commit its outcome atomically."""
-        skey, dkey, okey = state_key(request_id), seen_key(request_id), outbox_key(request_id)
+        skey, dkey = state_key(request_id), seen_key(request_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     await pipe.watch(skey, dkey)
                     if event_id is not None and await pipe.sismember(dkey, event_id):
-                        return Applied(None, await self._outbox(okey), duplicate=True)
+                        return Applied(None, await self.pending_outbox(request_id), duplicate=True)
                     raw = await pipe.get(skey)
                     current = RequestState.model_validate_json(raw) if raw else None
                     transition = decide(current)
+                    entries = [m.entry() for m in transition.messages]
                     pipe.multi()
-                    new = transition.state
-                    if new is not None:
-                        new.version = (current.version if current else 0) + 1
-                        pipe.set(skey, new.model_dump_json(), ex=self._ttl(new))
-                        due = next_due(new)
-                        if due is None:
-                            pipe.zrem(DEADLINES_KEY, request_id)
-                        else:
-                            pipe.zadd(DEADLINES_KEY, {request_id: due})
-                    if event_id is not None:
-                        pipe.sadd(dkey, event_id)
-                        pipe.expire(dkey, self.settings.state_ttl_s)
-                    if transition.messages:
-                        pipe.hset(
-                            okey, mapping={m.event_id: m.to_json() for m in transition.messages}
-                        )
-                        pipe.expire(okey, self.settings.state_ttl_s)
-                    if current is None and new is None:
-                        pipe.zrem(DEADLINES_KEY, request_id)
+                    self._stage(pipe, request_id, event_id, current, transition.state, entries)
                     await pipe.execute()
-                    entries = [
-                        OutboxEntry(
-                            m.event_id, m.subject, m.stream, m.message.model_dump(mode="json")
-                        )
-                        for m in transition.messages
-                    ]
                     return Applied(transition, entries)
                 except WatchError:
-                    continue
+                    continue  # another replica changed this request first: decide again
+
+    def _stage(
+        self,
+        pipe: Any,
+        request_id: str,
+        event_id: str | None,
+        current: RequestState | None,
+        new: RequestState | None,
+        entries: list[OutboxEntry],
+    ) -> None:
+        """Queue one transition's writes inside the MULTI."""
+        if new is not None:
+            new.version = (current.version if current else 0) + 1
+            pipe.set(state_key(request_id), new.model_dump_json(), ex=self._ttl(new))
+            due = next_due(new)
+            if due is None:
+                pipe.zrem(DEADLINES_KEY, request_id)
+            else:
+                pipe.zadd(DEADLINES_KEY, {request_id: due})
+        elif current is None:
+            pipe.zrem(DEADLINES_KEY, request_id)  # a tick for a request that no longer exists
+        if event_id is not None:
+            pipe.sadd(seen_key(request_id), event_id)
+            pipe.expire(seen_key(request_id), self.settings.state_ttl_s)
+        if entries:
+            okey = outbox_key(request_id)
+            pipe.hset(okey, mapping={e.event_id: e.to_json() for e in entries})
+            pipe.expire(okey, self.settings.state_ttl_s)
 
     async def _outbox(self, okey: str) -> list[OutboxEntry]:
         raw = await self.redis.hgetall(okey)
@@ -209,4 +214,5 @@ class StateStore:
             await self.redis.hdel(outbox_key(request_id), *event_ids)
 
     async def pending_outbox(self, request_id: str) -> list[OutboxEntry]:
-        return await self._outbox(outbox_key(request_id))
+        raw = await self.redis.hgetall(outbox_key(request_id))
+        return [OutboxEntry.from_json(str(event_id), text) for event_id, text in raw.items()]

@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from infra.ingest_producer import publish_job
+from workers.ingest import read_job
 
 from api.app import create_app
 from api.launcher import WORKER_KINDS, Runtime
-from infra.ingest_producer import publish_job
 from infra.services import LocalService, free_port, start_nats, start_redis
 from infra.settings import Settings
 from tests.integration.corpus import DOCUMENTS
-from workers.ingest import read_job
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ async def serving_api(runtime: Runtime) -> AsyncIterator[str]:
         uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on")
     )
     task = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
+    while not server.started:
         if task.done():
             task.result()
         await asyncio.sleep(0.05)

@@ -17,8 +17,13 @@ class SseEvent:
 
 
 async def read_events(
-    client: httpx.AsyncClient, path: str, last_event_id: int | None = None, *,
-    method: str = "GET", json_body: dict[str, Any] | None = None, timeout: float = 90.0,
+    client: httpx.AsyncClient,
+    path: str,
+    last_event_id: int | None = None,
+    *,
+    method: str = "GET",
+    json_body: dict[str, Any] | None = None,
+    timeout: float = 90.0,
 ) -> list[SseEvent]:
     """Read the stream until the server closes it (it closes after `done`)."""
     headers = {"Accept": "text/event-stream"}
@@ -26,19 +31,22 @@ async def read_events(
         headers["Last-Event-ID"] = str(last_event_id)
     events: list[SseEvent] = []
     fields: dict[str, str] = {}
-    async with client.stream(method, path, headers=headers, json=json_body,
-                             timeout=timeout) as response:
+    async with client.stream(
+        method, path, headers=headers, json=json_body, timeout=timeout
+    ) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if line.startswith(":"):
                 continue
             if line == "":
                 if "data" in fields:
-                    events.append(SseEvent(
-                        event=fields.get("event", "message"),
-                        id=int(fields["id"]) if fields.get("id") else None,
-                        data=json.loads(fields["data"]),
-                    ))
+                    events.append(
+                        SseEvent(
+                            event=fields.get("event", "message"),
+                            id=int(fields["id"]) if fields.get("id") else None,
+                            data=json.loads(fields["data"]),
+                        )
+                    )
                 fields = {}
                 continue
             name, _, value = line.partition(":")

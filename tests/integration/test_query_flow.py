@@ -38,8 +38,10 @@ def last(events: list[SseEvent], predicate: Any) -> int:
 
 def phase_is(name: str | set[str], status: str) -> Any:
     names = {name} if isinstance(name, str) else name
-    return lambda e: e.event == "phase" and e.data["data"]["phase"] in names and (
-        e.data["data"]["status"] == status
+    return lambda e: (
+        e.event == "phase"
+        and e.data["data"]["phase"] in names
+        and (e.data["data"]["status"] == status)
     )
 
 
@@ -60,9 +62,14 @@ async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
 
     classified = last(events, phase_is("intent_classification", "completed"))
     searches_started = first(events, phase_is(SEARCH_PHASES, "in_progress"))
-    searches_ended = last(events, lambda e: e.event == "phase"
-                          and e.data["data"]["phase"] in SEARCH_PHASES
-                          and e.data["data"]["status"] != "in_progress")
+    searches_ended = last(
+        events,
+        lambda e: (
+            e.event == "phase"
+            and e.data["data"]["phase"] in SEARCH_PHASES
+            and e.data["data"]["status"] != "in_progress"
+        ),
+    )
     fusion = first(events, phase_is("fusion", "completed"))
     generating = first(events, phase_is("generation", "in_progress"))
     first_token = first(events, lambda e: e.event == "token")
@@ -91,8 +98,11 @@ async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
         assert citation["chunk_id"] in known
     cited_documents = {c["document_id"] for c in answer_data["citations"].values()}
     assert EXPECTED_DOCUMENT in cited_documents
-    tokens = "".join(e.data["data"]["text"] for e in events if e.event == "token"
-                     and e.data["attempt"] == events[answer].data["attempt"])
+    tokens = "".join(
+        e.data["data"]["text"]
+        for e in events
+        if e.event == "token" and e.data["attempt"] == events[answer].data["attempt"]
+    )
     assert " ".join(tokens.split()) == " ".join(answer_data["content"].split())
 
     status = (await http.get(f"/v1/queries/{request_id}")).json()
@@ -112,7 +122,7 @@ async def test_late_subscriber_gets_full_replay_and_last_event_id_resumes(
     resumed = await read_events(
         http, f"/v1/queries/{request_id}/events", last_event_id=replay[cut].id
     )
-    assert [e.id for e in resumed] == [e.id for e in replay[cut + 1:]]
+    assert [e.id for e in resumed] == [e.id for e in replay[cut + 1 :]]
 
 
 async def test_a_failing_channel_is_reported_and_its_weight_redistributed(

@@ -46,10 +46,17 @@ async def test_two_orchestrators_under_fifty_concurrent_requests(tmp_path) -> No
     nats_svc = start_nats(free_port(), tmp_path / "nats")
     redis_svc = start_redis(free_port(), tmp_path / "redis", persistent=False)
     try:
-        settings = stack_settings(nats_svc.url, redis_svc.url, tmp_path / "data",
-                                  request_timeout_s=240.0, generate_timeout_s=120.0,
-                                  search_timeout_s=60.0, classify_timeout_s=60.0,
-                                  fuse_timeout_s=60.0, critic_timeout_s=60.0)
+        settings = stack_settings(
+            nats_svc.url,
+            redis_svc.url,
+            tmp_path / "data",
+            request_timeout_s=240.0,
+            generate_timeout_s=120.0,
+            search_timeout_s=60.0,
+            classify_timeout_s=60.0,
+            fuse_timeout_s=60.0,
+            critic_timeout_s=60.0,
+        )
         async with (
             running(settings, orchestrator=True, workers=WORKER_KINDS) as first,
             running(settings, orchestrator=True, workers=()) as second,
@@ -57,8 +64,10 @@ async def test_two_orchestrators_under_fifty_concurrent_requests(tmp_path) -> No
             assert first.orchestrator is not None and second.orchestrator is not None
             await ingest_and_wait(first)
             async with serving_api(first) as url, httpx.AsyncClient(base_url=url) as http:
-                questions = [f"What happened to wonder number {i} of the ancient world?"
-                             for i in range(REQUESTS)]
+                questions = [
+                    f"What happened to wonder number {i} of the ancient world?"
+                    for i in range(REQUESTS)
+                ]
                 responses = await asyncio.gather(
                     *(http.post("/v1/queries", json={"query": q}) for q in questions)
                 )

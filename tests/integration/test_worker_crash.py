@@ -23,8 +23,12 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn_worker(settings: Settings, kind: str, ready: Path, stall: Path | None = None,
-                 ) -> subprocess.Popen[bytes]:
+def spawn_worker(
+    settings: Settings,
+    kind: str,
+    ready: Path,
+    stall: Path | None = None,
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "RAGBUS_NATS_URL": settings.nats_url,
@@ -57,8 +61,13 @@ async def test_worker_killed_holding_a_message_the_request_still_completes_once(
     redis_svc = start_redis(free_port(), tmp_path / "redis", persistent=False)
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        settings = stack_settings(nats_svc.url, redis_svc.url, tmp_path / "data",
-                                  fuse_timeout_s=90.0, request_timeout_s=180.0)
+        settings = stack_settings(
+            nats_svc.url,
+            redis_svc.url,
+            tmp_path / "data",
+            fuse_timeout_s=90.0,
+            request_timeout_s=180.0,
+        )
         in_process = [k for k in WORKER_KINDS if k != "fuse"]
         async with running(settings, orchestrator=True, workers=in_process) as runtime:
             await ingest_and_wait(runtime)
@@ -85,9 +94,13 @@ async def test_worker_killed_holding_a_message_the_request_still_completes_once(
                 assert kinds[-1] == "done"
                 assert events[-1].data["data"]["status"] == "completed"
                 assert kinds.count("answer") == 1
-                fusions = [e for e in events if e.event == "phase"
-                           and e.data["data"]["phase"] == "fusion"
-                           and e.data["data"]["status"] == "completed"]
+                fusions = [
+                    e
+                    for e in events
+                    if e.event == "phase"
+                    and e.data["data"]["phase"] == "fusion"
+                    and e.data["data"]["status"] == "completed"
+                ]
                 assert len(fusions) == len({e.data["attempt"] for e in fusions})
     finally:
         for process in processes:

@@ -1,4 +1,4 @@
-"""A worker process for crash tests: `python -m tests.integration.worker_process KIND [--stall FILE]`.
+"""A worker process for crash tests: `python -m tests.integration.worker_process KIND`.
 
 With `--stall`, the fuse step writes FILE when it holds a message and then hangs the
 whole process (as a wedged worker would) until someone kills it.

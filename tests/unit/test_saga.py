@@ -32,8 +32,12 @@ from orchestrator.saga import BALANCED_WEIGHTS, Clock, Saga
 from orchestrator.state import RequestState
 from orchestrator.store import Transition
 
-FACTUAL = {Channel.VECTOR: 0.3, Channel.SPARSE: 0.3, Channel.GRAPH_LOCAL: 0.4,
-           Channel.GRAPH_GLOBAL: 0.0}
+FACTUAL = {
+    Channel.VECTOR: 0.3,
+    Channel.SPARSE: 0.3,
+    Channel.GRAPH_LOCAL: 0.4,
+    Channel.GRAPH_GLOBAL: 0.0,
+}
 CHUNK = RetrievedChunk(chunk_id="c1", document_id="d1", title="T", text="Pharos light.")
 
 
@@ -72,25 +76,43 @@ class Run:
         return {"request_id": cmd.request_id, "attempt": cmd.attempt, "command_id": cmd.event_id}
 
     # ---- steps answered the happy way
-    def classify(self, weights: dict[Channel, float] = FACTUAL, intent: Intent = Intent.FACTUAL,
-                 confidence: float = 0.9) -> list[Any]:
+    def classify(
+        self,
+        weights: dict[Channel, float] = FACTUAL,
+        intent: Intent = Intent.FACTUAL,
+        confidence: float = 0.9,
+    ) -> list[Any]:
         cmd = self.last(ClassifyCommand)
-        return self.result(ClassifyResult(**self.corr(cmd), intent=intent, confidence=confidence,
-                                          method="zero_shot", weights=weights))
+        return self.result(
+            ClassifyResult(
+                **self.corr(cmd),
+                intent=intent,
+                confidence=confidence,
+                method="zero_shot",
+                weights=weights,
+            )
+        )
 
     def search_all(self, chunks: list[RetrievedChunk] | None = None) -> list[Any]:
         out: list[Any] = []
         pending = list(self.state.pending.command_ids) if self.state and self.state.pending else []
-        for cmd in [m for m in self.sent if isinstance(m, SearchCommand)
-                    and m.channel.value in pending]:
-            out += self.result(SearchResult(**self.corr(cmd), channel=cmd.channel,
-                                            chunks=chunks if chunks is not None else [CHUNK]))
+        for cmd in [
+            m for m in self.sent if isinstance(m, SearchCommand) and m.channel.value in pending
+        ]:
+            out += self.result(
+                SearchResult(
+                    **self.corr(cmd),
+                    channel=cmd.channel,
+                    chunks=chunks if chunks is not None else [CHUNK],
+                )
+            )
         return out
 
     def fuse(self) -> list[Any]:
         cmd = self.last(FuseCommand)
-        return self.result(FuseResult(**self.corr(cmd), chunks=[CHUNK],
-                                      effective_weights={Channel.VECTOR: 1.0}))
+        return self.result(
+            FuseResult(**self.corr(cmd), chunks=[CHUNK], effective_weights={Channel.VECTOR: 1.0})
+        )
 
     def generate(self, **fields: Any) -> list[Any]:
         cmd = self.last(GenerateCommand)
@@ -100,8 +122,14 @@ class Run:
 
     def critic(self, verdict: str = "accept", **fields: Any) -> list[Any]:
         cmd = self.last(CriticCommand)
-        return self.result(CriticResult(**self.corr(cmd), verdict=verdict,
-                                        confidence=fields.pop("confidence", 0.8), **fields))
+        return self.result(
+            CriticResult(
+                **self.corr(cmd),
+                verdict=verdict,
+                confidence=fields.pop("confidence", 0.8),
+                **fields,
+            )
+        )
 
 
 def kinds(messages: list[Any]) -> list[str]:
@@ -135,11 +163,25 @@ def test_a_result_for_another_command_or_attempt_is_ignored() -> None:
     run = Run()
     run.submit()
     cmd = run.last(ClassifyCommand)
-    stale = ClassifyResult(request_id="r1", attempt=1, command_id="someone-else",
-                           intent=Intent.FACTUAL, confidence=1, method="x", weights=FACTUAL)
+    stale = ClassifyResult(
+        request_id="r1",
+        attempt=1,
+        command_id="someone-else",
+        intent=Intent.FACTUAL,
+        confidence=1,
+        method="x",
+        weights=FACTUAL,
+    )
     assert run.saga.on_result(run.state, stale, Clock(run.now)).state is None
-    wrong_attempt = ClassifyResult(request_id="r1", attempt=2, command_id=cmd.event_id,
-                                   intent=Intent.FACTUAL, confidence=1, method="x", weights=FACTUAL)
+    wrong_attempt = ClassifyResult(
+        request_id="r1",
+        attempt=2,
+        command_id=cmd.event_id,
+        intent=Intent.FACTUAL,
+        confidence=1,
+        method="x",
+        weights=FACTUAL,
+    )
     assert run.saga.on_result(run.state, wrong_attempt, Clock(run.now)).state is None
 
 
@@ -155,9 +197,14 @@ def test_failed_channel_is_reported_and_fusion_gets_only_the_answering_channels(
     run.submit()
     run.classify()
     cmds = {m.channel: m for m in run.sent if isinstance(m, SearchCommand)}
-    run.result(StepFailure(**run.corr(cmds[Channel.GRAPH_LOCAL]), step="search",
-                           channel=Channel.GRAPH_LOCAL,
-                           error=ErrorInfo(code="step_failed", message="boom")))
+    run.result(
+        StepFailure(
+            **run.corr(cmds[Channel.GRAPH_LOCAL]),
+            step="search",
+            channel=Channel.GRAPH_LOCAL,
+            error=ErrorInfo(code="step_failed", message="boom"),
+        )
+    )
     sent = run.search_all()
     fuse: FuseCommand = sent[-1]
     assert set(fuse.results) == {Channel.VECTOR, Channel.SPARSE}
@@ -168,8 +215,9 @@ def test_search_deadline_drops_silent_channels_and_fuses() -> None:
     run = Run(search_timeout_s=5)
     run.submit()
     run.classify()
-    vector = next(m for m in run.sent if isinstance(m, SearchCommand)
-                  and m.channel is Channel.VECTOR)
+    vector = next(
+        m for m in run.sent if isinstance(m, SearchCommand) and m.channel is Channel.VECTOR
+    )
     run.result(SearchResult(**run.corr(vector), channel=Channel.VECTOR, chunks=[CHUNK]))
     assert run.tick(4.0) == []
     sent = run.tick(1.5)
@@ -221,8 +269,9 @@ def test_attempts_spent_answers_with_a_low_confidence_flag() -> None:
     run.search_all()
     run.fuse()
     run.generate()
-    sent = run.critic("retry", strategy="rewrite", rewritten_query="lighthouse builder",
-                      confidence=0.2)
+    sent = run.critic(
+        "retry", strategy="rewrite", rewritten_query="lighthouse builder", confidence=0.2
+    )
     assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
     assert sent[0].data.metadata["low_confidence"] is True
 
@@ -231,8 +280,16 @@ def test_rewrite_strategy_changes_the_searched_query_and_drops_the_cached_vector
     run = Run(max_attempts=2)
     run.submit()
     cmd = run.last(ClassifyCommand)
-    run.result(ClassifyResult(**run.corr(cmd), intent=Intent.FACTUAL, confidence=0.9,
-                              method="setfit", weights=FACTUAL, query_vector=[0.1, 0.2]))
+    run.result(
+        ClassifyResult(
+            **run.corr(cmd),
+            intent=Intent.FACTUAL,
+            confidence=0.9,
+            method="setfit",
+            weights=FACTUAL,
+            query_vector=[0.1, 0.2],
+        )
+    )
     assert all(m.query_vector == [0.1, 0.2] for m in run.sent if isinstance(m, SearchCommand))
     run.search_all()
     run.fuse()
@@ -249,8 +306,12 @@ def test_tool_intent_goes_straight_to_the_tool_worker_then_generation() -> None:
     sent = run.classify(intent=Intent.TOOL, weights=BALANCED_WEIGHTS)
     assert kinds(sent) == ["ToolCommand"]
     tool_cmd: ToolCommand = sent[0]
-    sent = run.result(ToolResult(**run.corr(tool_cmd), outcomes=[
-        ToolOutcome(call_id="1", name="calculator", ok=True, output="395")]))
+    sent = run.result(
+        ToolResult(
+            **run.corr(tool_cmd),
+            outcomes=[ToolOutcome(call_id="1", name="calculator", ok=True, output="395")],
+        )
+    )
     assert kinds(sent) == ["GenerateCommand"]
     assert sent[0].tool_results[0].output == "395"
 
@@ -261,12 +322,18 @@ def test_generation_may_ask_for_tools_within_the_budget() -> None:
     run.classify()
     run.search_all()
     run.fuse()
-    sent = run.generate(answer="", citations={}, tool_calls=[
-        {"id": "t1", "name": "calculator", "arguments": {"expression": "2+2"}}])
+    sent = run.generate(
+        answer="",
+        citations={},
+        tool_calls=[{"id": "t1", "name": "calculator", "arguments": {"expression": "2+2"}}],
+    )
     assert kinds(sent) == ["ToolCommand"]
     run.result(ToolResult(**run.corr(sent[0]), outcomes=[]))
-    sent = run.generate(answer="", citations={}, tool_calls=[
-        {"id": "t2", "name": "calculator", "arguments": {"expression": "3+3"}}])
+    sent = run.generate(
+        answer="",
+        citations={},
+        tool_calls=[{"id": "t2", "name": "calculator", "arguments": {"expression": "3+3"}}],
+    )
     assert kinds(sent) == ["CriticCommand"], "a spent tool budget goes on to the critic"
 
 
@@ -279,8 +346,11 @@ def test_a_failed_essential_step_fails_the_request_with_an_error_event(step: str
     if step == "generate":
         run.fuse()
     cmd = run.last(FuseCommand if step == "fuse" else GenerateCommand)
-    sent = run.result(StepFailure(**run.corr(cmd), step=step,
-                                  error=ErrorInfo(code="step_failed", message="kaput")))
+    sent = run.result(
+        StepFailure(
+            **run.corr(cmd), step=step, error=ErrorInfo(code="step_failed", message="kaput")
+        )
+    )
     assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
     error: ErrorEvent = sent[0]
     assert error.data.code == f"{step}_failed"

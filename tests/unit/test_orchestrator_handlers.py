@@ -1,0 +1,121 @@
+"""The orchestrator's subscribers under FastStream's TestNatsBroker, with a real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faststream.nats import JStream, NatsBroker, TestNatsBroker
+
+from contracts.enums import Channel, Intent
+from contracts.queries import QuerySubmitted
+from contracts.results import ClassifyResult
+from infra.bus import Bus
+from infra.resources import Resources
+from infra.services import LocalService
+from infra.settings import Settings
+from orchestrator.service import Orchestrator, create_router
+from orchestrator.store import StateStore, outbox_key
+
+WEIGHTS = {
+    Channel.VECTOR: 0.5,
+    Channel.SPARSE: 0.5,
+    Channel.GRAPH_LOCAL: 0.0,
+    Channel.GRAPH_GLOBAL: 0.0,
+}
+
+
+def recorder(seen: dict[str, list[dict[str, Any]]], subject: str) -> Any:
+    async def record(body: dict[str, Any]) -> None:
+        seen.setdefault(subject, []).append(body)
+
+    return record
+
+
+@pytest.fixture
+async def harness(
+    redis_service: LocalService, tmp_path: Path
+) -> AsyncIterator[tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]]]:
+    settings = Settings(redis_url=redis_service.url, data_dir=tmp_path)
+    broker = NatsBroker()
+    resources = Resources(settings, Bus(broker))
+    orchestrator = Orchestrator(resources)
+    broker.include_router(create_router(resources, orchestrator))
+    seen: dict[str, list[dict[str, Any]]] = {}
+
+    for subject, stream in (
+        ("rag.cmd.classify", "RAG_CMD"),
+        ("rag.cmd.search.vector", "RAG_CMD"),
+        ("rag.cmd.search.sparse", "RAG_CMD"),
+        ("rag.dlq.rag.query.submitted", "RAG_DLQ"),
+    ):
+        broker.subscriber(subject, stream=JStream(stream, declare=False))(recorder(seen, subject))
+
+    async with TestNatsBroker(broker) as test_broker:
+        yield test_broker, orchestrator, seen
+    await resources.aclose()
+
+
+async def test_submission_starts_classification_and_a_duplicate_changes_nothing(
+    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+) -> None:
+    broker, orchestrator, seen = harness
+    submitted = QuerySubmitted(request_id="unit-1", query="what is pharos")
+    await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
+    await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
+    assert len(seen["rag.cmd.classify"]) == 1
+    state = await orchestrator.store.get("unit-1")
+    assert state is not None and state.status.value == "classifying"
+    assert await orchestrator.store.pending_outbox("unit-1") == [], "outbox drained after publish"
+
+    command = seen["rag.cmd.classify"][0]
+    result = ClassifyResult(
+        request_id="unit-1",
+        command_id=command["event_id"],
+        intent=Intent.NAVIGATION,
+        confidence=0.8,
+        method="rules",
+        weights=WEIGHTS,
+    )
+    await broker.publish(result.model_dump(mode="json"), "rag.res.classify")
+    await broker.publish(result.model_dump(mode="json"), "rag.res.classify")  # redelivery
+    assert len(seen["rag.cmd.search.vector"]) == 1
+    assert len(seen["rag.cmd.search.sparse"]) == 1
+    state = await orchestrator.store.get("unit-1")
+    assert state is not None and state.status.value == "searching"
+
+
+async def test_a_redelivered_event_republishes_an_unsent_outbox(
+    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+) -> None:
+    broker, orchestrator, seen = harness
+    submitted = QuerySubmitted(request_id="unit-2", query="what is pharos")
+    store: StateStore = orchestrator.store
+    # Simulate a crash between commit and publish: commit, but never publish.
+    applied = await store.apply(
+        "unit-2",
+        submitted.event_id,
+        lambda state: orchestrator.saga.on_submitted(state, submitted, _clock()),
+    )
+    assert applied.outbox and await store.redis.hlen(outbox_key("unit-2")) == 1
+    await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
+    assert len(seen.get("rag.cmd.classify", [])) == 1
+    assert await store.redis.hlen(outbox_key("unit-2")) == 0
+
+
+async def test_malformed_submission_is_dead_lettered(
+    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+) -> None:
+    broker, _, seen = harness
+    await broker.publish({"request_id": "bad id with spaces", "query": ""}, "rag.query.submitted")
+    letters = seen["rag.dlq.rag.query.submitted"]
+    assert letters[0]["reason"] == "poison"
+    assert "request_id" in letters[0]["error"]
+
+
+def _clock() -> Any:
+    from orchestrator.saga import Clock
+
+    return Clock.system()
