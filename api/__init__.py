@@ -1,0 +1,1 @@
+"""HTTP API (submit, status, SSE, ingest), the CLI and the process launcher."""

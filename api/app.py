@@ -1,0 +1,126 @@
+"""The HTTP API: an application factory, its connections, and one error shape.
+
+The API is a producer and a reader, never a consumer of work: it publishes through
+the FastStream broker (its own, or the launcher's when one process runs everything)
+and reads caller events with JetStream ordered consumers on a separate nats-py
+connection, so a slow SSE client never shares flow control with publishing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import nats
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from faststream.nats import NatsBroker
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api import ops, routes
+from api.schemas import ErrorDetail, ErrorResponse
+from infra.bus import Bus, create_broker
+from infra.logging import get_logger
+from infra.settings import Settings, get_settings
+from orchestrator.store import StateStore
+
+log = get_logger(__name__)
+
+_ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    422: "validation_error",
+    503: "unavailable",
+}
+_LOCATIONS = ("body", "path", "query", "header", "cookie")
+
+
+def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = None) -> FastAPI:
+    """Build the app; connections open in its lifespan, so building it is free (`openapi`)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            publisher = broker
+            if publisher is None:
+                publisher = create_broker(settings, name="ragbus-api")
+                await publisher.connect()
+                stack.push_async_callback(publisher.stop)
+            nc = await nats.connect(settings.nats_url, name="ragbus-api-events")
+            stack.push_async_callback(nc.drain)
+            redis = aioredis.from_url(settings.redis_url, decode_responses=True)
+            stack.push_async_callback(redis.aclose)
+
+            app.state.bus = Bus(publisher)
+            app.state.nc = nc
+            app.state.js = nc.jetstream()
+            app.state.redis = redis
+            app.state.store = StateStore(redis, settings)
+            log.info("api_started", nats=settings.nats_url)
+            yield
+        log.info("api_stopped")
+
+    app = FastAPI(
+        title="ragbus",
+        version="0.1.0",
+        summary="Event-driven agentic RAG over NATS JetStream.",
+        description=(
+            "Submit a question and get a request id at once; follow its phases, answer tokens "
+            "and cited answer over server-sent events, or poll its status. Documents are "
+            "ingested as jobs whose progress is an event stream too."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.include_router(routes.router)
+    app.include_router(ops.router)
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    return app
+
+
+def _error(
+    status_code: int,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    code = _ERROR_CODES.get(status_code, f"http_{status_code}")
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status_code=status_code, headers=headers
+    )
+
+
+def _field_name(loc: Sequence[Any]) -> str:
+    """`("body", "namespaces", 0)` -> `namespaces.0`; a missing body is just `body`."""
+    parts = list(loc[1:]) if loc and loc[0] in _LOCATIONS else list(loc)
+    return ".".join(str(part) for part in parts) or str(loc[0] if loc else "body")
+
+
+def _message(error: dict[str, Any]) -> str:
+    return str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = list(exc.errors())
+    if not errors:
+        return _error(status.HTTP_422_UNPROCESSABLE_CONTENT, "invalid request")
+    described = [f"{_field_name(e.get('loc', ()))}: {_message(e)}" for e in errors]
+    return _error(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        "; ".join(described),
+        field=_field_name(errors[0].get("loc", ())),
+    )
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))

@@ -1,0 +1,86 @@
+"""Asking a question over HTTP and rendering its events as they arrive (`ragbus ask`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+from api.client import RagbusClient
+
+_MARKS = {"completed": "[green]✓[/green]", "failed": "[red]✗[/red]", "skipped": "[dim]–[/dim]"}
+
+
+def _phase_line(data: dict[str, Any]) -> str | None:
+    """`✓ vector_search   42 ms  results=12`; None for `in_progress` (the end says more)."""
+    status = data.get("status")
+    if status not in _MARKS:
+        return None
+    duration = data.get("duration_ms")
+    took = f"{duration:>8.0f} ms" if isinstance(duration, int | float) else " " * 11
+    details = " ".join(
+        f"{key}={value}"
+        for key, value in (data.get("metadata") or {}).items()
+        if isinstance(value, str | int | float | bool)
+    )
+    return f"{_MARKS[status]} {data.get('phase', '?'):<22}{took}  [dim]{details[:100]}[/dim]"
+
+
+def _sources(answer: dict[str, Any]) -> list[str]:
+    citations = answer.get("citations") or {}
+    lines = []
+    for number in sorted(citations, key=int):
+        cite = citations[number]
+        title = cite.get("title") or cite.get("source") or "(untitled)"
+        lines.append(f"[{number}] {title} — {cite.get('document_id')} ({cite.get('score', 0):.3f})")
+    return lines
+
+
+async def ask_question(
+    client: RagbusClient,
+    question: str,
+    console: Console,
+    *,
+    intent: str | None = None,
+    top_k: int | None = None,
+    namespaces: Sequence[str] | None = None,
+) -> str | None:
+    """Submit, print phases and answer tokens live, then the sources; returns the final status."""
+    accepted = await client.submit(question, intent=intent, top_k=top_k, namespaces=namespaces)
+    request_id = accepted["request_id"]
+    console.print(f"[dim]request {request_id}[/dim]")
+    streaming = streamed = False
+    answer: dict[str, Any] | None = None
+    status: str | None = None
+    async for message in client.stream_events(request_id):
+        data = message.data.get("data") or {}
+        if message.event != "token" and streaming:
+            console.print()
+            streaming = False
+        if message.event == "phase":
+            if (line := _phase_line(data)) is not None:
+                console.print(line, highlight=False)
+        elif message.event == "token":
+            if not streaming:
+                console.print("[bold]answer[/bold] ", end="")
+                streaming = streamed = True
+            console.print(data.get("text", ""), end="", markup=False, highlight=False)
+        elif message.event == "answer":
+            answer = data
+        elif message.event == "error":
+            console.print(f"[red]error {data.get('code')}[/red]: {data.get('message')}")
+        elif message.event == "done":
+            status = data.get("status")
+    if streaming:
+        console.print()
+    if answer is not None:
+        if not streamed:
+            console.print(f"[bold]answer[/bold] {answer.get('content', '')}", highlight=False)
+        if sources := _sources(answer):
+            console.print("[bold]sources[/bold]")
+            for line in sources:
+                console.print(f"  {line}", markup=False, highlight=False)
+    colour = "green" if status == "completed" else "red"
+    console.print(f"[{colour}]{status or 'no terminal event'}[/{colour}]")
+    return status

@@ -1,0 +1,173 @@
+"""`ragbus bench`: closed-loop load on a running API, measured end to end.
+
+C loops each submit a query, stream its events to `done`, and go again until S seconds
+have passed. Latency is submit-to-`done` as the caller sees it; phase durations are
+the ones the workers measured and reported in their `phase` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from api.client import ApiError, RagbusClient
+
+REQUEST_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Outcome:
+    """One request: `completed`, `failed`/`timed_out` (said the API), `error`, `unfinished`."""
+
+    status: str
+    latency_ms: float
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    error: str | None = None
+
+
+def load_queries(path: Path) -> list[str]:
+    """One query per line, or JSONL objects with `query` (or `text`); `#` lines are comments."""
+    queries: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("{"):
+            record = json.loads(line)
+            line = str(record.get("query") or record.get("text") or "").strip()
+        if line:
+            queries.append(line)
+    if not queries:
+        raise ValueError(f"no queries in {path}")
+    return queries
+
+
+def percentile(values: Sequence[float], pct: float) -> float | None:
+    """Linear-interpolated percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+async def run_one(client: RagbusClient, query: str, timeout_s: float) -> Outcome:
+    started = time.perf_counter()
+    phases: list[tuple[str, float]] = []
+
+    def elapsed_ms() -> float:
+        return (time.perf_counter() - started) * 1000
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            request_id = (await client.submit(query))["request_id"]
+            async for message in client.stream_events(request_id):
+                data = message.data.get("data") or {}
+                if message.event == "phase" and data.get("status") == "completed":
+                    if data.get("duration_ms") is not None:
+                        phases.append((str(data["phase"]), float(data["duration_ms"])))
+                elif message.event == "done":
+                    return Outcome(str(data.get("status")), elapsed_ms(), phases)
+    except TimeoutError:
+        return Outcome("unfinished", elapsed_ms(), phases, f"no done within {timeout_s:g} s")
+    except (ApiError, httpx.HTTPError, ValueError) as exc:
+        return Outcome("error", elapsed_ms(), phases, f"{type(exc).__name__}: {exc}")
+    return Outcome("unfinished", elapsed_ms(), phases, "event stream ended before done")
+
+
+async def run_bench(
+    api_url: str,
+    queries: Sequence[str],
+    *,
+    concurrency: int,
+    duration_s: float,
+    token: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    outcomes: list[Outcome] = []
+    limits = httpx.Limits(max_connections=concurrency * 2 + 4)
+    transport = httpx.AsyncHTTPTransport(limits=limits)
+    async with RagbusClient(api_url, token=token, transport=transport) as client:
+        start = time.monotonic()
+        stop_at = start + duration_s
+
+        async def loop(worker: int) -> None:
+            n = worker
+            while time.monotonic() < stop_at:
+                outcomes.append(await run_one(client, queries[n % len(queries)], timeout_s))
+                n += concurrency
+
+        await asyncio.gather(*(loop(i) for i in range(concurrency)))
+        elapsed = time.monotonic() - start
+    return summarize(outcomes, elapsed, concurrency=concurrency, duration_s=duration_s)
+
+
+def summarize(
+    outcomes: Sequence[Outcome], elapsed_s: float, *, concurrency: int, duration_s: float
+) -> dict[str, Any]:
+    completed = [o for o in outcomes if o.status == "completed"]
+    latencies = [o.latency_ms for o in completed]
+    by_phase: dict[str, list[float]] = defaultdict(list)
+    for outcome in outcomes:
+        for name, ms in outcome.phases:
+            by_phase[name].append(ms)
+    first_errors = [o.error for o in outcomes if o.error][:5]
+    return {
+        "requests": len(outcomes),
+        "completed": len(completed),
+        "errors": sum(o.status not in ("completed", "unfinished") for o in outcomes),
+        "unfinished": sum(o.status == "unfinished" for o in outcomes),
+        "throughput_qps": round(len(completed) / elapsed_s, 3) if elapsed_s > 0 else 0.0,
+        "latency_ms": {f"p{p}": _round(percentile(latencies, p)) for p in (50, 95, 99)},
+        "phases": {
+            name: {"p50_ms": _round(percentile(values, 50)), "count": len(values)}
+            for name, values in sorted(by_phase.items())
+        },
+        "concurrency": concurrency,
+        "duration_s": duration_s,
+        "elapsed_s": round(elapsed_s, 3),
+        "sample_errors": first_errors,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.1f}"
+
+    summary = Table(title="ragbus bench", show_header=False)
+    summary.add_row("requests", str(report["requests"]))
+    summary.add_row("completed", str(report["completed"]))
+    summary.add_row("errors", str(report["errors"]))
+    summary.add_row("unfinished", str(report["unfinished"]))
+    summary.add_row("throughput", f"{report['throughput_qps']:.2f} q/s")
+    for key, value in report["latency_ms"].items():
+        summary.add_row(f"latency {key}", f"{ms(value)} ms")
+    summary.add_row("concurrency", str(report["concurrency"]))
+    summary.add_row("duration", f"{report['duration_s']:g} s (ran {report['elapsed_s']:g} s)")
+    console.print(summary)
+
+    phases = Table(title="phases (as measured by the workers)")
+    phases.add_column("phase")
+    phases.add_column("p50 ms", justify="right")
+    phases.add_column("count", justify="right")
+    for name, stats in report["phases"].items():
+        phases.add_row(name, ms(stats["p50_ms"]), str(stats["count"]))
+    console.print(phases)
+    for error in report["sample_errors"]:
+        console.print(f"[red]error:[/red] {error}")

@@ -1,0 +1,287 @@
+"""`ragbus`: run the services, ingest documents, ask questions, benchmark, and export specs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from enum import StrEnum
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
+import typer
+from rich.console import Console
+
+from api.launcher import WORKER_KINDS, serve
+from contracts.enums import Intent
+from infra.logging import configure_logging
+from infra.settings import Settings
+
+app = typer.Typer(
+    help="ragbus: event-driven agentic RAG over NATS JetStream.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
+
+DEFAULT_API = "http://127.0.0.1:8000"
+DEMO_QUESTION = "Why did the Americans build a lock canal, and who designed the Gatun Locks?"
+
+ApiUrl = Annotated[str, typer.Option("--api", envvar="RAGBUS_API_URL", help="API base URL.")]
+Token = Annotated[
+    str | None, typer.Option("--token", envvar="RAGBUS_API_TOKEN", help="Bearer token.")
+]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show logs on the terminal.")]
+
+
+def main() -> None:
+    app()
+
+
+# -- logging -----------------------------------------------------------------------------
+
+
+def _server_logging(settings: Settings) -> None:
+    configure_logging(settings.log_level, settings.log_json)
+
+
+def _interactive_logging(settings: Settings, verbose: bool) -> None:
+    """Interactive commands keep the terminal for their own output; our logs go to a file."""
+    if verbose:
+        configure_logging(settings.log_level, json=False)
+        return
+    configure_logging(settings.log_level, settings.log_json)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    log_file = (settings.data_dir / "ragbus.log").open("a", encoding="utf-8")
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=log_file))
+    # FastStream and uvicorn attach their own terminal handlers to stdlib loggers as
+    # brokers start; only the global switch keeps them quiet.
+    logging.disable(logging.CRITICAL)
+
+
+# -- services ----------------------------------------------------------------------------
+
+
+def _serve(*, api: bool, orchestrator: bool, workers: tuple[str, ...]) -> None:
+    settings = Settings()
+    _server_logging(settings)
+    asyncio.run(serve(settings, api=api, orchestrator=orchestrator, workers=workers))
+
+
+@app.command()
+def up() -> None:
+    """Run the API, the orchestrator and every worker kind in this process."""
+    _serve(api=True, orchestrator=True, workers=WORKER_KINDS)
+
+
+@app.command("api")
+def api_command() -> None:
+    """Run the HTTP API only."""
+    _serve(api=True, orchestrator=False, workers=())
+
+
+@app.command()
+def orchestrator() -> None:
+    """Run the saga orchestrator only (run several for scale-out)."""
+    _serve(api=False, orchestrator=True, workers=())
+
+
+@app.command()
+def worker(kind: Annotated[WorkerKind, typer.Argument(help="The worker kind to run.")]) -> None:
+    """Run one worker kind (run several for scale-out)."""
+    _serve(api=False, orchestrator=False, workers=(str(kind),))
+
+
+@app.command()
+def ping(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 3.0) -> None:
+    """Exit 0 when NATS JetStream answers: a container healthcheck for workers."""
+    import nats
+
+    async def check() -> None:
+        nc = await nats.connect(Settings().nats_url, connect_timeout=timeout, allow_reconnect=False)
+        try:
+            await nc.jetstream().account_info()
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(check(), timeout))
+    except Exception as exc:
+        errors.print(f"NATS unreachable: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    console.print("ok")
+
+
+# -- producers and clients ---------------------------------------------------------------
+
+
+@app.command()
+def ingest(
+    path: Annotated[Path, typer.Argument(exists=True, help="A file or a directory of documents.")],
+    namespace: Annotated[str | None, typer.Option(help="Put every document here.")] = None,
+    job_id: Annotated[str | None, typer.Option(help="Job id (default: a new one).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for completion.")] = 600.0,
+    verbose: Verbose = False,
+) -> None:
+    """Publish documents as an ingest job and follow it until it completes."""
+    from api.ingest_job import describe, ingest_and_follow
+    from infra.ingest_producer import load_documents
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+    documents = list(load_documents(path))
+    if namespace:
+        documents = [doc.model_copy(update={"namespace": namespace}) for doc in documents]
+    if not documents:
+        errors.print(f"no documents found in {path}")
+        raise typer.Exit(1)
+    _, final = asyncio.run(
+        ingest_and_follow(settings, documents, console, job_id=job_id, timeout_s=timeout)
+    )
+    if final is None or final.get("status") != "completed":
+        errors.print(f"ingest did not complete: {final or 'no progress events'}")
+        raise typer.Exit(1)
+    console.print(describe(final))
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    intent: Annotated[Intent | None, typer.Option(help="Skip classification.")] = None,
+    top_k: Annotated[int | None, typer.Option(min=1, max=50, help="Chunks to use.")] = None,
+    namespace: Annotated[
+        list[str] | None, typer.Option(help="Namespace to search (repeatable).")
+    ] = None,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    verbose: Verbose = False,
+) -> None:
+    """Ask over HTTP: phases with their durations, the answer as it streams, its sources."""
+    from api.ask import ask_question
+    from api.client import ApiError, RagbusClient
+
+    _interactive_logging(Settings(), verbose)
+
+    async def run() -> str | None:
+        async with RagbusClient(api, token=token) as client:
+            return await ask_question(
+                client,
+                question,
+                console,
+                intent=intent.value if intent else None,
+                top_k=top_k,
+                namespaces=namespace,
+            )
+
+    try:
+        status = asyncio.run(run())
+    except ApiError as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    if status != "completed":
+        raise typer.Exit(1)
+
+
+@app.command()
+def bench(
+    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
+        Path("bench/queries.txt")
+    ),
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
+    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
+    timeout: Annotated[float, typer.Option(help="Per-request seconds before `unfinished`.")] = 60.0,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/bench.json"
+    ),
+) -> None:
+    """Drive the running API with C concurrent loops for S seconds; report latencies."""
+    from api.bench import load_queries, print_report, run_bench
+
+    _interactive_logging(Settings(), verbose=False)
+    report = asyncio.run(
+        run_bench(
+            api,
+            load_queries(queries),
+            concurrency=concurrency,
+            duration_s=duration,
+            token=token,
+            timeout_s=timeout,
+        )
+    )
+    print_report(report, console)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    console.print(f"wrote {out}")
+
+
+@app.command()
+def demo(
+    question: Annotated[str, typer.Option(help="The question to ask.")] = DEMO_QUESTION,
+    data_dir: Annotated[Path | None, typer.Option(help="Where stores and services live.")] = None,
+    port: Annotated[int | None, typer.Option(help="API port.")] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Start everything, ingest the bundled Panama Canal corpus, ask a question, stop."""
+    from api.demo import run_demo
+
+    overrides: dict[str, Any] = {"data_dir": data_dir, "api_port": port}
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    _interactive_logging(settings, verbose)
+    sample = Path(str(files("api").joinpath("sample")))
+    code = asyncio.run(run_demo(settings, sample, question, console))
+    raise typer.Exit(code)
+
+
+# -- specifications ----------------------------------------------------------------------
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text + "\n")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    errors.print(f"wrote {out}")
+
+
+OutFile = Annotated[Path | None, typer.Option("--out", "-o", help="File (default: stdout).")]
+
+
+@app.command()
+def openapi(out: OutFile = None) -> None:
+    """Write the HTTP API's OpenAPI document (JSON)."""
+    from api.app import create_app
+
+    _write(json.dumps(create_app(Settings()).openapi(), indent=2), out)
+
+
+@app.command()
+def asyncapi(
+    out: OutFile = None,
+    yaml: Annotated[bool, typer.Option("--yaml", help="YAML instead of JSON.")] = False,
+) -> None:
+    """Write the bus's AsyncAPI document: every subject the orchestrator and workers use."""
+    from faststream.specification import AsyncAPI
+
+    from api.launcher import build_broker
+    from infra.bus import Bus, create_broker
+    from infra.resources import Resources
+
+    settings = Settings()
+    runtime = Resources(settings, Bus(create_broker(settings)))
+    build_broker(runtime, orchestrator=True, workers=WORKER_KINDS)
+    spec = AsyncAPI(
+        runtime.bus.broker,
+        title="ragbus",
+        version="0.1.0",
+        description="Queries, commands, results, caller events and ingestion on NATS JetStream.",
+    ).to_specification()
+    _write(spec.to_yaml() if yaml else spec.to_json(), out)

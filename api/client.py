@@ -1,0 +1,153 @@
+"""A small async client for the ragbus HTTP API (used by `ragbus ask`, `bench` and `demo`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, NamedTuple, Self
+
+import httpx
+
+STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+"""Reads may be quiet for a while: the server pings every 15 s, so 60 s means it is gone."""
+
+
+class SSEMessage(NamedTuple):
+    event: str
+    id: str | None
+    data: dict[str, Any]
+
+
+@dataclass
+class ApiError(Exception):
+    """A non-2xx answer, with the API's own error code and message when it sent one."""
+
+    status: int
+    code: str
+    message: str
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = f" ({self.field})" if self.field else ""
+        return f"{self.status} {self.code}{where}: {self.message}"
+
+
+async def _raise_for_error(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    await response.aread()
+    try:
+        error = response.json()["error"]
+        raise ApiError(response.status_code, error["code"], error["message"], error.get("field"))
+    except (ValueError, KeyError, TypeError):
+        raise ApiError(response.status_code, "http_error", response.text[:500]) from None
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEMessage]:
+    """Server-sent events from text lines; comments (pings) are skipped, data is JSON."""
+    event, event_id, data = "message", None, list[str]()
+    async for line in lines:
+        if not line:
+            if data:
+                yield SSEMessage(event, event_id, json.loads("\n".join(data)))
+            event, event_id, data = "message", None, []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "id":
+            event_id = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield SSEMessage(event, event_id, json.loads("\n".join(data)))
+
+
+class RagbusClient:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _json(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        response = await self._http.request(method, url, **kwargs)
+        await _raise_for_error(response)
+        return response.json()
+
+    async def ready(self) -> bool:
+        try:
+            response = await self._http.get("/readyz")
+        except httpx.TransportError:
+            return False
+        return response.status_code == 200
+
+    async def submit(
+        self,
+        query: str,
+        *,
+        intent: str | None = None,
+        top_k: int | None = None,
+        namespaces: Iterable[str] | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`{request_id, status_url, events_url}`."""
+        body: dict[str, Any] = {"query": query}
+        if intent:
+            body["intent"] = intent
+        if top_k:
+            body["top_k"] = top_k
+        if namespaces:
+            body["namespaces"] = list(namespaces)
+        if session_id:
+            body["session_id"] = session_id
+        return await self._json("POST", "/v1/queries", json=body)
+
+    async def status(self, request_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/queries/{request_id}")
+
+    async def stream_events(
+        self, request_id: str, last_event_id: str | int | None = None
+    ) -> AsyncIterator[SSEMessage]:
+        """The request's events from the start (or after `last_event_id`) until `done`."""
+        headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+        url = f"/v1/queries/{request_id}/events"
+        async with self._http.stream("GET", url, headers=headers, timeout=STREAM_TIMEOUT) as resp:
+            await _raise_for_error(resp)
+            async for message in parse_sse(resp.aiter_lines()):
+                yield message
+                if message.event == "done":
+                    return
+
+    async def ingest(self, documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """`{job_id, accepted, duplicates, status_url}`."""
+        return await self._json("POST", "/v1/documents", json={"documents": list(documents)})
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/ingest/{job_id}")

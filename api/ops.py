@@ -1,0 +1,75 @@
+"""Operational endpoints: liveness, readiness and Prometheus metrics (never behind auth)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from fastapi import APIRouter, Response, status
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
+from api.schemas import Health, Readiness
+from infra.bus import stream_specs
+
+CHECK_TIMEOUT_S = 2.0
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> Health:
+    return Health()
+
+
+async def _check(probe: Awaitable[str | None]) -> str:
+    """`ok`, or the reason the probe failed (its message, or what it raised)."""
+    try:
+        problem = await asyncio.wait_for(probe, CHECK_TIMEOUT_S)
+    except TimeoutError:
+        return f"no answer within {CHECK_TIMEOUT_S:g} s"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return problem or "ok"
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness}},
+    summary="NATS connected, Redis answering, every stream declared",
+)
+async def readyz(
+    settings: SettingsDep, nc: NatsDep, js: JetStreamDep, bus: BusDep, redis: RedisDep
+) -> JSONResponse:
+    async def nats_ok() -> str | None:
+        if not nc.is_connected:
+            return "events connection is down"
+        return None if await bus.broker.ping(timeout=CHECK_TIMEOUT_S) else "broker is down"
+
+    async def redis_ok() -> str | None:
+        await redis.ping()
+        return None
+
+    async def streams_ok() -> str | None:
+        names = {info.config.name for info in await js.streams_info()}
+        missing = [spec.name for spec in stream_specs(settings) if spec.name not in names]
+        return f"missing {', '.join(missing)}" if missing else None
+
+    checks = dict(
+        zip(
+            ("nats", "redis", "streams"),
+            await asyncio.gather(_check(nats_ok()), _check(redis_ok()), _check(streams_ok())),
+            strict=True,
+        )
+    )
+    ready = all(result == "ok" for result in checks.values())
+    body = Readiness(status="ready" if ready else "unavailable", checks=checks)
+    code = status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE
+    return JSONResponse(body.model_dump(), status_code=code)
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics")
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

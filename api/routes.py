@@ -1,0 +1,233 @@
+"""The `/v1` endpoints: submit, status, SSE events, chat, and document ingestion."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Request, Response, status
+from nats.js import JetStreamContext
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from api.deps import BusDep, JetStreamDep, RedisDep, SettingsDep, StoreDep, require_token
+from api.event_stream import request_events
+from api.schemas import (
+    DocumentsRequest,
+    ErrorResponse,
+    IngestAccepted,
+    JobView,
+    QueryAccepted,
+    QueryRequest,
+    QueryView,
+)
+from contracts import subjects as sj
+from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
+from contracts.queries import QuerySubmitted
+from infra.bus import Bus
+from infra.ingest_producer import publish_job
+from infra.logging import get_logger
+from infra.settings import Settings
+from orchestrator.store import StateExists, StateStore
+from workers.ingest import read_job
+
+log = get_logger(__name__)
+
+SSE_PING_S = 15
+
+RequestIdPath = Annotated[
+    str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
+]
+JobIdPath = Annotated[
+    str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
+]
+LastEventId = Annotated[
+    int | None,
+    Header(alias="Last-Event-ID", ge=0, description="Resume after this stream sequence."),
+]
+
+_errors: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (401, 404, 422, 503)
+}
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=_errors)
+
+
+# -- queries -----------------------------------------------------------------------------
+
+
+async def submit_query(
+    body: QueryRequest, store: StateStore, bus: Bus, settings: Settings
+) -> QuerySubmitted:
+    """Record the request, then publish it: the orchestrator always finds the state it expects."""
+    submitted = QuerySubmitted(
+        request_id=new_request_id(),
+        query=body.query,
+        session_id=body.session_id,
+        namespaces=body.namespaces or ["default"],
+        intent=body.intent,
+        top_k=body.top_k or settings.default_top_k,
+    )
+    try:
+        await store.create(submitted)
+    except StateExists as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, "request id already in use") from exc
+    try:
+        await bus.publish(submitted, sj.QUERY_SUBMITTED, sj.STREAM_QUERIES)
+    except Exception as exc:
+        log.exception("submit_publish_failed", request_id=submitted.request_id)
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
+    log.info("query_submitted", request_id=submitted.request_id, intent=body.intent)
+    return submitted
+
+
+@router.post(
+    "/queries",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=QueryAccepted,
+    summary="Submit a question; answer it asynchronously",
+)
+async def create_query(
+    body: QueryRequest,
+    request: Request,
+    response: Response,
+    store: StoreDep,
+    bus: BusDep,
+    settings: SettingsDep,
+) -> QueryAccepted:
+    submitted = await submit_query(body, store, bus, settings)
+    rid = submitted.request_id
+    accepted = QueryAccepted(
+        request_id=rid,
+        status_url=request.app.url_path_for("get_query", request_id=rid),
+        events_url=request.app.url_path_for("query_events", request_id=rid),
+    )
+    response.headers["Location"] = accepted.status_url
+    return accepted
+
+
+@router.get(
+    "/queries/{request_id}",
+    response_model=QueryView,
+    name="get_query",
+    summary="A request's status and, once done, its answer",
+)
+async def get_query(request_id: RequestIdPath, store: StoreDep) -> dict[str, Any]:
+    state = await store.get(request_id)
+    if state is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no request {request_id!r}")
+    return state.public_view()
+
+
+def _sse(seq: int, event: dict[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(
+        data=json.dumps(event, separators=(",", ":")),
+        event=str(event.get("type", "message")),
+        id=str(seq),
+    )
+
+
+async def _relay(
+    js: JetStreamContext, store: StateStore, request_id: str, after_seq: int
+) -> AsyncGenerator[ServerSentEvent]:
+    """Caller events as SSE; if they expired before `done` arrived, a `done` from the state."""
+
+    async def finished() -> bool:
+        state = await store.get(request_id)
+        return state is None or state.status.is_terminal
+
+    saw_done = False
+    events = request_events(js, request_id, after_seq, is_finished=finished)
+    async with aclosing(events):
+        async for seq, event in events:
+            saw_done = event.get("type") == "done"
+            yield _sse(seq, event)
+    if not saw_done and (state := await store.get(request_id)) is not None:
+        done = {"type": "done", "request_id": request_id, "data": {"status": state.status.value}}
+        yield ServerSentEvent(data=json.dumps(done, separators=(",", ":")), event="done")
+
+
+_SSE_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}
+}
+
+
+@router.get(
+    "/queries/{request_id}/events",
+    name="query_events",
+    response_class=EventSourceResponse,
+    responses=_SSE_DOC,
+    summary="Replay then follow a request's events (SSE); resumes after Last-Event-ID",
+)
+async def query_events(
+    request_id: RequestIdPath,
+    store: StoreDep,
+    js: JetStreamDep,
+    last_event_id: LastEventId = None,
+) -> EventSourceResponse:
+    if await store.get(request_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no request {request_id!r}")
+    return EventSourceResponse(_relay(js, store, request_id, last_event_id or 0), ping=SSE_PING_S)
+
+
+@router.post(
+    "/chat",
+    response_class=EventSourceResponse,
+    responses=_SSE_DOC,
+    summary="Submit a question and stream its events in one response (SSE)",
+)
+async def chat(
+    body: QueryRequest, store: StoreDep, bus: BusDep, js: JetStreamDep, settings: SettingsDep
+) -> EventSourceResponse:
+    submitted = await submit_query(body, store, bus, settings)
+
+    async def stream() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(
+            data=json.dumps({"request_id": submitted.request_id}), event="submitted"
+        )
+        relay = _relay(js, store, submitted.request_id, 0)
+        async with aclosing(relay):
+            async for message in relay:
+                yield message
+
+    return EventSourceResponse(stream(), ping=SSE_PING_S)
+
+
+# -- ingestion ---------------------------------------------------------------------------
+
+
+@router.post(
+    "/documents",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestAccepted,
+    summary="Queue documents for indexing as one ingest job",
+)
+async def ingest_documents(
+    body: DocumentsRequest, request: Request, response: Response, bus: BusDep
+) -> IngestAccepted:
+    try:
+        receipt = await publish_job(bus, body.documents)
+    except Exception as exc:
+        log.exception("ingest_publish_failed")
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
+    accepted = IngestAccepted(
+        job_id=receipt.job_id,
+        accepted=receipt.accepted,
+        duplicates=receipt.duplicates,
+        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
+    )
+    response.headers["Location"] = accepted.status_url
+    return accepted
+
+
+@router.get(
+    "/ingest/{job_id}",
+    response_model=JobView,
+    name="get_job",
+    summary="An ingest job's progress and counts",
+)
+async def get_job(job_id: JobIdPath, redis: RedisDep) -> JobView:
+    job = await read_job(redis, job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r}")
+    return JobView.model_validate({**job, "job_id": job_id})

@@ -1,0 +1,136 @@
+"""HTTP request and response bodies: what the OpenAPI page at /docs documents.
+
+Wire schemas stay in `contracts`; these models are only the API's public surface, so
+the limits mirror `QuerySubmitted` and validation fails here, before anything is stored
+or published.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from contracts.enums import Intent, RequestStatus
+from contracts.events import AnswerData, ErrorData
+from contracts.ingest import DocumentIn
+from contracts.queries import MAX_QUERY_CHARS, NAMESPACE_PATTERN
+
+MAX_DOCUMENTS_PER_CALL = 1000
+
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+
+
+def _namespace(name: str) -> str:
+    if not _NAMESPACE_RE.fullmatch(name):
+        raise ValueError(
+            f"invalid namespace {name!r}: use 1-63 lowercase letters, digits, '_' or '-',"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+Namespace = Annotated[str, AfterValidator(_namespace)]
+
+
+class QueryRequest(BaseModel):
+    """A question, as `POST /v1/queries` and `POST /v1/chat` take it."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"query": "Who designed the Gatun Locks?", "namespaces": ["default"]}]
+        },
+    )
+
+    query: str = Field(max_length=MAX_QUERY_CHARS, description="The question, 1-4000 characters.")
+    session_id: str | None = Field(default=None, max_length=128)
+    namespaces: list[Namespace] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="Namespaces to search; unset means `default`.",
+    )
+    intent: Intent | None = Field(default=None, description="Skip classification and use this.")
+    top_k: int | None = Field(default=None, ge=1, le=50, description="Chunks given to generation.")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        stripped = value.strip()
+        if not stripped:
+            raise ValueError("must not be empty or whitespace only")
+        return stripped
+
+
+class QueryAccepted(BaseModel):
+    request_id: str
+    status_url: str
+    events_url: str
+
+
+class QueryView(BaseModel):
+    """`RequestState.public_view()`, typed for the docs."""
+
+    request_id: str
+    status: RequestStatus
+    query: str
+    attempt: int
+    intent: Intent | None = None
+    created_at: datetime
+    updated_at: datetime
+    answer: AnswerData | None = None
+    error: ErrorData | None = None
+
+
+class DocumentsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[DocumentIn] = Field(min_length=1, max_length=MAX_DOCUMENTS_PER_CALL)
+
+
+class IngestAccepted(BaseModel):
+    job_id: str
+    accepted: int = Field(description="Documents the broker took for this job.")
+    duplicates: int = Field(description="Re-sent copies the broker dropped.")
+    status_url: str
+
+
+class JobView(BaseModel):
+    """An ingest job's progress as the ingest workers record it."""
+
+    job_id: str
+    status: Literal["running", "completed", "failed"]
+    expected: int | None = None
+    documents_done: int = 0
+    documents_failed: int = 0
+    documents_unchanged: int = 0
+    duplicates: int = 0
+    chunks: int = 0
+    entities: int = 0
+    errors: dict[str, str] = Field(
+        default_factory=dict, description="document id -> why it could not be indexed"
+    )
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "unavailable"]
+    checks: dict[str, str] = Field(description="check name -> `ok` or why it failed")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The one shape every 4xx/5xx this API produces itself has."""
+
+    error: ErrorDetail

@@ -1,0 +1,110 @@
+"""Batch ingestion producer: documents onto the bus as one job, then the job's seal.
+
+Each document's `event_id` is its content hash, so the broker drops a copy re-sent within
+its duplicate window (`PubAck.duplicate`): re-running a producer does not double the work.
+The seal tells the workers how many documents were accepted, so completion can be known.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from contracts import subjects as sj
+from contracts.envelope import new_request_id
+from contracts.ingest import DocumentIn, IngestDocument, IngestJobSealed
+from infra.bus import Bus
+from infra.logging import get_logger
+
+log = get_logger(__name__)
+
+TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+
+
+@dataclass(frozen=True)
+class JobReceipt:
+    job_id: str
+    accepted: int
+    duplicates: int
+
+
+async def publish_job(
+    bus: Bus,
+    documents: Iterable[DocumentIn],
+    job_id: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> JobReceipt:
+    """Publish every document of a job, then seal it; `progress` gets the running count."""
+    job_id = job_id or new_request_id()
+    subject = sj.ingest_docs_subject(job_id)
+    accepted = duplicates = 0
+    for sent, document in enumerate(documents, start=1):
+        message = IngestDocument(
+            request_id=job_id, event_id=document.content_hash(), document=document
+        )
+        ack = await bus.publish(message, subject, sj.STREAM_INGEST)
+        if ack is not None and ack.duplicate:
+            duplicates += 1
+        else:
+            accepted += 1
+        if progress is not None:
+            progress(sent)
+    seal = IngestJobSealed(request_id=job_id, expected=accepted, duplicates=duplicates)
+    await bus.publish(seal, subject, sj.STREAM_INGEST)
+    log.info("ingest_job_published", job_id=job_id, accepted=accepted, duplicates=duplicates)
+    return JobReceipt(job_id=job_id, accepted=accepted, duplicates=duplicates)
+
+
+def _title_of(text: str, fallback: str) -> str:
+    for line in text.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip() or fallback
+    return fallback
+
+
+def _from_file(path: Path, root: Path) -> DocumentIn | None:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        log.warning("ingest_file_empty", path=str(path))
+        return None
+    relative = path.relative_to(root).as_posix() if root != path else path.name
+    doc_id = "_".join(relative.replace("/", "__").split())
+    return DocumentIn(id=doc_id, title=_title_of(text, path.stem), text=text)
+
+
+def _from_jsonl(path: Path) -> Iterator[DocumentIn]:
+    """BEIR `corpus.jsonl`: `_id`, `title`, `text` (and optional `metadata`) per line."""
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            text = str(row.get("text") or "")
+            if not text.strip():
+                log.warning("ingest_row_empty", path=str(path), line=number)
+                continue
+            yield DocumentIn(
+                id=str(row.get("_id") or row["id"]),
+                title=str(row.get("title") or ""),
+                text=text,
+                metadata=row.get("metadata") or {},
+            )
+
+
+def load_documents(path: Path) -> Iterator[DocumentIn]:
+    """Documents from a BEIR corpus.jsonl, one .md/.txt file, or a folder of them."""
+    if path.is_dir():
+        for file in sorted(p for p in path.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES):
+            document = _from_file(file, path)
+            if document is not None:
+                yield document
+    elif path.suffix.lower() == ".jsonl":
+        yield from _from_jsonl(path)
+    elif path.suffix.lower() in TEXT_SUFFIXES:
+        document = _from_file(path, path)
+        if document is not None:
+            yield document
+    else:
+        raise ValueError(f"cannot ingest {path}: expected a .jsonl corpus, .md/.txt or a folder")

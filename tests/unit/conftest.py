@@ -1,0 +1,74 @@
+"""Unit-test helper: a worker running on FastStream's in-memory broker, with every message it
+publishes (results, caller events, dead letters, ingest progress) collected by subject."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from faststream.nats import JStream, NatsBroker, NatsRouter, TestNatsBroker
+from faststream.nats.annotations import NatsMessage
+
+from contracts import subjects as sj
+from infra.bus import Bus
+from infra.resources import Resources
+from infra.settings import Settings
+
+_WATCHED = {
+    "rag.res.>": sj.STREAM_RES,
+    "rag.events.>": sj.STREAM_EVENTS,
+    "rag.dlq.>": sj.STREAM_DLQ,
+    "rag.ingest.events.>": sj.STREAM_INGEST_EVENTS,
+}
+
+
+@dataclass
+class WorkerHarness:
+    broker: TestNatsBroker
+    resources: Resources
+    received: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+
+    def on(self, prefix: str) -> list[dict[str, Any]]:
+        """Every message received on subjects starting with `prefix`, in arrival order."""
+        return [
+            body
+            for subject, bodies in self.received.items()
+            if subject.startswith(prefix)
+            for body in bodies
+        ]
+
+    async def publish(self, message: Any, subject: str, stream: str) -> None:
+        await self.broker.publish(message.model_dump(mode="json"), subject, stream=stream)
+
+
+@asynccontextmanager
+async def worker_harness(
+    create_router: Callable[[Resources], NatsRouter],
+    settings: Settings,
+    encoder: Any | None = None,
+) -> AsyncIterator[WorkerHarness]:
+    """Run one worker's router; `encoder` (e.g. `fakes.FakeEncoder`) replaces the model."""
+    broker = NatsBroker()
+    resources = Resources(settings, Bus(broker))
+    if encoder is not None:
+
+        async def shared_encoder() -> Any:
+            return encoder
+
+        resources.encoder = shared_encoder  # type: ignore[method-assign]
+    received: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+    async def collect(body: dict[str, Any], msg: NatsMessage) -> None:
+        received[msg.raw_message.subject].append(body)
+
+    for subject, stream in _WATCHED.items():
+        broker.subscriber(subject, stream=JStream(stream, declare=False))(collect)
+    broker.include_router(create_router(resources))
+    try:
+        async with TestNatsBroker(broker) as test_broker:
+            yield WorkerHarness(test_broker, resources, received)
+    finally:
+        await resources.aclose()

@@ -1,0 +1,53 @@
+"""Test doubles that keep unit tests free of torch and of any model files."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import numpy as np
+
+from infra.text import analyze
+
+
+class FakeEncoder:
+    """A deterministic hashed bag-of-words encoder: texts sharing content words are close.
+
+    Same interface as `infra.encoder.Encoder`: L2-normalised float32 rows.
+    """
+
+    name = "fake-bow"
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+        self.calls = 0
+
+    def _bucket(self, term: str) -> int:
+        return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest()) % self.dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for term in analyze(text):
+                out[row, self._bucket(term)] += 1.0
+            norm = float(np.linalg.norm(out[row]))
+            if norm > 0:
+                out[row] /= norm
+        return out
+
+    async def aencode(self, texts: list[str]) -> np.ndarray:
+        await asyncio.sleep(0)
+        return self.encode(texts)
+
+
+class BrokenEncoder:
+    """An encoder whose every call fails, as a model that cannot run would."""
+
+    dim = 256
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        raise RuntimeError("model weights are missing")
+
+    async def aencode(self, texts: list[str]) -> np.ndarray:
+        return self.encode(texts)

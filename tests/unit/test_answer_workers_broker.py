@@ -1,0 +1,242 @@
+"""Each answer-side router driven end to end through FastStream's in-memory NATS broker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faststream.nats import JStream, NatsBroker, NatsRouter, TestNatsBroker
+
+from contracts import subjects as sj
+from contracts.commands import (
+    ClassifyCommand,
+    CriticCommand,
+    FuseCommand,
+    GenerateCommand,
+    ToolCommand,
+)
+from contracts.enums import Channel, Intent, Step
+from contracts.envelope import Envelope
+from contracts.models import RetrievedChunk, ToolCall, ToolOutcome
+from contracts.results import (
+    ClassifyResult,
+    CriticResult,
+    FuseResult,
+    GenerateResult,
+    ToolResult,
+)
+from infra.bus import Bus
+from infra.resources import Resources
+from infra.settings import Settings
+from tests.unit.fakes import FakeEncoder
+from workers import classify, critic, fuse, generate, tool
+
+
+@dataclass
+class Harness:
+    broker: TestNatsBroker
+    results: list[dict[str, Any]] = field(default_factory=list)
+    dead: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    async def send(self, cmd: Envelope | dict[str, Any], subject: str) -> None:
+        body = cmd.model_dump(mode="json") if isinstance(cmd, Envelope) else cmd
+        await self.broker.publish(body, subject, stream=sj.STREAM_CMD)
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return [e["data"] for e in self.events if e["type"] == "token"]
+
+    def phases(self) -> list[tuple[str, str]]:
+        return [
+            (e["data"]["phase"], e["data"]["status"]) for e in self.events if e["type"] == "phase"
+        ]
+
+
+RouterFactory = Callable[[Resources], NatsRouter]
+
+
+@pytest.fixture
+def harness_for(tmp_path: Path) -> Callable[[RouterFactory], AbstractAsyncContextManager[Harness]]:
+    """`async with harness_for(create_router) as h:` — the router on an in-memory broker,
+    with a fake encoder and collectors on the result, dead-letter and event subjects."""
+
+    @asynccontextmanager
+    async def build(create_router: RouterFactory) -> AsyncIterator[Harness]:
+        broker = NatsBroker()
+        resources = Resources(Settings(data_dir=tmp_path), Bus(broker))
+        resources._encoder = FakeEncoder()  # type: ignore[assignment]
+        broker.include_router(create_router(resources))
+        harness = Harness(broker=None)  # type: ignore[arg-type]
+
+        @broker.subscriber("rag.res.>", stream=JStream(sj.STREAM_RES, declare=False))
+        async def on_result(body: dict[str, Any]) -> None:
+            harness.results.append(body)
+
+        @broker.subscriber("rag.dlq.>", stream=JStream(sj.STREAM_DLQ, declare=False))
+        async def on_dead(body: dict[str, Any]) -> None:
+            harness.dead.append(body)
+
+        @broker.subscriber("rag.events.>", stream=JStream(sj.STREAM_EVENTS, declare=False))
+        async def on_event(body: dict[str, Any]) -> None:
+            harness.events.append(body)
+
+        async with TestNatsBroker(broker) as test_broker:
+            harness.broker = test_broker
+            yield harness
+
+    return build
+
+
+CHUNKS = [
+    RetrievedChunk(
+        chunk_id="c1",
+        document_id="d1",
+        text="JetStream stores messages in streams on disk. Consumers acknowledge each message.",
+    ),
+    RetrievedChunk(
+        chunk_id="c2",
+        document_id="d2",
+        text="Redis keeps the saga state of each request. Transitions are atomic Lua scripts.",
+    ),
+]
+
+
+async def test_classify_publishes_intent_weights_and_vector(harness_for: Any) -> None:
+    async with harness_for(classify.create_router) as h:
+        cmd = ClassifyCommand(request_id="req-1", query="What is 17 * 23 + 4?")
+        await h.send(cmd, sj.cmd_subject(Step.CLASSIFY))
+        [body] = h.results
+        result = ClassifyResult.model_validate(body)
+        assert (result.intent, result.method, result.command_id) == (
+            Intent.TOOL,
+            "rules",
+            cmd.event_id,
+        )
+        assert result.query_vector is not None
+        assert len(result.query_vector) == 256
+        assert h.phases() == [
+            ("intent_classification", "in_progress"),
+            ("intent_classification", "completed"),
+        ]
+        completed = h.events[-1]["data"]
+        assert completed["metadata"]["intent"] == "tool"
+        assert completed["duration_ms"] >= 0
+
+
+async def test_fuse_publishes_fused_chunks(harness_for: Any) -> None:
+    async with harness_for(fuse.create_router) as h:
+        cmd = FuseCommand(
+            request_id="req-2",
+            query="q",
+            weights={Channel.VECTOR: 0.5, Channel.SPARSE: 0.5},
+            results={Channel.VECTOR: CHUNKS, Channel.SPARSE: CHUNKS[::-1]},
+            top_k=5,
+        )
+        await h.send(cmd, sj.cmd_subject(Step.FUSE))
+        result = FuseResult.model_validate(h.results[0])
+        assert {c.chunk_id for c in result.chunks} == {"c1", "c2"}
+        assert result.effective_weights[Channel.VECTOR] == 0.5
+        assert result.channel_counts[Channel.SPARSE] == 2
+        assert h.events[-1]["data"]["metadata"]["counts"]["vector"] == 2
+
+
+async def test_generate_streams_tokens_then_publishes_a_cited_answer(harness_for: Any) -> None:
+    async with harness_for(generate.create_router) as h:
+        cmd = GenerateCommand(
+            request_id="req-3",
+            query="Where does JetStream store messages?",
+            intent=Intent.FACTUAL,
+            contexts=CHUNKS,
+        )
+        await h.send(cmd, sj.cmd_subject(Step.GENERATE))
+        result = GenerateResult.model_validate(h.results[0])
+        assert result.generator == "extractive"
+        assert result.citations
+        assert set(result.citations.values()) <= {"c1", "c2"}
+        tokens = h.tokens()
+        assert [t["index"] for t in tokens] == list(range(len(tokens)))
+        assert "".join(t["text"] for t in tokens) == result.answer
+
+
+async def test_generate_answers_from_tool_outcomes(harness_for: Any) -> None:
+    async with harness_for(generate.create_router) as h:
+        cmd = GenerateCommand(
+            request_id="req-4",
+            query="What is 17 * 23 + 4?",
+            intent=Intent.TOOL,
+            contexts=[],
+            tool_results=[
+                ToolOutcome(call_id="1", name="calculator", ok=True, output="17 * 23 + 4 = 395")
+            ],
+        )
+        await h.send(cmd, sj.cmd_subject(Step.GENERATE))
+        result = GenerateResult.model_validate(h.results[0])
+        assert result.answer == "17 * 23 + 4 = 395 (calculator)."
+        assert result.citations == {}
+
+
+async def test_critic_publishes_a_verdict(harness_for: Any) -> None:
+    async with harness_for(critic.create_router) as h:
+        cmd = CriticCommand(
+            request_id="req-5",
+            query="Where does JetStream store messages?",
+            intent=Intent.FACTUAL,
+            answer="JetStream stores messages in streams on disk [1].",
+            citations={1: "c1"},
+            contexts=CHUNKS,
+            attempts_left=1,
+        )
+        await h.send(cmd, sj.cmd_subject(Step.CRITIC))
+        result = CriticResult.model_validate(h.results[0])
+        assert result.verdict == "accept"
+        assert set(result.scores) == {"grounding", "citation_validity", "coverage", "retrieval"}
+        assert h.events[-1]["data"]["metadata"]["verdict"] == "accept"
+
+
+async def test_tool_plans_and_runs_the_calculator(harness_for: Any) -> None:
+    async with harness_for(tool.create_router) as h:
+        cmd = ToolCommand(request_id="req-6", query="what is 17 * 23 + 4?")
+        await h.send(cmd, sj.cmd_subject(Step.TOOL))
+        [outcome] = ToolResult.model_validate(h.results[0]).outcomes
+        assert (outcome.ok, outcome.output) == (True, "17 * 23 + 4 = 395")
+
+        unsafe = ToolCommand(
+            request_id="req-7",
+            query="x",
+            calls=[
+                ToolCall(id="c", name="calculator", arguments={"expression": "__import__('os')"})
+            ],
+        )
+        await h.send(unsafe, sj.cmd_subject(Step.TOOL))
+        [refused] = ToolResult.model_validate(h.results[1]).outcomes
+        assert not refused.ok
+        assert "not allowed" in (refused.error or "")
+        assert h.dead == []
+
+
+@pytest.mark.parametrize(
+    ("module", "step"),
+    [
+        (classify, Step.CLASSIFY),
+        (fuse, Step.FUSE),
+        (generate, Step.GENERATE),
+        (critic, Step.CRITIC),
+        (tool, Step.TOOL),
+    ],
+)
+async def test_a_malformed_command_is_dead_lettered(
+    harness_for: Any, module: Any, step: Step
+) -> None:
+    subject = sj.cmd_subject(step)
+    async with harness_for(module.create_router) as h:
+        await h.send({"request_id": "req-bad", "event_id": "e-bad", "bogus": True}, subject)
+        [letter] = h.dead
+        assert letter["original_subject"] == subject
+        assert letter["reason"] == "poison"
+        assert letter["request_id"] == "req-bad"
+        [failure] = h.results  # the orchestrator hears at once that the step failed
+        assert (failure["status"], failure["command_id"]) == ("failed", "e-bad")

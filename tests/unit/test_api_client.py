@@ -1,0 +1,78 @@
+"""The client's SSE parsing and the bench's arithmetic, without a server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from api.bench import Outcome, load_queries, percentile, summarize
+from api.client import SSEMessage, parse_sse
+
+
+async def _lines(*lines: str) -> AsyncIterator[str]:
+    for line in lines:
+        yield line
+
+
+async def test_parse_sse_reads_events_and_skips_pings() -> None:
+    stream = _lines(
+        ": ping - 2026-01-01",
+        "",
+        "event: submitted",
+        'data: {"request_id": "r1"}',
+        "",
+        "id: 7",
+        "event: token",
+        'data: {"type": "token",',
+        'data:  "seq": 7}',
+        "",
+        "event: done",
+        "id: 9",
+        'data: {"type": "done"}',
+    )
+    messages = [m async for m in parse_sse(stream)]
+    assert messages == [
+        SSEMessage("submitted", None, {"request_id": "r1"}),
+        SSEMessage("token", "7", {"type": "token", "seq": 7}),
+        SSEMessage("done", "9", {"type": "done"}),
+    ]
+
+
+def test_load_queries_reads_text_and_jsonl(tmp_path: Path) -> None:
+    path = tmp_path / "q.txt"
+    path.write_text(
+        '# comment\nWhat is Gatun Lake?\n\n{"query": "Who was Gorgas?"}\n{"text": "x"}\n'
+    )
+    assert load_queries(path) == ["What is Gatun Lake?", "Who was Gorgas?", "x"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    with pytest.raises(ValueError, match="no queries"):
+        load_queries(empty)
+
+
+def test_percentile() -> None:
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile(list(map(float, range(101))), 95) == 95.0
+
+
+def test_summarize_counts_outcomes_and_phases() -> None:
+    outcomes = [
+        Outcome("completed", 100.0, [("fusion", 2.0), ("generation", 40.0)]),
+        Outcome("completed", 300.0, [("fusion", 4.0)]),
+        Outcome("failed", 50.0),
+        Outcome("error", 1.0, error="ApiError: 503"),
+        Outcome("unfinished", 60_000.0, error="no done within 60 s"),
+    ]
+    report = summarize(outcomes, 10.0, concurrency=2, duration_s=10)
+    assert report["requests"] == 5
+    assert report["errors"] == 2
+    assert report["unfinished"] == 1
+    assert report["throughput_qps"] == 0.2
+    assert report["latency_ms"]["p50"] == 200.0
+    assert report["phases"]["fusion"] == {"p50_ms": 3.0, "count": 2}
+    assert report["phases"]["generation"] == {"p50_ms": 40.0, "count": 1}
+    assert {"concurrency", "duration_s"} <= report.keys()

@@ -1,0 +1,248 @@
+"""Bad input is refused with a 4xx that names the field, and nothing reaches the bus."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+import api.routes
+from api.app import create_app
+from api.deps import get_bus, get_jetstream, get_redis, get_store
+from contracts import subjects as sj
+from contracts.queries import QuerySubmitted
+from infra.settings import Settings
+from orchestrator.state import RequestState
+
+
+class FakeBus:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, str, Any]] = []
+
+    async def publish(self, message: Any, subject: str, stream: str) -> None:
+        self.published.append((subject, stream, message))
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.states: dict[str, RequestState] = {}
+
+    async def create(self, submitted: QuerySubmitted) -> RequestState:
+        state = RequestState(
+            request_id=submitted.request_id,
+            query=submitted.query,
+            search_query=submitted.query,
+            namespaces=submitted.namespaces,
+            top_k=submitted.top_k,
+            channel_top_k=20,
+            deadline_at=time.time() + 60,
+        )
+        self.states[submitted.request_id] = state
+        return state
+
+    async def get(self, request_id: str) -> RequestState | None:
+        return self.states.get(request_id)
+
+
+@pytest.fixture
+def bus() -> FakeBus:
+    return FakeBus()
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+def make_client(bus: FakeBus, store: FakeStore, **settings: Any) -> TestClient:
+    # No `with`: the lifespan (and so every real connection) never runs.
+    app = create_app(Settings(**settings))
+    app.dependency_overrides[get_bus] = lambda: bus
+    app.dependency_overrides[get_store] = lambda: store
+    app.dependency_overrides[get_redis] = object
+    app.dependency_overrides[get_jetstream] = object
+    return TestClient(app)
+
+
+@pytest.fixture
+def client(bus: FakeBus, store: FakeStore) -> TestClient:
+    return make_client(bus, store)
+
+
+def assert_error(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"]
+    assert error["message"]
+    if field is not None:
+        assert error["field"] == field
+        assert field in error["message"]
+    return error  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("path", ["/v1/queries", "/v1/chat"])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "   \n\t "}, "query"),
+        ({"query": "x" * 4001}, "query"),
+        ({}, "query"),
+        ({"query": "why?", "intent": "poetry"}, "intent"),
+        ({"query": "why?", "namespaces": ["Not Valid"]}, "namespaces.0"),
+        ({"query": "why?", "namespaces": []}, "namespaces"),
+        ({"query": "why?", "top_k": 0}, "top_k"),
+        ({"query": "why?", "colour": "blue"}, "colour"),
+    ],
+)
+def test_bad_query_is_refused_and_nothing_published(
+    client: TestClient,
+    bus: FakeBus,
+    store: FakeStore,
+    path: str,
+    body: dict[str, Any],
+    field: str,
+) -> None:
+    error = assert_error(client.post(path, json=body), 422, field)
+    assert error["code"] == "validation_error"
+    assert bus.published == []
+    assert store.states == {}
+
+
+def test_blank_query_message_says_why(client: TestClient) -> None:
+    error = assert_error(client.post("/v1/queries", json={"query": "  "}), 422, "query")
+    assert "empty" in error["message"]
+
+
+def test_good_query_is_stored_then_published(
+    client: TestClient, bus: FakeBus, store: FakeStore
+) -> None:
+    response = client.post("/v1/queries", json={"query": "  Who built Gatun Dam? "})
+    assert response.status_code == 202, response.text
+    body = response.json()
+    rid = body["request_id"]
+    assert body["status_url"] == f"/v1/queries/{rid}"
+    assert body["events_url"] == f"/v1/queries/{rid}/events"
+    assert response.headers["location"] == body["status_url"]
+    assert list(store.states) == [rid]
+    [(subject, stream, message)] = bus.published
+    assert (subject, stream) == (sj.QUERY_SUBMITTED, sj.STREAM_QUERIES)
+    assert message.query == "Who built Gatun Dam?"
+    assert message.namespaces == ["default"]
+
+
+@pytest.mark.parametrize("suffix", ["", "/events"])
+@pytest.mark.parametrize("bad_id", ["has.dot", "has*star", "x" * 65])
+def test_malformed_request_id(client: TestClient, suffix: str, bad_id: str) -> None:
+    assert_error(client.get(f"/v1/queries/{bad_id}{suffix}"), 422, "request_id")
+
+
+@pytest.mark.parametrize("suffix", ["", "/events"])
+def test_unknown_request_is_404(client: TestClient, suffix: str) -> None:
+    error = assert_error(client.get(f"/v1/queries/nosuchrequest{suffix}"), 404)
+    assert error["code"] == "not_found"
+
+
+def test_status_shows_public_view(client: TestClient) -> None:
+    rid = client.post("/v1/queries", json={"query": "What is a Panamax ship?"}).json()["request_id"]
+    view = client.get(f"/v1/queries/{rid}").json()
+    assert view["request_id"] == rid
+    assert view["status"] == "submitted"
+    assert view["answer"] is None
+
+
+def test_bad_last_event_id(client: TestClient) -> None:
+    response = client.get("/v1/queries/abc/events", headers={"Last-Event-ID": "soon"})
+    assert_error(response, 422, "Last-Event-ID")
+
+
+def _doc(**overrides: Any) -> dict[str, Any]:
+    return {"id": "doc-1", "title": "Locks", "text": "Gatun Locks lift ships.", **overrides}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "documents"),
+        ({"documents": []}, "documents"),
+        ({"documents": [_doc()] * 1001}, "documents"),
+        ({"documents": [{"id": "doc-1", "title": "no text"}]}, "documents.0.text"),
+        ({"documents": [_doc(text="")]}, "documents.0.text"),
+        ({"documents": [_doc(id="has space")]}, "documents.0.id"),
+        ({"documents": [_doc(namespace="Bad NS")]}, "documents.0.namespace"),
+        ({"documents": [_doc(extra=1)]}, "documents.0.extra"),
+        ({"documents": "not a list"}, "documents"),
+    ],
+)
+def test_bad_documents_are_refused_and_nothing_published(
+    client: TestClient,
+    bus: FakeBus,
+    monkeypatch: pytest.MonkeyPatch,
+    body: dict[str, Any],
+    field: str,
+) -> None:
+    calls: list[Any] = []
+
+    async def publish_job(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+
+    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    assert_error(client.post("/v1/documents", json=body), 422, field)
+    assert calls == []
+    assert bus.published == []
+
+
+def test_good_documents_become_a_job(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infra.ingest_producer import JobReceipt
+
+    async def publish_job(bus: Any, documents: list[Any], **_: Any) -> JobReceipt:
+        return JobReceipt(job_id="job-1", accepted=len(documents), duplicates=0)
+
+    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    response = client.post("/v1/documents", json={"documents": [_doc(), _doc(id="doc-2")]})
+    assert response.status_code == 202, response.text
+    assert response.json() == {
+        "job_id": "job-1",
+        "accepted": 2,
+        "duplicates": 0,
+        "status_url": "/v1/ingest/job-1",
+    }
+
+
+def test_unknown_job_is_404(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def read_job(redis: Any, job_id: str) -> None:
+        return None
+
+    monkeypatch.setattr(api.routes, "read_job", read_job)
+    assert_error(client.get("/v1/ingest/nosuchjob"), 404)
+    assert_error(client.get("/v1/ingest/bad.job"), 422, "job_id")
+
+
+def test_token_is_required_when_configured(bus: FakeBus, store: FakeStore) -> None:
+    client = make_client(bus, store, api_token="s3cret")
+    body = {"query": "What is Gatun Lake?"}
+    error = assert_error(client.post("/v1/queries", json=body), 401)
+    assert error["code"] == "unauthorized"
+    wrong = {"Authorization": "Bearer nope"}
+    assert_error(client.post("/v1/queries", json=body, headers=wrong), 401)
+    assert bus.published == []
+    right = {"Authorization": "Bearer s3cret"}
+    assert client.post("/v1/queries", json=body, headers=right).status_code == 202
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_openapi_documents_the_api(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in (
+        "/v1/queries",
+        "/v1/queries/{request_id}",
+        "/v1/queries/{request_id}/events",
+        "/v1/chat",
+        "/v1/documents",
+        "/v1/ingest/{job_id}",
+        "/healthz",
+        "/readyz",
+    ):
+        assert path in paths

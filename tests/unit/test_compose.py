@@ -1,0 +1,73 @@
+"""docker-compose.yml stays in step with the code: services, worker kinds and setting names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.settings import Settings
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+BACKENDS = ("nats", "redis", "qdrant", "neo4j")
+ROLES = ("api", "orchestrator")
+ENV_PREFIX = str(Settings.model_config.get("env_prefix", ""))
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]  # type: ignore[no-any-return]
+
+
+def worker_kinds() -> tuple[str, ...]:
+    from api.launcher import WORKER_KINDS  # lazily: the launcher pulls in the runtime
+
+    return WORKER_KINDS
+
+
+def ragbus_services() -> list[str]:
+    return [*ROLES, *(f"worker-{kind}" for kind in worker_kinds())]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_backend_has_healthcheck(services: dict[str, dict[str, Any]], name: str) -> None:
+    assert name in services
+    assert services[name]["healthcheck"]["test"]
+
+
+def test_every_role_and_worker_kind_has_a_service(services: dict[str, dict[str, Any]]) -> None:
+    missing = [name for name in ragbus_services() if name not in services]
+    assert not missing, f"no compose service for {missing}"
+
+
+def test_ragbus_services_are_complete(services: dict[str, dict[str, Any]]) -> None:
+    for name in ragbus_services():
+        service = services[name]
+        assert service["command"][0] == "ragbus", name
+        assert service["healthcheck"]["test"], name
+        env = service["environment"]
+        for key in ("RAGBUS_NATS_URL", "RAGBUS_REDIS_URL", "RAGBUS_START_SERVICES"):
+            assert key in env, f"{name} lacks {key}"
+        assert str(env["RAGBUS_START_SERVICES"]).lower() == "false"
+        for backend, condition in service["depends_on"].items():
+            assert backend in BACKENDS
+            assert condition["condition"] == "service_healthy"
+    for kind in worker_kinds():
+        assert services[f"worker-{kind}"]["command"] == ["ragbus", "worker", kind]
+
+
+def test_stores_come_up_before_the_workers_that_use_them(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in ("worker-search", "worker-ingest"):
+        assert set(services[name]["depends_on"]) == set(BACKENDS), name
+
+
+def test_every_ragbus_variable_is_a_setting() -> None:
+    known = {ENV_PREFIX.upper() + field.upper() for field in Settings.model_fields}
+    used = set(re.findall(r"\bRAGBUS_[A-Z0-9_]+\b", COMPOSE.read_text(encoding="utf-8")))
+    assert used, "the compose file configures nothing"
+    assert used <= known, f"not settings: {sorted(used - known)}"

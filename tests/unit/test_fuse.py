@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import pytest
+
+from contracts.enums import Channel
+from contracts.models import RetrievedChunk
+from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
+
+V, S, L, G = Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL, Channel.GRAPH_GLOBAL
+FACTUAL = {V: 0.3, S: 0.3, L: 0.4, G: 0.0}
+
+
+def chunk(cid: str, **fields: str) -> RetrievedChunk:
+    return RetrievedChunk(chunk_id=cid, document_id="doc-" + cid, text=f"text {cid}", **fields)
+
+
+def ranking(*ids: str) -> list[RetrievedChunk]:
+    return [chunk(cid) for cid in ids]
+
+
+def test_effective_weights_redistribute_an_empty_channels_share() -> None:
+    weights = effective_weights(FACTUAL, {V: ranking("a"), S: [], L: ranking("b"), G: []})
+    assert weights[V] == pytest.approx(0.3 / 0.7)
+    assert weights[L] == pytest.approx(0.4 / 0.7)
+    assert weights[S] == weights[G] == 0.0
+    assert sum(weights.values()) == pytest.approx(1.0)
+
+
+def test_effective_weights_are_all_zero_without_results() -> None:
+    assert effective_weights(FACTUAL, {}) == dict.fromkeys(Channel, 0.0)
+    assert effective_weights(FACTUAL, {V: [], S: []}) == dict.fromkeys(Channel, 0.0)
+
+
+def test_zero_weight_channels_that_alone_answered_share_equally() -> None:
+    summary = {V: 0.1, S: 0.0, L: 0.1, G: 0.8}
+    weights = effective_weights(summary, {S: ranking("a")})
+    assert weights == {V: 0.0, S: 1.0, L: 0.0, G: 0.0}
+
+
+def test_rrf_score_is_the_weighted_sum_of_reciprocal_ranks() -> None:
+    results = {V: ranking("a", "b"), S: ranking("b", "c")}
+    weights = {V: 0.75, S: 0.25, L: 0.0, G: 0.0}
+    fused = weighted_rrf(results, weights, k=60, top_k=10)
+    scores = {c.chunk_id: c.score for c in fused}
+    assert scores["a"] == pytest.approx(0.75 / 61)
+    assert scores["b"] == pytest.approx(0.75 / 62 + 0.25 / 61)
+    assert scores["c"] == pytest.approx(0.25 / 62)
+    assert [c.chunk_id for c in fused] == ["b", "a", "c"]
+    assert [c.rank for c in fused] == [1, 2, 3]
+
+
+def test_rrf_uses_effective_weights_so_a_missing_channel_does_not_dilute() -> None:
+    fused = weighted_rrf({V: ranking("a")}, FACTUAL, k=60, top_k=5)
+    assert fused[0].score == pytest.approx(1.0 / 61)
+
+
+def test_a_chunk_found_by_several_channels_appears_once_with_all_its_ranks() -> None:
+    results = {
+        V: [chunk("x"), chunk("y", title="")],
+        S: [chunk("z"), chunk("w"), chunk("y", title="Guide", source="guide.md")],
+        L: [chunk("y"), chunk("y")],  # a channel repeating itself counts once
+    }
+    fused = weighted_rrf(results, {V: 0.4, S: 0.3, L: 0.3, G: 0.0}, k=60, top_k=10)
+    ids = [c.chunk_id for c in fused]
+    assert ids.count("y") == 1
+    y = fused[ids.index("y")]
+    assert y.channels == {"vector": 2, "sparse": 3, "graph_local": 1}
+    assert (y.title, y.source) == ("Guide", "guide.md")  # filled from the other copy
+    assert y.score == pytest.approx(0.4 / 62 + 0.3 / 63 + 0.3 / 61)
+    assert ids[0] == "y"
+
+
+def test_top_k_cuts_the_fused_list() -> None:
+    results = {V: ranking(*"abcdef"), S: ranking(*"fedcba")}
+    fused = weighted_rrf(results, FACTUAL, top_k=3)
+    assert len(fused) == 3
+    assert [c.rank for c in fused] == [1, 2, 3]
+    assert fused[0].score >= fused[1].score >= fused[2].score
+
+
+def test_nothing_in_nothing_out() -> None:
+    assert weighted_rrf({}, FACTUAL, top_k=5) == []
+
+
+def test_counts_and_samples_cover_every_channel() -> None:
+    results = {V: ranking(*"abcde"), L: ranking("q")}
+    assert channel_counts(results) == {V: 5, S: 0, L: 1, G: 0}
+    assert channel_samples(results) == {V: ["a", "b", "c"], S: [], L: ["q"], G: []}

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import re
+
+from contracts.models import RetrievedChunk, ToolOutcome
+from tests.unit.fakes import FakeEncoder
+from workers.generate.extractive import candidates, extractive_answer, no_evidence_answer
+from workers.generate.streaming import pieces
+from workers.generate.tools import tool_answer
+
+MARKER = re.compile(r"\[(\d+)\]")
+
+
+def ctx(cid: str, text: str) -> RetrievedChunk:
+    return RetrievedChunk(chunk_id=cid, document_id="d-" + cid, text=text)
+
+
+CONTEXTS = [
+    ctx(
+        "c-jet",
+        "JetStream stores messages in streams on disk. A durable consumer remembers its "
+        "position in the stream. Acknowledgements tell the server a message was processed.",
+    ),
+    ctx(
+        "c-redis",
+        "Redis keeps the saga state of every request. The orchestrator updates the state "
+        "atomically with a Lua script.",
+    ),
+    ctx(
+        "c-dup",
+        "A durable consumer remembers its position in the stream. Unrelated trivia: the "
+        "office cat is called Nimbus [7].",
+    ),
+]
+
+
+async def test_every_marker_points_at_a_given_context() -> None:
+    answer = await extractive_answer(
+        "How does a durable consumer remember its stream position?", CONTEXTS, FakeEncoder()
+    )
+    numbers = {int(n) for n in MARKER.findall(answer.text)}
+    assert numbers, answer.text
+    assert numbers == set(answer.citations)
+    for n, chunk_id in answer.citations.items():
+        assert 1 <= n <= len(CONTEXTS)
+        assert CONTEXTS[n - 1].chunk_id == chunk_id
+
+
+async def test_sentences_are_not_repeated_and_source_markers_are_dropped() -> None:
+    answer = await extractive_answer(
+        "durable consumer position stream cat", CONTEXTS, FakeEncoder()
+    )
+    assert answer.text.count("remembers its position") == 1
+    assert "[7]" not in answer.text
+    assert 7 not in answer.citations
+
+
+async def test_two_to_four_sentences_each_followed_by_its_marker() -> None:
+    answer = await extractive_answer("stream consumer saga state", CONTEXTS, FakeEncoder())
+    assert 2 <= answer.sentences <= 4
+    assert len(MARKER.findall(answer.text)) == answer.sentences
+    assert re.search(r"\[\d\]\.$", answer.text)  # "…text [n]." keeps marker and sentence together
+
+
+async def test_sentences_follow_context_order() -> None:
+    answer = await extractive_answer(
+        "Redis saga state and JetStream streams on disk", CONTEXTS, FakeEncoder()
+    )
+    numbers = [int(n) for n in MARKER.findall(answer.text)]
+    assert numbers == sorted(numbers)
+
+
+def test_candidates_drop_fragments_and_repeats() -> None:
+    pool = candidates(
+        [ctx("a", "Ok. This sentence has enough words. This sentence has enough words.")]
+    )
+    assert [c.text for c in pool] == ["This sentence has enough words."]
+
+
+async def test_no_contexts_gives_an_honest_answer() -> None:
+    answer = no_evidence_answer("quantum teapots")
+    assert answer.text == (
+        "I could not find anything in the indexed documents about “quantum teapots”."
+    )
+    assert answer.citations == {}
+    empty = await extractive_answer("quantum teapots", [], FakeEncoder())
+    assert empty == answer
+
+
+def test_tool_answers_state_results_and_failures() -> None:
+    ok = ToolOutcome(call_id="1", name="calculator", ok=True, output="17 * 23 + 4 = 395")
+    failed = ToolOutcome(call_id="2", name="calculator", ok=False, error="division by zero")
+    planner = ToolOutcome(call_id="p", name="planner", ok=False, error="no calculation found")
+    assert tool_answer([ok]) == "17 * 23 + 4 = 395 (calculator)."
+    assert tool_answer([failed]) == "The calculator tool failed: division by zero."
+    assert (
+        tool_answer([planner]) == "I could not run a tool for this question: no calculation found."
+    )
+    assert tool_answer([]) == "I could not run a tool for this question."
+
+
+def test_token_pieces_rebuild_the_text() -> None:
+    text = "One two three four five six seven eight nine [1]. Ten."
+    parts = list(pieces(text, words=4))
+    assert "".join(parts) == text
+    assert len(parts) == 3
+
+
+async def test_off_topic_contexts_give_the_honest_answer() -> None:
+    answer = await extractive_answer("GDP of Brazil", CONTEXTS, FakeEncoder())
+    assert answer == no_evidence_answer("GDP of Brazil")
+
+
+async def test_an_off_topic_sentence_is_not_added_to_reach_the_minimum() -> None:
+    answer = await extractive_answer("Lua script transition", CONTEXTS, FakeEncoder())
+    assert answer.sentences == 1
+    assert answer.citations == {2: "c-redis"}

@@ -1,0 +1,178 @@
+"""The search worker on FastStream's in-memory broker: each channel end to end over real
+stores, failures reported, and channel functions replaceable at call time."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from contracts import subjects as sj
+from contracts.commands import SearchCommand
+from contracts.enums import CHANNEL_PHASE, Channel, Step
+from contracts.ingest import DocumentIn
+from contracts.models import RetrievedChunk
+from contracts.results import SearchResult, StepResult
+from infra.entities import extract_entities
+from infra.resources import Resources
+from infra.settings import Settings
+from infra.text import SparseEncoder, chunk_document
+from tests.unit.conftest import worker_harness
+from tests.unit.fakes import FakeEncoder
+from workers.search import create_router
+
+DOCS = [
+    DocumentIn(
+        id="statins",
+        title="Statins and cholesterol",
+        text="Statin therapy lowers LDL cholesterol. Statin therapy helps patients with high "
+        "LDL cholesterol avoid myocardial infarction.",
+    ),
+    DocumentIn(
+        id="vitd",
+        title="Vitamin D",
+        text="Vitamin D deficiency weakens bone density. Vitamin D deficiency is common in "
+        "Finland during winter.",
+    ),
+    DocumentIn(
+        id="kitchen",
+        title="Baking",
+        text="Knead the dough for ten minutes. Bake the bread at two hundred degrees.",
+    ),
+]
+
+
+async def _index(resources: Resources) -> None:
+    encoder, vectors, graph = (
+        await resources.encoder(),
+        await resources.vectors(),
+        await resources.graph(),
+    )
+    sparse = SparseEncoder()
+    for doc in DOCS:
+        chunks = chunk_document(doc)
+        texts = [c.embedding_text for c in chunks]
+        await asyncio.to_thread(
+            vectors.upsert_chunks,
+            doc.namespace,
+            chunks,
+            encoder.encode(texts),
+            [sparse.encode_document(t) for t in texts],
+            doc.content_hash(),
+        )
+        entities = [extract_entities(c.text) for c in chunks]
+        await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
+    await graph.recompute_communities(embed=encoder.aencode)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path, max_deliver=3, retry_delay_s=0)
+
+
+@pytest.fixture
+def encoder() -> FakeEncoder:
+    return FakeEncoder()
+
+
+def _command(channel: Channel, query: str, **kw: object) -> SearchCommand:
+    return SearchCommand(
+        request_id="req-1", channel=channel, query=query, namespaces=["default"], top_k=2, **kw
+    )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("channel", "query", "expected"),
+    [
+        (Channel.VECTOR, "how do I bake bread?", "kitchen"),
+        (Channel.SPARSE, "statin cholesterol", "statins"),
+        (Channel.GRAPH_LOCAL, "what does LDL cholesterol cause?", "statins"),
+        (Channel.GRAPH_GLOBAL, "vitamin D deficiency overview", "vitd"),
+    ],
+)
+async def test_each_channel_answers_with_ranked_chunks(
+    settings: Settings, encoder: FakeEncoder, channel: Channel, query: str, expected: str
+) -> None:
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        cmd = _command(channel, query)
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, channel), sj.STREAM_CMD)
+
+        results = harness.on(sj.res_subject(Step.SEARCH, channel))
+        assert len(results) == 1
+        result = SearchResult.model_validate(results[0])
+        assert result.command_id == cmd.event_id and result.channel is channel
+        assert result.status == "ok" and result.duration_ms > 0
+        assert result.chunks[0].document_id == expected
+        assert [c.rank for c in result.chunks] == list(range(1, len(result.chunks) + 1))
+        assert all(c.channels == {channel.value: c.rank} for c in result.chunks)
+        assert len(result.chunks) <= cmd.top_k
+
+        phases = [e["data"] for e in harness.on(sj.events_subject("req-1"))]
+        assert [p["status"] for p in phases] == ["in_progress", "completed"]
+        assert {p["phase"] for p in phases} == {CHANNEL_PHASE[channel].value}
+        assert phases[1]["metadata"] == {"channel": channel.value, "count": len(result.chunks)}
+
+
+async def test_vector_channel_reuses_the_query_vector(
+    settings: Settings, encoder: FakeEncoder
+) -> None:
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        vector = encoder.encode(["Vitamin D and bones"])[0].tolist()
+        cmd = _command(Channel.VECTOR, "bake bread", query_vector=vector)
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+        result = SearchResult.model_validate(harness.on("rag.res.search.vector")[0])
+        assert result.chunks[0].document_id == "vitd"  # the vector wins over the text
+
+
+async def test_empty_namespace_is_an_empty_result(settings: Settings, encoder: FakeEncoder) -> None:
+    async with worker_harness(create_router, settings, encoder) as harness:
+        for channel in Channel:
+            cmd = _command(channel, "anything at all")
+            await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, channel), sj.STREAM_CMD)
+        results = [SearchResult.model_validate(r) for r in harness.on("rag.res.search.")]
+        assert sorted(r.channel for r in results) == sorted(Channel)
+        assert all(r.status == "ok" and r.chunks == [] for r in results)
+
+
+async def test_channel_function_is_looked_up_at_call_time(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def fake(resources: Resources, cmd: SearchCommand) -> list[RetrievedChunk]:
+        return [RetrievedChunk(chunk_id=f"c{i}", document_id="d", text="t") for i in range(5)]
+
+    async with worker_harness(create_router, settings) as harness:
+        # patched after the router exists: the subscriber must not hold the old function
+        monkeypatch.setattr("workers.search.channels.search_graph_local", fake)
+        cmd = _command(Channel.GRAPH_LOCAL, "anything")
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.GRAPH_LOCAL), sj.STREAM_CMD)
+        result = SearchResult.model_validate(harness.on("rag.res.search.graph_local")[0])
+        assert [c.chunk_id for c in result.chunks] == ["c0", "c1"]  # cut to top_k
+        assert [c.rank for c in result.chunks] == [1, 2]
+
+
+async def test_a_failing_channel_is_dead_lettered_and_reported(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(resources: Resources, cmd: SearchCommand) -> list[RetrievedChunk]:
+        raise ValueError("index corrupted")
+
+    monkeypatch.setattr("workers.search.channels.search_sparse", broken)
+    async with worker_harness(create_router, settings) as harness:
+        cmd = _command(Channel.SPARSE, "anything")
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.SPARSE), sj.STREAM_CMD)
+        failure = StepResult.model_validate(harness.on("rag.res.search.sparse")[0])
+        assert failure.status == "failed" and failure.command_id == cmd.event_id
+        assert "index corrupted" in (failure.error.message if failure.error else "")
+        assert harness.on("rag.dlq.rag.cmd.search.sparse")[0]["reason"] == "failed"
+        phases = [e["data"] for e in harness.on(sj.events_subject("req-1"))]
+        assert phases[-1]["status"] == "failed"
+
+
+async def test_a_command_on_the_wrong_channel_is_poison(settings: Settings) -> None:
+    async with worker_harness(create_router, settings) as harness:
+        cmd = _command(Channel.SPARSE, "anything")
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+        assert harness.on("rag.dlq.rag.cmd.search.vector")[0]["reason"] == "poison"

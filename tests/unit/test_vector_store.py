@@ -1,0 +1,120 @@
+"""Qdrant local mode: dense + sparse, namespaces as collections, replace, delete, reopen."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contracts.ingest import DocumentIn
+from infra.settings import Settings
+from infra.text import SparseEncoder, chunk_document
+from infra.vector_store import VectorStore, open_vector_store
+
+DIM = 8
+SPARSE = SparseEncoder()
+
+
+def _vectors(texts: list[str]) -> np.ndarray:
+    """Deterministic unit vectors: one axis per leading keyword, so dense hits are predictable."""
+    rows = np.zeros((len(texts), DIM), dtype=np.float32)
+    for i, text in enumerate(texts):
+        rows[i, zlib.crc32(text.split()[0].lower().encode()) % DIM] = 1.0
+        rows[i] += 0.01
+        rows[i] /= np.linalg.norm(rows[i])
+    return rows
+
+
+def _index(store: VectorStore, doc: DocumentIn, chunk_chars: int = 200) -> int:
+    chunks = chunk_document(doc, chunk_chars=chunk_chars, overlap_chars=0)
+    texts = [c.text for c in chunks]
+    sparse = [SPARSE.encode_document(t) for t in texts]
+    store.upsert_chunks(doc.namespace, chunks, _vectors(texts), sparse, doc.content_hash())
+    return len(chunks)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[VectorStore]:
+    vs = open_vector_store(settings, DIM)
+    yield vs
+    vs.close()
+
+
+STATINS = DocumentIn(id="statins", title="Statins", text="Statins lower cholesterol in adults.")
+VITAMIN = DocumentIn(id="vitd", title="Vitamin D", text="Vitamin deficiency weakens bones.")
+OTHER_NS = DocumentIn(
+    id="statins", title="Other", text="Statins appear in another namespace.", namespace="other"
+)
+
+
+def test_missing_namespace_is_empty_not_an_error(store: VectorStore) -> None:
+    assert store.search_dense(["nowhere"], [1.0] * DIM, 5) == []
+    assert store.search_sparse(["nowhere"], [1], [1.0], 5) == []
+    assert store.count("nowhere") == 0
+    assert store.document_hash("nowhere", "x") is None
+    assert store.delete_document("nowhere", "x") == 0
+
+
+def test_dense_and_sparse_search(store: VectorStore) -> None:
+    _index(store, STATINS)
+    _index(store, VITAMIN)
+    query = _vectors(["Statins query"])[0]
+    dense = store.search_dense(["default"], query, 2)
+    assert dense[0].document_id == "statins"
+    assert dense[0].title == "Statins" and dense[0].namespace == "default"
+    assert dense[0].score > dense[1].score
+    sparse = store.search_sparse(["default"], *SPARSE.encode_query("bones vitamin"), 5)
+    assert [c.document_id for c in sparse] == ["vitd"]
+    assert sparse[0].text == "Vitamin deficiency weakens bones."
+
+
+def test_namespaces_are_separate_and_merge_by_score(store: VectorStore) -> None:
+    _index(store, STATINS)
+    _index(store, OTHER_NS)
+    assert store.count("default") == 1 and store.count("other") == 1
+    only_other = store.search_sparse(["other"], *SPARSE.encode_query("statins"), 5)
+    assert [c.namespace for c in only_other] == ["other"]
+    both = store.search_sparse(["default", "other"], *SPARSE.encode_query("statins"), 5)
+    assert {c.namespace for c in both} == {"default", "other"}
+    assert [c.score for c in both] == sorted((c.score for c in both), reverse=True)
+
+
+def test_hash_replace_and_delete(store: VectorStore) -> None:
+    long_text = " ".join(f"Sentence number {i} about statins." for i in range(30))
+    long_doc = DocumentIn(id="statins", title="Statins", text=long_text)
+    n_long = _index(store, long_doc)
+    assert n_long > 3
+    assert store.document_hash("default", "statins") == long_doc.content_hash()
+    assert store.count("default") == n_long
+    _index(store, STATINS)  # a shorter version leaves no stale chunks behind
+    assert store.count("default") == 1
+    assert store.document_hash("default", "statins") == STATINS.content_hash()
+    assert store.delete_document("default", "statins") == 1
+    assert store.count("default") == 0
+    assert store.document_hash("default", "statins") is None
+
+
+def test_reopen_keeps_points(settings: Settings) -> None:
+    first = open_vector_store(settings, DIM)
+    _index(first, STATINS)
+    first.close()
+    again = open_vector_store(settings, DIM)
+    try:
+        assert again.count("default") == 1
+        assert again.document_hash("default", "statins") == STATINS.content_hash()
+        assert again.ping()
+    finally:
+        again.close()
+
+
+def test_dimension_is_checked(store: VectorStore) -> None:
+    with pytest.raises(ValueError, match="dim"):
+        store.search_dense(["default"], [1.0, 0.0], 3)

@@ -1,0 +1,65 @@
+"""The critic worker on the bus: `rag.cmd.critic` in, `rag.res.critic` out."""
+
+from __future__ import annotations
+
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsRouter
+
+from contracts.commands import CriticCommand
+from contracts.enums import Phase, Step
+from contracts.results import CriticResult
+from contracts.subjects import STREAM_RES, res_subject
+from infra.bus import step_consumer, subscriber_kwargs
+from infra.resources import Resources
+from infra.worker_runtime import error_policy, phase, step_result_fields
+from workers.critic.scoring import score_answer
+from workers.critic.verdict import Verdict, judge_answer, judge_tools
+
+
+async def critique(cmd: CriticCommand, resources: Resources) -> tuple[Verdict, dict[str, float]]:
+    if cmd.tool_results:
+        return judge_tools(cmd.tool_results, cmd.attempt, cmd.attempts_left), {}
+    scores = await score_answer(
+        cmd.query, cmd.answer, cmd.citations, cmd.contexts, await resources.encoder()
+    )
+    verdict = judge_answer(
+        cmd.query, scores, len(cmd.contexts), cmd.attempts_left, resources.settings.critic_accept
+    )
+    return verdict, scores.as_dict()
+
+
+def create_router(resources: Resources) -> NatsRouter:
+    bus, settings = resources.bus, resources.settings
+    router = NatsRouter(
+        middlewares=[error_policy(bus, settings, report_failures=True)],
+        ack_policy=AckPolicy.MANUAL,
+    )
+    publisher = router.publisher(
+        res_subject(Step.CRITIC), stream=JStream(STREAM_RES, declare=False), schema=CriticResult
+    )
+
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.CRITIC), settings))
+    async def critic(cmd: CriticCommand) -> None:
+        """Score the answer and tell the orchestrator to accept it or how to retry."""
+        async with phase(bus, cmd, Phase.CRITIC) as run:
+            verdict, scores = await critique(cmd, resources)
+            run.metadata.update(
+                verdict=verdict.verdict,
+                confidence=verdict.confidence,
+                scores=scores,
+                strategy=verdict.strategy,
+            )
+        result = CriticResult(
+            **step_result_fields(cmd, run),
+            verdict=verdict.verdict,
+            confidence=verdict.confidence,
+            scores=scores,
+            strategy=verdict.strategy,
+            rewritten_query=verdict.rewritten_query,
+            reasons=verdict.reasons,
+        )
+        await publisher.publish(
+            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
+        )
+
+    return router

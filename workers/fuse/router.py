@@ -1,0 +1,51 @@
+"""The fuse worker on the bus: `rag.cmd.fuse` in, `rag.res.fuse` out."""
+
+from __future__ import annotations
+
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsRouter
+
+from contracts.commands import FuseCommand
+from contracts.enums import Phase, Step
+from contracts.results import FuseResult
+from contracts.subjects import STREAM_RES, res_subject
+from infra.bus import step_consumer, subscriber_kwargs
+from infra.resources import Resources
+from infra.worker_runtime import error_policy, phase, step_result_fields
+from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
+
+
+def create_router(resources: Resources) -> NatsRouter:
+    bus, settings = resources.bus, resources.settings
+    router = NatsRouter(
+        middlewares=[error_policy(bus, settings, report_failures=True)],
+        ack_policy=AckPolicy.MANUAL,
+    )
+    publisher = router.publisher(
+        res_subject(Step.FUSE), stream=JStream(STREAM_RES, declare=False), schema=FuseResult
+    )
+
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.FUSE), settings))
+    async def fuse(cmd: FuseCommand) -> None:
+        """Fuse the channels' rankings with the intent's weights."""
+        async with phase(bus, cmd, Phase.FUSION) as run:
+            weights = effective_weights(cmd.weights, cmd.results)
+            chunks = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=cmd.top_k)
+            counts = channel_counts(cmd.results)
+            run.metadata.update(
+                effective_weights={c.value: round(w, 4) for c, w in weights.items()},
+                counts={c.value: n for c, n in counts.items()},
+                fused=len(chunks),
+            )
+        result = FuseResult(
+            **step_result_fields(cmd, run),
+            chunks=chunks,
+            effective_weights=weights,
+            channel_counts=counts,
+            channel_samples=channel_samples(cmd.results),
+        )
+        await publisher.publish(
+            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
+        )
+
+    return router

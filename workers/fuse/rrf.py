@@ -1,0 +1,95 @@
+"""Intent-weighted reciprocal rank fusion.
+
+`score(chunk) = Σ_c w_c / (k + rank_c(chunk))` over the channels that ranked the chunk,
+with `w_c` the *effective* weights: a channel that returned nothing (failed, timed out,
+or simply empty) gives its weight to the others in proportion, so the fused scores keep
+the intent's balance between the channels that did answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from contracts.enums import Channel
+from contracts.models import RetrievedChunk
+
+Weights = Mapping[Channel, float]
+ChannelResults = Mapping[Channel, Sequence[RetrievedChunk]]
+
+SAMPLES_PER_CHANNEL = 3
+
+
+def effective_weights(weights: Weights, results: ChannelResults) -> dict[Channel, float]:
+    """Weights renormalised over the channels that returned results (all zero if none did).
+
+    When every answering channel had weight 0 (a summary profile with only sparse hits,
+    say), they share equally: some evidence beats none.
+    """
+    answering = [c for c in Channel if results.get(c)]
+    out = dict.fromkeys(Channel, 0.0)
+    if not answering:
+        return out
+    total = sum(max(weights.get(c, 0.0), 0.0) for c in answering)
+    for channel in answering:
+        if total > 0:
+            out[channel] = max(weights.get(channel, 0.0), 0.0) / total
+        else:
+            out[channel] = 1.0 / len(answering)
+    return out
+
+
+def _merge(kept: RetrievedChunk, other: RetrievedChunk) -> RetrievedChunk:
+    """Fill the best-ranked copy's empty descriptive fields from another channel's copy."""
+    updates = {
+        name: getattr(other, name)
+        for name in ("title", "source")
+        if not getattr(kept, name) and getattr(other, name)
+    }
+    return kept.model_copy(update=updates) if updates else kept
+
+
+def weighted_rrf(
+    results: ChannelResults, weights: Weights, *, k: int = 60, top_k: int
+) -> list[RetrievedChunk]:
+    """Fuse the channels' rankings into one list of at most `top_k` chunks, best first.
+
+    A chunk found by several channels appears once, with `channels = {channel: rank}`
+    for each of them, `score` = its fused score and `rank` = its 1-based fused rank.
+    """
+    eff = effective_weights(weights, results)
+    scores: dict[str, float] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    best: dict[str, tuple[int, RetrievedChunk]] = {}
+
+    for channel in Channel:
+        seen: set[str] = set()
+        for position, chunk in enumerate(results.get(channel, ()), start=1):
+            if chunk.chunk_id in seen:  # a channel that repeats itself counts once
+                continue
+            seen.add(chunk.chunk_id)
+            scores[chunk.chunk_id] = scores.get(chunk.chunk_id, 0.0) + eff[channel] / (k + position)
+            ranks.setdefault(chunk.chunk_id, {})[channel.value] = position
+            previous = best.get(chunk.chunk_id)
+            if previous is None:
+                best[chunk.chunk_id] = (position, chunk)
+            elif position < previous[0]:
+                best[chunk.chunk_id] = (position, _merge(chunk, previous[1]))
+            else:
+                best[chunk.chunk_id] = (previous[0], _merge(previous[1], chunk))
+
+    order = sorted(scores, key=lambda cid: (-scores[cid], best[cid][0], cid))
+    return [
+        best[cid][1].model_copy(update={"score": scores[cid], "rank": rank, "channels": ranks[cid]})
+        for rank, cid in enumerate(order[:top_k], start=1)
+    ]
+
+
+def channel_counts(results: ChannelResults) -> dict[Channel, int]:
+    return {channel: len(results.get(channel, ())) for channel in Channel}
+
+
+def channel_samples(
+    results: ChannelResults, n: int = SAMPLES_PER_CHANNEL
+) -> dict[Channel, list[str]]:
+    """The first chunk ids of each channel, so a caller can see what each one contributed."""
+    return {channel: [c.chunk_id for c in results.get(channel, ())[:n]] for channel in Channel}

@@ -1,0 +1,113 @@
+"""Ingest worker: documents of a job in, indexed chunks and progress events out.
+
+Failures are per document: a document that cannot be indexed is counted as failed (with
+its reason) and the job goes on. Only store hiccups are retried, and a document that is
+still failing on its last delivery is counted as failed too, so every job completes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faststream import AckPolicy
+from faststream.nats import NatsRouter
+from faststream.nats.annotations import NatsMessage
+
+from contracts import subjects as sj
+from contracts.ingest import (
+    IngestDocument,
+    IngestJobSealed,
+    IngestMessage,
+    IngestProgress,
+    IngestProgressData,
+)
+from infra.bus import INGEST_WORKER, subscriber_kwargs
+from infra.errors import is_transient
+from infra.logging import get_logger
+from infra.resources import Resources
+from infra.worker_runtime import delivery_count, error_policy
+from workers.ingest.indexer import index_document
+from workers.ingest.jobs import COUNTERS, JobTracker, read_job
+
+__all__ = ["create_router", "read_job"]
+
+log = get_logger(__name__)
+
+
+def create_router(resources: Resources) -> NatsRouter:
+    settings, bus = resources.settings, resources.bus
+    router = NatsRouter(
+        middlewares=[error_policy(bus, settings, report_failures=False)],
+        ack_policy=AckPolicy.MANUAL,
+    )
+    tracker: JobTracker | None = None
+
+    def jobs() -> JobTracker:
+        nonlocal tracker
+        if tracker is None:
+            tracker = JobTracker(resources.redis(), settings.state_ttl_s)
+        return tracker
+
+    async def publish_progress(
+        job_id: str, document_id: str | None = None, error: str | None = None
+    ) -> dict[str, Any]:
+        state = await read_job(resources.redis(), job_id) or {"status": "running"}
+        counts = {name: state[name] for name in ("status", "expected", *COUNTERS) if name in state}
+        data = IngestProgressData(**counts, document_id=document_id, error=error)
+        progress = IngestProgress(request_id=job_id, data=data)
+        await bus.publish(progress, sj.ingest_events_subject(job_id), sj.STREAM_INGEST_EVENTS)
+        return state
+
+    async def on_completed(job_id: str, state: dict[str, Any]) -> None:
+        log.info("ingest_job_finished", job_id=job_id, status=state.get("status"))
+        if not state.get("documents_done"):
+            return  # nothing new in the graph
+        try:
+            encoder = await resources.encoder()
+            graph = await resources.graph()
+            await graph.recompute_communities(embed=encoder.aencode)
+        except Exception:  # communities are refreshed lazily anyway: never fail the job
+            log.exception("communities_refresh_failed", job_id=job_id)
+
+    async def on_document(message: IngestDocument, msg: NatsMessage) -> None:
+        job_id, doc = message.request_id, message.document
+        if await jobs().counted(job_id, message.event_id):
+            await publish_progress(job_id, doc.id)
+            return
+        error: str | None = None
+        try:
+            outcome = await index_document(resources, doc)
+        except Exception as exc:
+            if is_transient(exc) and delivery_count(msg) < settings.max_deliver:
+                raise  # the error policy naks with a delay
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            log.warning("ingest_document_failed", job_id=job_id, document_id=doc.id, error=error)
+            outcome = None
+        completed = await jobs().record(
+            job_id,
+            message.event_id,
+            "failed" if outcome is None else outcome.status,
+            chunks=outcome.chunks if outcome else 0,
+            entities=outcome.entities if outcome else 0,
+            document_id=doc.id,
+            error=error or "",
+        )
+        state = await publish_progress(job_id, doc.id, error)
+        if completed:
+            await on_completed(job_id, state)
+
+    async def on_sealed(message: IngestJobSealed) -> None:
+        job_id = message.request_id
+        completed = await jobs().seal(job_id, message.expected, message.duplicates)
+        state = await publish_progress(job_id)
+        if completed:
+            await on_completed(job_id, state)
+
+    @router.subscriber(**subscriber_kwargs(INGEST_WORKER, settings), title="ingest")
+    async def ingest(message: IngestMessage, msg: NatsMessage) -> None:
+        if isinstance(message, IngestJobSealed):
+            await on_sealed(message)
+        else:
+            await on_document(message, msg)
+
+    return router

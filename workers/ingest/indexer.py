@@ -1,0 +1,75 @@
+"""Index one document: chunk, embed (dense + sparse), extract entities, write both stores.
+
+Idempotent by construction: chunk ids are deterministic and each store replaces a document
+as a whole, so redoing a document after a crash is harmless. The Qdrant write goes last
+because its content hash is what marks the document as indexed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+import neo4j.exceptions
+from qdrant_client.http.exceptions import ResponseHandlingException
+
+from contracts.ingest import DocumentIn
+from infra.entities import Entity, extract_entities
+from infra.errors import TransientError
+from infra.resources import Resources
+from infra.text import Chunk, SparseEncoder, SparseVec, chunk_document
+
+_SPARSE = SparseEncoder()
+
+STORE_HICCUPS: tuple[type[BaseException], ...] = (
+    ResponseHandlingException,
+    httpx.TransportError,
+    neo4j.exceptions.ServiceUnavailable,
+    neo4j.exceptions.SessionExpired,
+    neo4j.exceptions.TransientError,
+)
+"""Store errors worth another delivery: the server was away, not the document wrong."""
+
+
+class DocumentRejected(Exception):
+    """The document itself cannot be indexed; retrying would not help."""
+
+
+@dataclass(frozen=True)
+class IndexOutcome:
+    status: Literal["done", "unchanged"]
+    chunks: int = 0
+    entities: int = 0
+
+
+def _analyse(chunks: list[Chunk]) -> tuple[list[SparseVec], list[list[Entity]]]:
+    sparse = [_SPARSE.encode_document(chunk.embedding_text) for chunk in chunks]
+    entities = [extract_entities(chunk.text) for chunk in chunks]
+    return sparse, entities
+
+
+async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
+    settings = resources.settings
+    try:
+        encoder = await resources.encoder()
+        vectors = await resources.vectors()
+        graph = await resources.graph()
+        content_hash = doc.content_hash()
+        stored = await asyncio.to_thread(vectors.document_hash, doc.namespace, doc.id)
+        if stored == content_hash:
+            return IndexOutcome("unchanged")
+        chunks = chunk_document(doc, settings.chunk_chars, settings.chunk_overlap_chars)
+        if not chunks:
+            raise DocumentRejected("the document has no text to index")
+        dense = await encoder.aencode([chunk.embedding_text for chunk in chunks])
+        sparse, entities = await asyncio.to_thread(_analyse, chunks)
+        await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
+        await asyncio.to_thread(
+            vectors.upsert_chunks, doc.namespace, chunks, dense, sparse, content_hash
+        )
+    except STORE_HICCUPS as exc:
+        raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+    distinct = {entity.norm for found in entities for entity in found}
+    return IndexOutcome("done", chunks=len(chunks), entities=len(distinct))

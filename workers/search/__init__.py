@@ -1,0 +1,93 @@
+"""Search worker: one durable consumer per retrieval channel, one result per command.
+
+The subscriber looks its channel function up on `channels` at call time, so a test (or an
+operator's patch) can replace one channel without rebuilding the router.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsRouter
+
+from contracts import subjects as sj
+from contracts.commands import SearchCommand
+from contracts.enums import CHANNEL_PHASE, Channel, Step
+from contracts.models import RetrievedChunk
+from contracts.results import SearchResult
+from infra.bus import MSG_ID_HEADER, step_consumer, subscriber_kwargs
+from infra.errors import PoisonMessage
+from infra.logging import get_logger
+from infra.resources import Resources
+from infra.worker_runtime import error_policy, phase, step_result_fields
+from workers.search import channels
+
+log = get_logger(__name__)
+
+ChannelSearch = Callable[[Resources, SearchCommand], Awaitable[list[RetrievedChunk]]]
+
+CHANNEL_FUNCTIONS: dict[Channel, str] = {
+    Channel.VECTOR: "search_vector",
+    Channel.SPARSE: "search_sparse",
+    Channel.GRAPH_LOCAL: "search_graph_local",
+    Channel.GRAPH_GLOBAL: "search_graph_global",
+}
+
+
+def result_event_id(cmd: SearchCommand) -> str:
+    """Derived from the command, so a redelivered command's second answer is dropped by the
+    broker's duplicate window instead of reaching the orchestrator twice."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"ragbus/result/{cmd.event_id}").hex
+
+
+def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChunk]:
+    """1-based ranks, recorded under the channel's name for fusion."""
+    return [
+        chunk.model_copy(update={"rank": rank, "channels": {channel.value: rank}})
+        for rank, chunk in enumerate(chunks, start=1)
+    ]
+
+
+def create_router(resources: Resources) -> NatsRouter:
+    settings, bus = resources.settings, resources.bus
+    router = NatsRouter(
+        middlewares=[error_policy(bus, settings, report_failures=True)],
+        ack_policy=AckPolicy.MANUAL,
+    )
+
+    def register(channel: Channel) -> None:
+        publisher = router.publisher(
+            sj.res_subject(Step.SEARCH, channel),
+            stream=JStream(sj.STREAM_RES, declare=False),
+            schema=SearchResult,
+            title=f"search.{channel.value}.result",
+        )
+
+        async def handle(cmd: SearchCommand) -> None:
+            if cmd.channel is not channel:
+                raise PoisonMessage(f"a {cmd.channel} command on the {channel} subject")
+            search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
+            async with phase(bus, cmd, CHANNEL_PHASE[channel], channel=channel.value) as run:
+                chunks = ranked(await search(resources, cmd), channel)[: cmd.top_k]
+                run.metadata["count"] = len(chunks)
+            result = SearchResult(
+                **step_result_fields(cmd, run),
+                event_id=result_event_id(cmd),
+                channel=channel,
+                chunks=chunks,
+            )
+            await publisher.publish(
+                result.model_dump(mode="json"), headers={MSG_ID_HEADER: result.event_id}
+            )
+
+        handle.__name__ = f"search_{channel.value}"
+        router.subscriber(
+            **subscriber_kwargs(step_consumer(Step.SEARCH, channel), settings),
+            title=f"search.{channel.value}",
+        )(handle)
+
+    for channel in Channel:
+        register(channel)
+    return router

@@ -1,0 +1,111 @@
+"""Tools the agent may call: a name, a JSON-Schema for its arguments, an async handler.
+
+Arguments are validated against the schema before a handler ever runs, and `call`
+never raises for a tool's own failure: the caller always gets a `ToolOutcome`, with
+`ok=False` and a sentence saying what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.models import ToolCall, ToolOutcome
+from infra.logging import get_logger
+from workers.tool.schema import validate
+
+log = get_logger(__name__)
+
+ToolHandler = Callable[..., Awaitable[str]]
+"""Called with the validated arguments as keywords; returns the tool's output text."""
+
+
+class ToolError(Exception):
+    """A tool's expected failure (bad input, domain error): its message goes to the caller."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: ToolHandler
+
+    def openai_schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ToolRegistry:
+    def __init__(self, timeout_s: float = 10.0) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.timeout_s = timeout_s
+
+    def add(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        return tool
+
+    def register(
+        self, name: str, *, description: str, parameters: dict[str, Any]
+    ) -> Callable[[ToolHandler], ToolHandler]:
+        """Decorator: `@registry.register("calculator", description=..., parameters=...)`."""
+
+        def decorate(handler: ToolHandler) -> ToolHandler:
+            self.add(Tool(name, description, parameters, handler))
+            return handler
+
+        return decorate
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def openai_schema(self) -> list[dict[str, Any]]:
+        """The tools in the OpenAI `tools=[...]` format, for an LLM generator to offer."""
+        return [self._tools[name].openai_schema() for name in self.names]
+
+    async def call(self, call: ToolCall) -> ToolOutcome:
+        t0 = time.perf_counter()
+
+        def outcome(ok: bool, output: str = "", error: str | None = None) -> ToolOutcome:
+            return ToolOutcome(
+                call_id=call.id,
+                name=call.name,
+                ok=ok,
+                output=output,
+                error=error,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+            )
+
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return outcome(
+                False, error=f"unknown tool '{call.name}' (known: {', '.join(self.names)})"
+            )
+        problems = validate(call.arguments, tool.parameters)
+        if problems:
+            return outcome(False, error="invalid arguments: " + "; ".join(problems))
+        try:
+            output = await asyncio.wait_for(tool.handler(**call.arguments), self.timeout_s)
+        except ToolError as exc:
+            return outcome(False, error=str(exc))
+        except TimeoutError:
+            return outcome(False, error=f"{call.name} took longer than {self.timeout_s:g} s")
+        except Exception as exc:  # a bug in a tool must not take the worker down
+            log.exception("tool_crashed", tool=call.name)
+            return outcome(False, error=f"{call.name} failed unexpectedly: {type(exc).__name__}")
+        return outcome(True, output=output)

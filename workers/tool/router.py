@@ -1,0 +1,69 @@
+"""The tool worker on the bus: `rag.cmd.tool` in, `rag.res.tool` out."""
+
+from __future__ import annotations
+
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsRouter
+
+from contracts.commands import ToolCommand
+from contracts.enums import Phase, Step
+from contracts.models import ToolOutcome
+from contracts.results import ToolResult
+from contracts.subjects import STREAM_RES, res_subject
+from infra.bus import step_consumer, subscriber_kwargs
+from infra.resources import Resources
+from infra.worker_runtime import error_policy, phase, step_result_fields
+from workers.tool.calculator import register_calculator
+from workers.tool.planner import plan_calls
+from workers.tool.registry import ToolRegistry
+
+
+def default_registry(timeout_s: float = 10.0) -> ToolRegistry:
+    registry = ToolRegistry(timeout_s=timeout_s)
+    register_calculator(registry)
+    return registry
+
+
+async def run_tools(registry: ToolRegistry, cmd: ToolCommand) -> list[ToolOutcome]:
+    """The explicit calls in order, or the planned one; a query with nothing to compute
+    gets one failed outcome that says so, never an empty list the generator must guess at."""
+    calls = cmd.calls or plan_calls(cmd.query)
+    if not calls:
+        return [
+            ToolOutcome(
+                call_id="plan",
+                name="planner",
+                ok=False,
+                error="no calculation found in the question",
+            )
+        ]
+    return [await registry.call(call) for call in calls]
+
+
+def create_router(resources: Resources, registry: ToolRegistry | None = None) -> NatsRouter:
+    bus, settings = resources.bus, resources.settings
+    tools = registry or default_registry(timeout_s=settings.tool_timeout_s / 2)
+    router = NatsRouter(
+        middlewares=[error_policy(bus, settings, report_failures=True)],
+        ack_policy=AckPolicy.MANUAL,
+    )
+    publisher = router.publisher(
+        res_subject(Step.TOOL), stream=JStream(STREAM_RES, declare=False), schema=ToolResult
+    )
+
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.TOOL), settings))
+    async def execute(cmd: ToolCommand) -> None:
+        """Run the requested (or planned) tool calls; tool errors become failed outcomes."""
+        async with phase(bus, cmd, Phase.TOOL_EXECUTION, planned=not cmd.calls) as run:
+            outcomes = await run_tools(tools, cmd)
+            run.metadata.update(
+                calls=[o.name for o in outcomes],
+                ok=sum(o.ok for o in outcomes),
+                failed=sum(not o.ok for o in outcomes),
+            )
+        result = ToolResult(**step_result_fields(cmd, run), outcomes=outcomes)
+        await publisher.publish(
+            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
+        )
+
+    return router
