@@ -7,6 +7,7 @@ silently ignores `filter_subjects`, so each consumer gets exactly one `filter_su
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +140,15 @@ def subscriber_kwargs(spec: ConsumerSpec, settings: Settings) -> dict[str, Any]:
 
 
 def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
-    return NatsBroker(settings.nats_url, name=name, graceful_timeout=10.0)
+    """FastStream's per-message access lines go to a stdlib logger at DEBUG: our own
+    structlog events already say what happened to each message, with its request_id."""
+    return NatsBroker(
+        settings.nats_url,
+        name=name,
+        graceful_timeout=10.0,
+        logger=logging.getLogger("ragbus.broker"),
+        log_level=logging.DEBUG,
+    )
 
 
 class Bus:

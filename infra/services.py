@@ -121,22 +121,20 @@ def _wait_until(
     raise ServiceError(f"{what} did not become ready within {timeout:.0f}s")
 
 
+NATS_MAX_PAYLOAD = 8 * 1024 * 1024
+"""A document message may carry up to 2 M characters; the server default is 1 MB."""
+
+
 def start_nats(port: int, store_dir: Path) -> LocalService:
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
+    config = store_dir / "nats-server.conf"
+    config.write_text(
+        f"host: 127.0.0.1\nport: {port}\nmax_payload: {NATS_MAX_PAYLOAD}\n"
+        f'jetstream {{ store_dir: "{store_dir}" }}\n'
+    )
     process = subprocess.Popen(
-        [
-            _binary("nats-server"),
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-sd",
-            str(store_dir),
-            "-l",
-            str(log_path),
-        ],
+        [_binary("nats-server"), "-c", str(config), "-l", str(log_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

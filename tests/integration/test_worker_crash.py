@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -44,13 +45,14 @@ def spawn_worker(
     return subprocess.Popen(cmd, cwd=ROOT, env=env)
 
 
-def wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+async def wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Poll without blocking the loop: the in-process stack must keep running meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
             return
         assert process.poll() is None, f"worker exited early with {process.returncode}"
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     raise AssertionError(f"{path.name} did not appear")
 
 
@@ -73,7 +75,7 @@ async def test_worker_killed_holding_a_message_the_request_still_completes_once(
             await ingest_and_wait(runtime)
             wedged = spawn_worker(settings, "fuse", tmp_path / "ready-1", tmp_path / "holding")
             processes.append(wedged)
-            wait_for(tmp_path / "ready-1", wedged)
+            await wait_for(tmp_path / "ready-1", wedged)
             async with serving_api(runtime) as url, httpx.AsyncClient(base_url=url) as http:
                 response = await http.post(
                     "/v1/queries", json={"query": "Who sculpted the Colossus of Rhodes?"}
@@ -81,13 +83,13 @@ async def test_worker_killed_holding_a_message_the_request_still_completes_once(
                 assert response.status_code == 202
                 request_id = response.json()["request_id"]
 
-                wait_for(tmp_path / "holding", wedged)
+                await wait_for(tmp_path / "holding", wedged)
                 wedged.send_signal(signal.SIGKILL)
                 assert wedged.wait(10) == -signal.SIGKILL
 
                 restarted = spawn_worker(settings, "fuse", tmp_path / "ready-2")
                 processes.append(restarted)
-                wait_for(tmp_path / "ready-2", restarted)
+                await wait_for(tmp_path / "ready-2", restarted)
 
                 events = await read_events(http, f"/v1/queries/{request_id}/events", timeout=150)
                 kinds = [e.event for e in events]
