@@ -30,7 +30,7 @@ class StepResult(Envelope):
 class ClassifyResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.classify"] = "res.classify"  # type: ignore[assignment]
+    type: Literal["res.classify"] = "res.classify"
     step: Literal["classify"] = "classify"
     intent: Intent
     confidence: float = Field(ge=0.0, le=1.0)
@@ -42,7 +42,7 @@ class ClassifyResult(StepResult):
 class SearchResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.search"] = "res.search"  # type: ignore[assignment]
+    type: Literal["res.search"] = "res.search"
     step: Literal["search"] = "search"
     chunks: list[RetrievedChunk] = Field(default_factory=list)
 
@@ -50,7 +50,7 @@ class SearchResult(StepResult):
 class FuseResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.fuse"] = "res.fuse"  # type: ignore[assignment]
+    type: Literal["res.fuse"] = "res.fuse"
     step: Literal["fuse"] = "fuse"
     chunks: list[RetrievedChunk] = Field(default_factory=list)
     effective_weights: dict[Channel, float] = Field(default_factory=dict)
@@ -61,7 +61,7 @@ class FuseResult(StepResult):
 class GenerateResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.generate"] = "res.generate"  # type: ignore[assignment]
+    type: Literal["res.generate"] = "res.generate"
     step: Literal["generate"] = "generate"
     answer: str = ""
     citations: dict[int, str] = Field(default_factory=dict, description="n -> chunk_id")
@@ -72,7 +72,7 @@ class GenerateResult(StepResult):
 class CriticResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.critic"] = "res.critic"  # type: ignore[assignment]
+    type: Literal["res.critic"] = "res.critic"
     step: Literal["critic"] = "critic"
     verdict: Literal["accept", "retry"]
     confidence: float = Field(ge=0.0, le=1.0)
@@ -85,7 +85,7 @@ class CriticResult(StepResult):
 class ToolResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.tool"] = "res.tool"  # type: ignore[assignment]
+    type: Literal["res.tool"] = "res.tool"
     step: Literal["tool"] = "tool"
     outcomes: list[ToolOutcome] = Field(default_factory=list)
 
@@ -95,7 +95,7 @@ class StepFailure(StepResult):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.failed"] = "res.failed"  # type: ignore[assignment]
+    type: Literal["res.failed"] = "res.failed"
     status: StepStatus = StepStatus.FAILED
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from faststream import BaseMiddleware
 from faststream.message import StreamMessage
+from faststream.nats.message import NatsMessage
 from pydantic import ValidationError
 
 from contracts import subjects as sj
@@ -122,6 +123,14 @@ async def report_step_failure(bus: Bus, msg: StreamMessage[Any], subject: str, e
     await bus.publish(failure, result_subject, sj.STREAM_RES)
 
 
+async def _nack(msg: StreamMessage[Any], delay: float) -> None:
+    """Ask JetStream for redelivery after `delay` (plain nack outside JetStream)."""
+    if isinstance(msg, NatsMessage):
+        await msg.nack(delay=delay)
+    else:
+        await msg.nack()
+
+
 async def _keep_alive(msg: StreamMessage[Any], every_s: float) -> None:
     """Tell JetStream the message is still being worked on, so a long step is not redelivered
     to another replica; a dead process stops sending this, and redelivery follows."""
@@ -162,7 +171,7 @@ def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type
             if is_transient(exc) and deliveries < settings.max_deliver:
                 log.warning("step_retry", subject=subject, deliveries=deliveries, error=error)
                 MESSAGES.labels(subject=subject, outcome="retry").inc()
-                await msg.nack(delay=settings.retry_delay_s * deliveries)
+                await _nack(msg, settings.retry_delay_s * deliveries)
                 return
             if isinstance(exc, ValidationError | PoisonMessage):
                 reason = "poison"
@@ -180,7 +189,7 @@ def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type
                 Exception
             ) as publish_exc:  # the broker itself is failing: let JetStream redeliver
                 log.error("dead_letter_failed", subject=subject, error=str(publish_exc))
-                await msg.nack(delay=settings.retry_delay_s)
+                await _nack(msg, settings.retry_delay_s)
                 return
             await msg.ack()
 

@@ -215,4 +215,4 @@ class StateStore:
 
     async def pending_outbox(self, request_id: str) -> list[OutboxEntry]:
         raw = await self.redis.hgetall(outbox_key(request_id))
-        return [OutboxEntry.from_json(str(event_id), text) for event_id, text in raw.items()]
+        return [OutboxEntry.from_json(str(eid), str(text)) for eid, text in raw.items()]

@@ -49,7 +49,7 @@ async def wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float 
     """Poll without blocking the loop: the in-process stack must keep running meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists():
+        if await asyncio.to_thread(path.exists):
             return
         assert process.poll() is None, f"worker exited early with {process.returncode}"
         await asyncio.sleep(0.05)
