@@ -26,11 +26,11 @@ from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.queries import QuerySubmitted
 from infra.bus import Bus
+from infra.ingest_jobs import read_job
 from infra.ingest_producer import publish_job
 from infra.logging import get_logger
 from infra.settings import Settings
 from orchestrator.store import StateExists, StateStore
-from workers.ingest import read_job
 
 log = get_logger(__name__)
 

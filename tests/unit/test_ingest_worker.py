@@ -15,13 +15,14 @@ from nats.js.api import PubAck
 from contracts import subjects as sj
 from contracts.ingest import DocumentIn, IngestDocument, IngestJobSealed, IngestProgress
 from infra.errors import TransientError
+from infra.ingest_jobs import read_job
 from infra.ingest_producer import load_documents, publish_job
 from infra.services import LocalService
 from infra.settings import Settings
 from infra.text import SparseEncoder
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
-from workers.ingest import create_router, read_job
+from workers.ingest import create_router
 from workers.ingest import indexer as indexer_module
 
 DOCS = [

@@ -23,13 +23,13 @@ from contracts.ingest import (
 )
 from infra.bus import INGEST_WORKER, subscriber_kwargs
 from infra.errors import is_transient
+from infra.ingest_jobs import COUNTERS, JobTracker, read_job
 from infra.logging import get_logger
 from infra.resources import Resources
 from infra.worker_runtime import delivery_count, error_policy
 from workers.ingest.indexer import index_document
-from workers.ingest.jobs import COUNTERS, JobTracker, read_job
 
-__all__ = ["create_router", "read_job"]
+__all__ = ["create_router"]
 
 log = get_logger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from contracts.models import ToolCall, ToolOutcome
 from infra.logging import get_logger
-from workers.tool.schema import validate
+from workers.tool.schema import check_schema, validate
 
 log = get_logger(__name__)
 
@@ -53,6 +53,7 @@ class ToolRegistry:
     def add(self, tool: Tool) -> Tool:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
+        check_schema(tool.parameters)  # a bad schema is the tool author's bug: fail at start-up
         self._tools[tool.name] = tool
         return tool
 
