@@ -18,6 +18,7 @@ from rich.console import Console
 from api.launcher import WORKER_KINDS, serve
 from contracts.enums import Intent
 from infra.logging import configure_logging
+from infra.services import ServiceError
 from infra.settings import Settings
 
 app = typer.Typer(
@@ -71,7 +72,11 @@ def _interactive_logging(settings: Settings, verbose: bool) -> None:
 def _serve(*, api: bool, orchestrator: bool, workers: tuple[str, ...]) -> None:
     settings = Settings()
     _server_logging(settings)
-    asyncio.run(serve(settings, api=api, orchestrator=orchestrator, workers=workers))
+    try:
+        asyncio.run(serve(settings, api=api, orchestrator=orchestrator, workers=workers))
+    except ServiceError as exc:  # a missing or broken local service: say so, no traceback
+        typer.secho(f"ragbus: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from exc
 
 
 @app.command()

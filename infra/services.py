@@ -126,6 +126,7 @@ NATS_MAX_PAYLOAD = 8 * 1024 * 1024
 
 
 def start_nats(port: int, store_dir: Path) -> LocalService:
+    store_dir = store_dir.resolve()
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
     config = store_dir / "nats-server.conf"
@@ -146,6 +147,7 @@ def start_nats(port: int, store_dir: Path) -> LocalService:
 
 
 def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalService:
+    data_dir = data_dir.resolve()  # redis-server chdirs to --dir before opening its log file
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "redis-server.log"
     persistence = (
