@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     )
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode.")
     qdrant_api_key: str | None = Field(None, description="API key for a Qdrant server.")
+    qdrant_collection_prefix: str = Field(
+        "ragbus_", description="Collection name prefix (one collection per namespace)."
+    )
     neo4j_uri: str | None = Field(None, description="Neo4j bolt URI; unset = embedded graph.")
     neo4j_user: str = Field("neo4j", description="Neo4j user.")
     neo4j_password: str = Field("neo4j", description="Neo4j password.")

@@ -28,12 +28,7 @@ log = get_logger(__name__)
 
 DENSE = "dense"
 SPARSE = "sparse"
-COLLECTION_PREFIX = "ragbus_"
 UPSERT_BATCH = 256
-
-
-def collection_name(namespace: str) -> str:
-    return COLLECTION_PREFIX + namespace
 
 
 def _by_document(document_id: str) -> qm.Filter:
@@ -46,16 +41,17 @@ class VectorStore:
     """Synchronous on purpose: callers run it in `asyncio.to_thread`. One lock guards the
     client because local mode is not thread-safe."""
 
-    def __init__(self, client: QdrantClient, dim: int) -> None:
+    def __init__(self, client: QdrantClient, dim: int, prefix: str = "ragbus_") -> None:
         self._client = client
         self._dim = dim
+        self._prefix = prefix
         self._lock = threading.Lock()
         self._known: set[str] = set()
 
     # ---------------------------------------------------------------- collections
 
     def _exists(self, namespace: str) -> bool:
-        name = collection_name(namespace)
+        name = self.collection_name(namespace)
         if name in self._known:
             return True
         if self._client.collection_exists(name):
@@ -64,7 +60,7 @@ class VectorStore:
         return False
 
     def _ensure(self, namespace: str) -> str:
-        name = collection_name(namespace)
+        name = self.collection_name(namespace)
         if not self._exists(namespace):
             self._client.create_collection(
                 name,
@@ -83,11 +79,15 @@ class VectorStore:
         if not self._exists(namespace):
             return None
         records = self._client.retrieve(
-            collection_name(namespace),
+            self.collection_name(namespace),
             ids=[chunk_id_for(namespace, document_id, 0)],
             with_payload=["content_hash", "chunk_count"],
         )
         return dict(records[0].payload or {}) if records else None
+
+    def collection_name(self, namespace: str) -> str:
+        """One collection per namespace: a payload filter costs ~70 ms a query in local mode."""
+        return self._prefix + namespace
 
     def upsert_chunks(
         self,
@@ -143,7 +143,7 @@ class VectorStore:
         with self._lock:
             if not self._exists(namespace):
                 return 0
-            name = collection_name(namespace)
+            name = self.collection_name(namespace)
             first = self._first_payload(namespace, document_id)
             if first is not None and first.get("chunk_count"):
                 ids = [chunk_id_for(namespace, document_id, i) for i in range(first["chunk_count"])]
@@ -174,7 +174,7 @@ class VectorStore:
                 if not self._exists(namespace):
                     continue
                 response = self._client.query_points(
-                    collection_name(namespace),
+                    self.collection_name(namespace),
                     query=query,
                     using=using,
                     limit=top_k,
@@ -208,7 +208,7 @@ class VectorStore:
         with self._lock:
             if not self._exists(namespace):
                 return 0
-            return self._client.count(collection_name(namespace), exact=True).count
+            return self._client.count(self.collection_name(namespace), exact=True).count
 
     def ping(self) -> bool:
         try:
@@ -246,4 +246,4 @@ def open_vector_store(settings: Settings, dim: int) -> VectorStore:
         settings.qdrant_path.mkdir(parents=True, exist_ok=True)
         client = QdrantClient(path=str(settings.qdrant_path))
         log.info("qdrant_local", path=str(settings.qdrant_path))
-    return VectorStore(client, dim)
+    return VectorStore(client, dim, settings.qdrant_collection_prefix)

@@ -1,13 +1,20 @@
-"""Qdrant local mode: dense + sparse, namespaces as collections, replace, delete, reopen."""
+"""The vector store: dense + sparse, namespaces as collections, replace, delete, reopen.
+
+Runs against Qdrant local mode always, and against a Qdrant server when
+`RAGBUS_TEST_QDRANT_URL` points at one (collections get a unique prefix and are removed).
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from qdrant_client import QdrantClient
 
 from contracts.ingest import DocumentIn
 from infra.settings import Settings
@@ -36,9 +43,25 @@ def _index(store: VectorStore, doc: DocumentIn, chunk_chars: int = 200) -> int:
     return len(chunks)
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
+@pytest.fixture(params=["local", "server"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    if request.param == "local":
+        yield Settings(data_dir=tmp_path)
+        return
+    url = os.environ.get("RAGBUS_TEST_QDRANT_URL")
+    if not url:
+        pytest.skip("Qdrant server tests need RAGBUS_TEST_QDRANT_URL (none on this machine)")
+    prefix = f"ragbus_test_{uuid.uuid4().hex[:8]}_"
+    client = QdrantClient(url=url)
+    try:
+        client.get_collections()
+    except Exception as exc:
+        pytest.skip(f"Qdrant at {url} is not reachable: {exc}")
+    yield Settings(data_dir=tmp_path, qdrant_url=url, qdrant_collection_prefix=prefix)
+    for collection in client.get_collections().collections:
+        if collection.name.startswith(prefix):
+            client.delete_collection(collection.name)
+    client.close()
 
 
 @pytest.fixture
