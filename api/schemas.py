@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from contracts.enums import Intent, RequestStatus
 from contracts.events import AnswerData, ErrorData
-from contracts.ingest import DocumentIn
+from contracts.ingest import DocumentIn, JobCounts
 from contracts.queries import MAX_QUERY_CHARS, NAMESPACE_PATTERN
 
 MAX_DOCUMENTS_PER_CALL = 1000
@@ -98,18 +98,12 @@ class IngestAccepted(BaseModel):
     status_url: str
 
 
-class JobView(BaseModel):
+class JobView(JobCounts):
     """An ingest job's progress as the ingest workers record it."""
 
+    model_config = ConfigDict(extra="ignore")
+
     job_id: str
-    status: Literal["running", "completed", "failed"]
-    expected: int | None = None
-    documents_done: int = 0
-    documents_failed: int = 0
-    documents_unchanged: int = 0
-    duplicates: int = 0
-    chunks: int = 0
-    entities: int = 0
     errors: dict[str, str] = Field(
         default_factory=dict, description="document id -> why it could not be indexed"
     )

@@ -52,7 +52,9 @@ IngestMessage = Annotated[IngestDocument | IngestJobSealed, Field(discriminator=
 ingest_message_adapter: TypeAdapter[IngestMessage] = TypeAdapter(IngestMessage)
 
 
-class IngestProgressData(BaseModel):
+class JobCounts(BaseModel):
+    """Where an ingest job stands: what progress events carry and the API reports."""
+
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["running", "completed", "failed"]
@@ -63,6 +65,9 @@ class IngestProgressData(BaseModel):
     duplicates: int = 0
     chunks: int = 0
     entities: int = 0
+
+
+class IngestProgressData(JobCounts):
     document_id: str | None = None
     error: str | None = None
 

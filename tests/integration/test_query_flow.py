@@ -201,3 +201,37 @@ async def test_unknown_and_malformed_request_ids(http: httpx.AsyncClient) -> Non
     assert (await http.get("/v1/queries/no-such-request/events")).status_code == 404
     malformed = await http.get("/v1/queries/bad.id*>")
     assert 400 <= malformed.status_code < 500
+
+
+async def test_documents_posted_over_http_are_indexed_and_answerable(
+    http: httpx.AsyncClient,
+) -> None:
+    document = {
+        "id": "mausoleum",
+        "title": "The Mausoleum at Halicarnassus",
+        "text": "The Mausoleum at Halicarnassus was the tomb of Mausolus, finished in 350 BC. "
+        "Artemisia II of Caria commissioned the Mausoleum after Mausolus died.",
+    }
+    response = await http.post("/v1/documents", json={"documents": [document]})
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    job: dict[str, Any] = {}
+    for _ in range(300):
+        job = (await http.get(f"/v1/ingest/{job_id}")).json()
+        if job["status"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert job["status"] == "completed", job
+    assert job["documents_done"] == 1
+    assert job["chunks"] >= 1
+
+    again = await http.post("/v1/documents", json={"documents": [document]})
+    assert again.json()["duplicates"] == 1, "a re-sent document is dropped by the broker"
+
+    response = await http.post(
+        "/v1/queries", json={"query": "Who commissioned the Mausoleum at Halicarnassus?"}
+    )
+    events = await read_events(http, response.json()["events_url"])
+    answer = next(e for e in events if e.event == "answer").data["data"]
+    assert "mausoleum" in {c["document_id"] for c in answer["citations"].values()}
+    assert (await http.get("/v1/ingest/no-such-job")).status_code == 404
