@@ -227,6 +227,64 @@ def bench(
     console.print(f"wrote {out}")
 
 
+@app.command("eval")
+def eval_command(
+    beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],
+    split: Annotated[str, typer.Option(help="qrels/<split>.tsv to score.")] = "test",
+    namespace: Annotated[str | None, typer.Option(help="Default: the directory's name.")] = None,
+    skip_ingest: Annotated[bool, typer.Option(help="Reuse what is already indexed.")] = False,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries.")] = None,
+    out: Annotated[Path | None, typer.Option(help="JSON report.")] = None,
+    run: Annotated[Path | None, typer.Option(help="Fused ranking, TREC run format.")] = None,
+    run_channel: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=FILE: one channel's ranking, TREC run format (repeatable)."),
+    ] = None,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    verbose: Verbose = False,
+) -> None:
+    """Score retrieval on a BEIR data set through the running pipeline (nDCG@10, Recall, MRR)."""
+    from api.client import RagbusClient
+    from api.evaluation.harness import evaluate_beir
+    from api.evaluation.metrics import write_trec_run
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+
+    async def go() -> tuple[dict[str, Any], Any]:
+        async with RagbusClient(api, token=token) as client:
+            return await evaluate_beir(
+                settings,
+                client,
+                beir,
+                console,
+                split=split,
+                namespace=namespace,
+                ingest=not skip_ingest,
+                concurrency=concurrency,
+                limit=limit,
+            )
+
+    report, result = asyncio.run(go())
+    console.print_json(json.dumps(report))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if run:
+        write_trec_run(result.fused, str(run), "ragbus-fused")
+    for spec in run_channel or []:
+        name, _, path = spec.partition("=")
+        if name not in result.channels or not path:
+            errors.print(
+                f"--run-channel wants NAME=FILE with NAME one of "
+                f"{', '.join(sorted(result.channels))}; got {spec!r}"
+            )
+            raise typer.Exit(2)
+        write_trec_run(result.channels[name], path, f"ragbus-{name}")
+
+
 @app.command()
 def demo(
     question: Annotated[str, typer.Option(help="The question to ask.")] = DEMO_QUESTION,

@@ -116,9 +116,12 @@ class RagbusClient:
         top_k: int | None = None,
         namespaces: Iterable[str] | None = None,
         session_id: str | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]:
         """`{request_id, status_url, events_url}`."""
         body: dict[str, Any] = {"query": query}
+        if mode:
+            body["mode"] = mode
         if intent:
             body["intent"] = intent
         if top_k:

@@ -7,7 +7,17 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Path, Request, Response, status
+from fastapi import (
+    APIRouter,
+    Depends,
+    Header,
+    HTTPException,
+    Path,
+    Query,
+    Request,
+    Response,
+    status,
+)
 from nats.js import JetStreamContext
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -24,10 +34,10 @@ from api.schemas import (
 )
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
-from contracts.queries import QuerySubmitted
+from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
 from infra.bus import Bus
 from infra.ingest_jobs import read_job
-from infra.ingest_producer import publish_job
+from infra.ingest_producer import publish_deletion, publish_job
 from infra.logging import get_logger
 from infra.settings import Settings
 from orchestrator.store import StateExists, StateStore
@@ -67,6 +77,7 @@ async def submit_query(
         namespaces=body.namespaces or ["default"],
         intent=body.intent,
         top_k=body.top_k or settings.default_top_k,
+        mode=body.mode,
     )
     try:
         await store.create(submitted)
@@ -214,6 +225,34 @@ async def ingest_documents(
         job_id=receipt.job_id,
         accepted=receipt.accepted,
         duplicates=receipt.duplicates,
+        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
+    )
+    response.headers["Location"] = accepted.status_url
+    return accepted
+
+
+@router.delete(
+    "/documents/{document_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestAccepted,
+    summary="Remove a document's chunks, vectors and graph facts everywhere",
+)
+async def delete_document(
+    document_id: Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\s]+$")],
+    request: Request,
+    response: Response,
+    bus: BusDep,
+    namespace: Annotated[str, Query(pattern=NAMESPACE_PATTERN)] = "default",
+) -> IngestAccepted:
+    try:
+        receipt = await publish_deletion(bus, namespace, document_id)
+    except Exception as exc:
+        log.exception("ingest_publish_failed")
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
+    accepted = IngestAccepted(
+        job_id=receipt.job_id,
+        accepted=receipt.accepted,
+        duplicates=0,
         status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
     )
     response.headers["Location"] = accepted.status_url

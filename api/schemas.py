@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from contracts.enums import Intent, RequestStatus
 from contracts.events import AnswerData, ErrorData
 from contracts.ingest import DocumentIn, JobCounts
-from contracts.queries import MAX_QUERY_CHARS, NAMESPACE_PATTERN
+from contracts.queries import MAX_QUERY_CHARS, MAX_TOP_K, NAMESPACE_PATTERN, QueryMode
 
 MAX_DOCUMENTS_PER_CALL = 1000
 
@@ -54,7 +54,13 @@ class QueryRequest(BaseModel):
         description="Namespaces to search; unset means `default`.",
     )
     intent: Intent | None = Field(default=None, description="Skip classification and use this.")
-    top_k: int | None = Field(default=None, ge=1, le=50, description="Chunks given to generation.")
+    top_k: int | None = Field(
+        default=None, ge=1, le=MAX_TOP_K, description="Chunks given to generation."
+    )
+    mode: QueryMode = Field(
+        default="answer",
+        description="`retrieve` stops after fusion and returns every channel's ranking.",
+    )
 
     @field_validator("query")
     @classmethod

@@ -40,6 +40,14 @@ class IngestDocument(Envelope):
     document: DocumentIn
 
 
+class IngestDeletion(Envelope):
+    """Remove a document's chunks, vectors and graph facts everywhere. `request_id` is the job."""
+
+    type: Literal["ingest.delete"] = "ingest.delete"
+    namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
+    document_id: str = Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")
+
+
 class IngestJobSealed(Envelope):
     """Sent after the last document: how many the job holds, so completion can be known."""
 
@@ -48,7 +56,9 @@ class IngestJobSealed(Envelope):
     duplicates: int = Field(default=0, ge=0, description="re-sent copies the broker dropped")
 
 
-IngestMessage = Annotated[IngestDocument | IngestJobSealed, Field(discriminator="type")]
+IngestMessage = Annotated[
+    IngestDocument | IngestDeletion | IngestJobSealed, Field(discriminator="type")
+]
 ingest_message_adapter: TypeAdapter[IngestMessage] = TypeAdapter(IngestMessage)
 
 

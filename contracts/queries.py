@@ -10,6 +10,8 @@ from contracts.enums import Intent
 from contracts.envelope import Envelope
 
 MAX_QUERY_CHARS = 4000
+MAX_TOP_K = 100
+QueryMode = Literal["answer", "retrieve"]
 NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
@@ -19,4 +21,9 @@ class QuerySubmitted(Envelope):
     session_id: str | None = Field(default=None, max_length=128)
     namespaces: list[str] = Field(default_factory=lambda: ["default"], min_length=1, max_length=16)
     intent: Intent | None = None
-    top_k: int = Field(default=8, ge=1, le=50)
+    top_k: int = Field(default=8, ge=1, le=MAX_TOP_K)
+    mode: QueryMode = Field(
+        default="answer",
+        description="`answer`: the whole agentic loop; `retrieve`: stop after fusion and return "
+        "every channel's ranking and the fused one (search APIs, evaluation).",
+    )

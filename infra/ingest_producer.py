@@ -14,7 +14,7 @@ from pathlib import Path
 
 from contracts import subjects as sj
 from contracts.envelope import new_request_id
-from contracts.ingest import DocumentIn, IngestDocument, IngestJobSealed
+from contracts.ingest import DocumentIn, IngestDeletion, IngestDocument, IngestJobSealed
 from infra.bus import Bus
 from infra.logging import get_logger
 
@@ -55,6 +55,17 @@ async def publish_job(
     await bus.publish(seal, subject, sj.STREAM_INGEST)
     log.info("ingest_job_published", job_id=job_id, accepted=accepted, duplicates=duplicates)
     return JobReceipt(job_id=job_id, accepted=accepted, duplicates=duplicates)
+
+
+async def publish_deletion(bus: Bus, namespace: str, document_id: str) -> JobReceipt:
+    """A one-operation job that removes a document everywhere: ingest workers own the stores."""
+    job_id = new_request_id()
+    subject = sj.ingest_docs_subject(job_id)
+    deletion = IngestDeletion(request_id=job_id, namespace=namespace, document_id=document_id)
+    await bus.publish(deletion, subject, sj.STREAM_INGEST)
+    await bus.publish(IngestJobSealed(request_id=job_id, expected=1), subject, sj.STREAM_INGEST)
+    log.info("ingest_deletion_published", job_id=job_id, document_id=document_id)
+    return JobReceipt(job_id=job_id, accepted=1, duplicates=0)
 
 
 def _title_of(text: str, fallback: str) -> str:

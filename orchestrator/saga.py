@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from contracts import subjects as sj
 from contracts.commands import (
@@ -43,7 +44,7 @@ from contracts.events import (
     PhaseData,
     PhaseEvent,
 )
-from contracts.models import ChannelReport, Citation, ToolCall, ToolOutcome
+from contracts.models import ChannelReport, Citation, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import QuerySubmitted
 from contracts.results import (
     ClassifyResult,
@@ -55,12 +56,13 @@ from contracts.results import (
     StepResult,
     ToolResult,
 )
+from infra.intent_profiles import EVEN, PRIOR
 from infra.settings import Settings
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition, initial_state
 
-BALANCED_WEIGHTS: dict[Channel, float] = {c: 1.0 / len(Channel) for c in Channel}
-"""Used when classification failed or timed out: no channel is favoured on a guess."""
+FALLBACK_WEIGHTS: dict[Channel, float] = dict(PRIOR)
+"""Used when classification failed or timed out: the prior, not a guess at an intent."""
 
 
 @dataclass(frozen=True)
@@ -192,9 +194,9 @@ class Saga:
         state.intent = res.intent
         state.intent_confidence = res.confidence
         state.intent_method = res.method
-        state.weights = dict(res.weights) or dict(BALANCED_WEIGHTS)
+        state.weights = dict(res.weights) or dict(FALLBACK_WEIGHTS)
         state.query_vector = res.query_vector
-        if res.intent is Intent.TOOL:
+        if res.intent is Intent.TOOL and state.mode == "answer":
             return self._start_tool(state, [], clock)
         return self._start_search(state, clock, [])
 
@@ -213,6 +215,8 @@ class Saga:
         state.effective_weights = dict(res.effective_weights)
         state.channel_counts = dict(res.channel_counts)
         state.channel_samples = dict(res.channel_samples)
+        if state.mode == "retrieve":
+            return self._complete(state, [])
         return self._start_generate(state, clock)
 
     def _on_generated(self, state: RequestState, res: GenerateResult, clock: Clock) -> Transition:
@@ -261,7 +265,7 @@ class Saga:
         state.intent = state.intent_override or Intent.FACTUAL
         state.intent_confidence = 0.0
         state.intent_method = "fallback"
-        state.weights = dict(BALANCED_WEIGHTS)
+        state.weights = dict(FALLBACK_WEIGHTS)
         if state.intent is Intent.TOOL:
             transition = self._start_tool(state, [], clock)
             transition.messages[:0] = messages
@@ -277,7 +281,7 @@ class Saga:
         awaited: dict[str, str] = {}
         reuse_vector = state.search_query == state.query
         for channel in Channel:
-            if state.weights.get(channel, 0.0) <= 0.0:
+            if state.weights.get(channel, 0.0) <= 0.0 and state.mode == "answer":
                 state.channel_reports[channel] = ChannelReport(
                     channel=channel, status="skipped", reason="weight 0 for this intent"
                 )
@@ -408,7 +412,7 @@ class Saga:
             state.top_k = min(50, state.top_k + 4)
             changes.update(channel_top_k=state.channel_top_k, top_k=state.top_k)
         elif strategy == "rebalance":
-            state.weights = dict(BALANCED_WEIGHTS)
+            state.weights = dict(EVEN)
             changes["weights"] = {c.value: w for c, w in state.weights.items()}
         elif strategy == "rewrite" and res.rewritten_query:
             state.search_query = res.rewritten_query
@@ -449,7 +453,7 @@ class Saga:
         last = state.attempts[-1] if state.attempts else None
         low_confidence = last is not None and last.verdict != "accept"
         finished = utcnow()
-        metadata = {
+        metadata: dict[str, Any] = {
             "intent": state.intent.value if state.intent else None,
             "intent_confidence": state.intent_confidence,
             "intent_method": state.intent_method,
@@ -470,6 +474,8 @@ class Saga:
         }
         if critic_note:
             metadata["critic_note"] = critic_note
+        if state.mode == "retrieve":
+            metadata["retrieval"] = _rankings(state)
         state.answer = AnswerData(content=state.draft or "", citations=citations, metadata=metadata)
         state.status = RequestStatus.COMPLETED
         state.pending = None
@@ -532,6 +538,20 @@ class Saga:
             ),
         )
         return self._event(event)
+
+
+def _rankings(state: RequestState) -> dict[str, object]:
+    """Every channel's ranking and the fused one, for search clients and evaluation."""
+
+    def ranked(chunks: list[RetrievedChunk]) -> list[dict[str, object]]:
+        return [
+            {"chunk_id": c.chunk_id, "document_id": c.document_id, "score": c.score} for c in chunks
+        ]
+
+    return {
+        "fused": ranked(state.fused),
+        "channels": {c.value: ranked(chunks) for c, chunks in state.channel_results.items()},
+    }
 
 
 _STEP_PHASE: dict[str, Phase] = {

@@ -11,6 +11,7 @@ from contracts.enums import Channel, Intent, RequestStatus
 from contracts.envelope import TraceContext, utcnow
 from contracts.events import AnswerData, ErrorData
 from contracts.models import ChannelReport, RetrievedChunk, ToolOutcome
+from contracts.queries import QueryMode
 
 
 class PendingStep(BaseModel):
@@ -47,6 +48,7 @@ class RequestState(BaseModel):
     top_k: int
     channel_top_k: int
     intent_override: Intent | None = None
+    mode: QueryMode = "answer"
     trace: TraceContext = Field(default_factory=TraceContext)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)

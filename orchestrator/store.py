@@ -103,6 +103,7 @@ def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> 
         top_k=submitted.top_k,
         channel_top_k=max(settings.channel_top_k, submitted.top_k),
         intent_override=submitted.intent,
+        mode=submitted.mode,
         trace=submitted.trace,
         deadline_at=now + settings.request_timeout_s,
     )

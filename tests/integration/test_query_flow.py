@@ -235,3 +235,49 @@ async def test_documents_posted_over_http_are_indexed_and_answerable(
     answer = next(e for e in events if e.event == "answer").data["data"]
     assert "mausoleum" in {c["document_id"] for c in answer["citations"].values()}
     assert (await http.get("/v1/ingest/no-such-job")).status_code == 404
+
+
+async def test_deleting_a_document_removes_it_from_every_channel(
+    http: httpx.AsyncClient,
+) -> None:
+    document = {
+        "id": "temple-artemis",
+        "title": "The Temple of Artemis",
+        "text": "The Temple of Artemis at Ephesus was burned by Herostratus in 356 BC.",
+    }
+    job_id = (await http.post("/v1/documents", json={"documents": [document]})).json()["job_id"]
+    await wait_for_job(http, job_id)
+
+    async def cited_documents() -> set[str]:
+        response = await http.post(
+            "/v1/queries",
+            json={"query": "Who burned the Temple of Artemis?", "mode": "retrieve", "top_k": 20},
+        )
+        events = await read_events(http, response.json()["events_url"])
+        retrieval = next(e for e in events if e.event == "answer").data["data"]["metadata"][
+            "retrieval"
+        ]
+        found = {item["document_id"] for item in retrieval["fused"]}
+        for ranking in retrieval["channels"].values():
+            found |= {item["document_id"] for item in ranking}
+        return found
+
+    assert "temple-artemis" in await cited_documents()
+    deletion = await http.delete("/v1/documents/temple-artemis")
+    assert deletion.status_code == 202
+    job = await wait_for_job(http, deletion.json()["job_id"])
+    assert job["documents_done"] == 1
+    assert "temple-artemis" not in await cited_documents()
+    missing = await http.delete("/v1/documents/never-was")
+    assert (await wait_for_job(http, missing.json()["job_id"]))["documents_unchanged"] == 1
+
+
+async def wait_for_job(http: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
+    job: dict[str, Any] = {}
+    for _ in range(300):
+        job = (await http.get(f"/v1/ingest/{job_id}")).json()
+        if job["status"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert job["status"] == "completed", job
+    return job

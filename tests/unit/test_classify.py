@@ -5,9 +5,9 @@ import importlib.util
 import pytest
 
 from contracts.enums import Channel, Intent
+from infra.intent_profiles import LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
 from workers.classify.classifier import IntentClassifier
-from workers.classify.profiles import BALANCED, LOW_CONFIDENCE, PROFILES, weights_for
 from workers.classify.rules import DEFAULT_CONFIDENCE, STRONG, match_rules
 
 
@@ -20,23 +20,23 @@ def classifier_with(encoder: object) -> IntentClassifier:
 
 def test_every_intent_has_a_profile_over_all_channels_summing_to_one() -> None:
     assert set(PROFILES) == set(Intent)
-    for profile in [*PROFILES.values(), BALANCED]:
+    for profile in [*PROFILES.values(), PRIOR]:
         assert set(profile) == set(Channel)
         assert sum(profile.values()) == pytest.approx(1.0)
 
 
-def test_clara_table_is_kept() -> None:
-    assert weights_for(Intent.NAVIGATION, 0.9) == {
-        Channel.VECTOR: 0.2,
-        Channel.SPARSE: 0.5,
-        Channel.GRAPH_LOCAL: 0.3,
-        Channel.GRAPH_GLOBAL: 0.0,
-    }
-    assert weights_for(Intent.SUMMARY, 0.9)[Channel.GRAPH_GLOBAL] == 0.8
+def test_each_intent_keeps_its_lean() -> None:
+    navigation = weights_for(Intent.NAVIGATION, 0.9)
+    assert max(navigation, key=navigation.__getitem__) is Channel.SPARSE
+    summary = weights_for(Intent.SUMMARY, 0.9)
+    assert summary[Channel.GRAPH_GLOBAL] == max(
+        w for c, w in summary.items() if c is not Channel.VECTOR
+    )
+    assert weights_for(Intent.FACTUAL, 0.9)[Channel.GRAPH_GLOBAL] == 0.0
 
 
 def test_low_confidence_falls_back_to_balanced() -> None:
-    assert weights_for(Intent.SUMMARY, LOW_CONFIDENCE - 0.01) == dict(BALANCED)
+    assert weights_for(Intent.SUMMARY, LOW_CONFIDENCE - 0.01) == dict(PRIOR)
     assert weights_for(Intent.SUMMARY, LOW_CONFIDENCE) == dict(PROFILES[Intent.SUMMARY])
 
 
@@ -73,7 +73,7 @@ def test_rules(query: str, intent: Intent, strong: bool) -> None:
 def test_no_cue_means_factual_with_balanced_weights() -> None:
     match = match_rules("Who founded Acme?")
     assert (match.rule, match.confidence) == (None, DEFAULT_CONFIDENCE)
-    assert weights_for(match.intent, match.confidence) == dict(BALANCED)
+    assert weights_for(match.intent, match.confidence) == dict(PRIOR)
 
 
 async def test_override_wins_and_still_returns_the_query_vector() -> None:

@@ -27,8 +27,9 @@ from contracts.results import (
     StepFailure,
     ToolResult,
 )
+from infra.intent_profiles import EVEN
 from infra.settings import Settings
-from orchestrator.saga import BALANCED_WEIGHTS, Clock, Saga
+from orchestrator.saga import FALLBACK_WEIGHTS, Clock, Saga
 from orchestrator.state import RequestState
 from orchestrator.store import Transition
 
@@ -229,13 +230,14 @@ def test_search_deadline_drops_silent_channels_and_fuses() -> None:
     assert run.state.channel_reports[Channel.SPARSE].status == "timed_out"
 
 
-def test_classification_failure_degrades_to_balanced_weights() -> None:
+def test_classification_failure_degrades_to_the_prior_weights() -> None:
     run = Run()
     run.submit()
     cmd = run.last(ClassifyCommand)
     sent = run.result(StepFailure(**run.corr(cmd), step="classify"))
-    assert len([m for m in sent if isinstance(m, SearchCommand)]) == len(Channel)
-    assert run.state.weights == BALANCED_WEIGHTS
+    searched = {m.channel for m in sent if isinstance(m, SearchCommand)}
+    assert searched == {c for c, w in FALLBACK_WEIGHTS.items() if w > 0}
+    assert run.state.weights == FALLBACK_WEIGHTS
     assert run.state.intent_method == "fallback"
 
 
@@ -303,7 +305,7 @@ def test_rewrite_strategy_changes_the_searched_query_and_drops_the_cached_vector
 def test_tool_intent_goes_straight_to_the_tool_worker_then_generation() -> None:
     run = Run()
     run.submit()
-    sent = run.classify(intent=Intent.TOOL, weights=BALANCED_WEIGHTS)
+    sent = run.classify(intent=Intent.TOOL, weights=EVEN)
     assert kinds(sent) == ["ToolCommand"]
     tool_cmd: ToolCommand = sent[0]
     sent = run.result(
@@ -377,3 +379,23 @@ def test_critic_silence_accepts_the_draft_rather_than_stranding_the_request() ->
     sent = run.tick(6)
     assert kinds(sent)[-2:] == ["AnswerEvent", "DoneEvent"]
     assert sent[-2].data.metadata["critic_note"]
+
+
+def test_retrieve_mode_searches_every_channel_and_completes_after_fusion() -> None:
+    run = Run()
+    run.submit(mode="retrieve", top_k=100)
+    sent = run.classify()
+    assert {m.channel for m in sent if isinstance(m, SearchCommand)} == set(Channel)
+    run.search_all()
+    sent = run.fuse()
+    assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
+    retrieval = sent[0].data.metadata["retrieval"]
+    assert retrieval["fused"][0]["document_id"] == "d1"
+    assert set(retrieval["channels"]) == {c.value for c in Channel}
+
+
+def test_retrieve_mode_retrieves_even_for_a_tool_intent() -> None:
+    run = Run()
+    run.submit(mode="retrieve")
+    sent = run.classify(intent=Intent.TOOL, weights=EVEN)
+    assert {m.channel for m in sent if isinstance(m, SearchCommand)} == set(Channel)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from contracts.enums import Channel, Intent
+from infra.intent_profiles import weights_for
 from infra.logging import get_logger
-from workers.classify.profiles import weights_for
 from workers.classify.rules import STRONG, RuleMatch, match_rules
 from workers.classify.zero_shot import ZeroShotClassifier
 

@@ -15,6 +15,7 @@ from faststream.nats.annotations import NatsMessage
 
 from contracts import subjects as sj
 from contracts.ingest import (
+    IngestDeletion,
     IngestDocument,
     IngestJobSealed,
     IngestMessage,
@@ -27,7 +28,7 @@ from infra.ingest_jobs import COUNTERS, JobTracker, read_job
 from infra.logging import get_logger
 from infra.resources import Resources
 from infra.worker_runtime import delivery_count, error_policy
-from workers.ingest.indexer import index_document
+from workers.ingest.indexer import index_document, remove_document
 
 __all__ = ["create_router"]
 
@@ -69,19 +70,24 @@ def create_router(resources: Resources) -> NatsRouter:
         except Exception:  # communities are refreshed lazily anyway: never fail the job
             log.exception("communities_refresh_failed", job_id=job_id)
 
-    async def on_document(message: IngestDocument, msg: NatsMessage) -> None:
-        job_id, doc = message.request_id, message.document
+    async def on_operation(message: IngestDocument | IngestDeletion, msg: NatsMessage) -> None:
+        """Index or remove one document and count it in its job, exactly once."""
+        job_id = message.request_id
+        doc_id = message.document.id if isinstance(message, IngestDocument) else message.document_id
         if await jobs().counted(job_id, message.event_id):
-            await publish_progress(job_id, doc.id)
+            await publish_progress(job_id, doc_id)
             return
         error: str | None = None
         try:
-            outcome = await index_document(resources, doc)
+            if isinstance(message, IngestDocument):
+                outcome = await index_document(resources, message.document)
+            else:
+                outcome = await remove_document(resources, message.namespace, doc_id)
         except Exception as exc:
             if is_transient(exc) and delivery_count(msg) < settings.max_deliver:
                 raise  # the error policy naks with a delay
             error = f"{type(exc).__name__}: {exc}"[:2000]
-            log.warning("ingest_document_failed", job_id=job_id, document_id=doc.id, error=error)
+            log.warning("ingest_document_failed", job_id=job_id, document_id=doc_id, error=error)
             outcome = None
         completed = await jobs().record(
             job_id,
@@ -89,10 +95,10 @@ def create_router(resources: Resources) -> NatsRouter:
             "failed" if outcome is None else outcome.status,
             chunks=outcome.chunks if outcome else 0,
             entities=outcome.entities if outcome else 0,
-            document_id=doc.id,
+            document_id=doc_id,
             error=error or "",
         )
-        state = await publish_progress(job_id, doc.id, error)
+        state = await publish_progress(job_id, doc_id, error)
         if completed:
             await on_completed(job_id, state)
 
@@ -108,6 +114,6 @@ def create_router(resources: Resources) -> NatsRouter:
         if isinstance(message, IngestJobSealed):
             await on_sealed(message)
         else:
-            await on_document(message, msg)
+            await on_operation(message, msg)
 
     return router

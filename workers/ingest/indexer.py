@@ -50,6 +50,18 @@ def _analyse(chunks: list[Chunk]) -> tuple[list[SparseVec], list[list[Entity]]]:
     return sparse, entities
 
 
+async def remove_document(resources: Resources, namespace: str, document_id: str) -> IndexOutcome:
+    """Delete a document from both stores; `unchanged` when there was nothing to delete."""
+    try:
+        vectors = await resources.vectors()
+        graph = await resources.graph()
+        removed = await asyncio.to_thread(vectors.delete_document, namespace, document_id)
+        await graph.delete_document(namespace, document_id)
+    except STORE_HICCUPS as exc:
+        raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+    return IndexOutcome("done" if removed else "unchanged", chunks=removed)
+
+
 async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
     settings = resources.settings
     try:

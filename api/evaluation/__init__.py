@@ -1,0 +1,1 @@
+"""Retrieval evaluation on BEIR-format data, run through the live pipeline."""

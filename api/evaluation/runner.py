@@ -1,0 +1,98 @@
+"""Runs every query of a BEIR split through the live pipeline (HTTP, `mode=retrieve`).
+
+Each query is a real request: classify, the four channels, fusion — the same path a
+user's question takes — so the figures measure the system, not a side path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import median, quantiles
+from typing import Any
+
+from api.client import RagbusClient
+from api.evaluation.beir import BeirSet
+from api.evaluation.metrics import Run, document_run, evaluate
+
+CHANNEL_PHASES = ("vector_search", "sparse_search", "graph_local_search", "graph_global_search")
+
+
+@dataclass
+class EvalRun:
+    fused: Run = field(default_factory=dict)
+    channels: dict[str, Run] = field(default_factory=dict)
+    latencies_ms: list[float] = field(default_factory=list)
+    phase_ms: dict[str, list[float]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def report(self, beir: BeirSet) -> dict[str, Any]:
+        qrels = beir.qrels
+        lat = sorted(self.latencies_ms)
+        cuts = quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+        return {
+            "queries": len(qrels),
+            "failed": len(self.failures),
+            "fused": evaluate(qrels, self.fused),
+            "channels": {name: evaluate(qrels, run) for name, run in sorted(self.channels.items())},
+            "latency_ms": {
+                "p50": round(median(lat), 1) if lat else None,
+                "p95": round(cuts[94], 1) if lat else None,
+                "mean": round(sum(lat) / len(lat), 1) if lat else None,
+            },
+            "phase_p50_ms": {
+                phase: round(median(values), 2) for phase, values in sorted(self.phase_ms.items())
+            },
+        }
+
+
+async def _one(
+    client: RagbusClient, qid: str, query: str, namespace: str, top_k: int, result: EvalRun
+) -> None:
+    started = time.perf_counter()
+    submitted = await client.submit(query, namespaces=[namespace], top_k=top_k, mode="retrieve")
+    retrieval: dict[str, Any] | None = None
+    status = "unknown"
+    async for message in client.stream_events(submitted["request_id"]):
+        data = message.data.get("data", {})
+        if message.event == "phase" and data.get("status") == "completed":
+            if data.get("duration_ms") is not None:
+                result.phase_ms.setdefault(data["phase"], []).append(float(data["duration_ms"]))
+        elif message.event == "answer":
+            retrieval = data.get("metadata", {}).get("retrieval")
+        elif message.event == "done":
+            status = data.get("status", "unknown")
+    if status != "completed" or retrieval is None:
+        result.failures[qid] = status
+        return
+    result.latencies_ms.append((time.perf_counter() - started) * 1000)
+    result.fused[qid] = document_run(retrieval["fused"])
+    for channel, ranking in retrieval["channels"].items():
+        result.channels.setdefault(channel, {})[qid] = document_run(ranking)
+
+
+async def run_queries(
+    client: RagbusClient,
+    beir: BeirSet,
+    namespace: str,
+    *,
+    concurrency: int = 4,
+    top_k: int = 100,
+    progress: Callable[[], None] | None = None,
+) -> EvalRun:
+    result = EvalRun()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(qid: str, query: str) -> None:
+        async with gate:
+            try:
+                await _one(client, qid, query, namespace, top_k, result)
+            except Exception as exc:  # one broken query must not sink the evaluation
+                result.failures[qid] = f"{type(exc).__name__}: {exc}"
+            if progress:
+                progress()
+
+    await asyncio.gather(*(one(qid, q) for qid, q in beir.queries.items()))
+    return result
