@@ -201,10 +201,12 @@ async def rank_local(
         expansion: dict[str, float] = {}
         for key, chunk_ids in (await view.mentions(sorted(reach))).items():
             for chunk_id in chunk_ids:
-                if chunk_id not in scores:
-                    expansion[chunk_id] = max(expansion.get(chunk_id, 0.0), reach[key])
+                expansion[chunk_id] = max(expansion.get(chunk_id, 0.0), reach[key])
+        # Added, not only given to unscored chunks: a chunk that holds a query concept *and*
+        # a bridge entity next to another query concept is the second hop of a multi-hop
+        # question ("the association that published X" -> "its first president").
         for chunk_id, value in expansion.items():
-            scores[chunk_id] = EXPANSION_DISCOUNT * value
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + EXPANSION_DISCOUNT * value
     return await _hydrate(view, _ranked(scores, matched), scores, top_k)
 
 
