@@ -1,0 +1,110 @@
+"""Louvain communities of the entity co-occurrence graph, and their extractive summaries."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+import networkx as nx
+
+from infra.graph.model import (
+    CHUNKS_PER_COMMUNITY,
+    COMMUNITY_ENTITIES_PER_CHUNK,
+    GENERIC_MIN_DF,
+    GENERIC_SHARE,
+    SUMMARY_ENTITIES,
+    Community,
+    Embed,
+)
+from infra.logging import get_logger
+from infra.text import split_sentences
+
+log = get_logger(__name__)
+
+
+def detect_communities(namespace: str, chunk_entities: dict[str, list[str]]) -> list[Community]:
+    """Louvain (seed 42) over entity co-occurrence; each community's chunks ranked by how much
+    of the community they mention, weighted by each entity's strength inside it.
+
+    Edges weigh shared chunks / sqrt(df_a * df_b) (the Ochiai association), not raw counts,
+    and entities in more than `GENERIC_SHARE` of the chunks stay out: otherwise "patient" or
+    "risk" glue every topic into a few giant communities. Entities met once cannot link two
+    chunks and stay out too once there are enough others, and each chunk adds pairs among its
+    first `COMMUNITY_ENTITIES_PER_CHUNK` entities (the most trusted): both keep the graph small.
+    """
+    df = Counter(key for keys in chunk_entities.values() for key in set(keys))
+    generic = max(GENERIC_MIN_DF, GENERIC_SHARE * len(chunk_entities))
+    specific = {key for key, n in df.items() if n <= generic}
+    shared = {key for key in specific if df[key] >= 2}
+    eligible = shared if len(shared) >= 10 else specific
+    together: Counter[tuple[str, str]] = Counter()
+    for keys in chunk_entities.values():
+        members = [k for k in dict.fromkeys(keys) if k in eligible][:COMMUNITY_ENTITIES_PER_CHUNK]
+        for i, a in enumerate(members):
+            for b in members[i + 1 :]:
+                together[(a, b) if a < b else (b, a)] += 1
+    graph = nx.Graph()
+    for (a, b), n in together.items():
+        graph.add_edge(a, b, weight=n / math.sqrt(df[a] * df[b]))
+    if graph.number_of_edges() == 0:
+        return []
+    groups = nx.community.louvain_communities(graph, weight="weight", seed=42)
+    groups = sorted((sorted(g) for g in groups if len(g) >= 2), key=lambda g: (-len(g), g[0]))
+    community_of = {key: index for index, group in enumerate(groups) for key in group}
+    strength = {
+        key: sum(d["weight"] for _, other, d in graph.edges(key, data=True) if other in group_keys)
+        for group in groups
+        for group_keys in [set(group)]
+        for key in group
+    }
+    chunk_score: list[dict[str, float]] = [{} for _ in groups]
+    attach: dict[str, Counter[int]] = defaultdict(Counter)
+    for chunk_id, keys in chunk_entities.items():
+        distinct = set(keys)
+        for key in distinct & community_of.keys():
+            scores = chunk_score[community_of[key]]
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + strength[key]
+        homes = Counter(community_of[k] for k in distinct if k in community_of)
+        for key in distinct - community_of.keys():
+            attach[key].update(homes)
+    # Entities left out of Louvain (generic, or seen once) join the community their chunks
+    # side with most, so a query naming them still finds a community; they add no strength.
+    member_lists = [list(group) for group in groups]
+    for key in sorted(attach):
+        if attach[key]:
+            member_lists[attach[key].most_common(1)[0][0]].append(key)
+    return [
+        Community(
+            key=f"{namespace}:{index}",
+            namespace=namespace,
+            members=sorted(member_lists[index], key=lambda k: (-strength.get(k, 0.0), k)),
+            chunk_ids=sorted(scores, key=lambda c: (-scores[c], c))[:CHUNKS_PER_COMMUNITY],
+        )
+        for index, scores in enumerate(chunk_score)
+    ]
+
+
+def summarize(community: Community, names: dict[str, str], texts: dict[str, str]) -> str:
+    """Extractive: the community's strongest entity names, then its most central chunk's
+    first sentence."""
+    top = ", ".join(names.get(k, k.split("|", 1)[-1]) for k in community.members[:SUMMARY_ENTITIES])
+    first = community.chunk_ids[0] if community.chunk_ids else None
+    sentences = split_sentences(texts.get(first, "")) if first else []
+    return f"{top}: {sentences[0]}" if sentences else top
+
+
+async def summarise_all(
+    communities: list[Community],
+    names: dict[str, str],
+    texts: dict[str, str],
+    embed: Embed | None,
+) -> None:
+    for community in communities:
+        community.summary = summarize(community, names, texts)
+    if embed is not None and communities:
+        vectors = await embed([c.summary for c in communities])
+        for community, vector in zip(communities, vectors, strict=True):
+            community.vector = [float(x) for x in vector]
+
+
+# =========================================================================== embedded backend

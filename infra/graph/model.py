@@ -1,0 +1,98 @@
+"""The graph model both backends share: keys, the store interface, hits and communities."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from contracts.models import RetrievedChunk
+from infra.entities import Entity
+from infra.logging import get_logger
+from infra.text import Chunk
+
+log = get_logger(__name__)
+
+
+Embed = Callable[[list[str]], Awaitable[np.ndarray]]
+"""Turns community summaries into vectors (e.g. `Encoder.aencode`)."""
+
+EXACT, TOKEN, PREFIX = 1.0, 0.6, 0.5
+"""How much a query norm trusts an entity it meets exactly, as one word of it, or as a prefix."""
+MIN_PREFIX = 3
+EXPANSION_DISCOUNT = 0.3
+EXPAND_FROM = 5
+NEIGHBOURS = 8
+COMMUNITIES_PER_QUERY = 3
+CHUNKS_PER_COMMUNITY = 20
+COMMUNITY_ENTITIES_PER_CHUNK = 12
+SUMMARY_ENTITIES = 6
+GENERIC_SHARE = 0.02
+GENERIC_MIN_DF = 20
+
+
+def entity_key(namespace: str, norm: str) -> str:
+    return f"{namespace}|{norm}"
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    async def upsert_document(
+        self,
+        namespace: str,
+        document_id: str,
+        title: str,
+        chunks: Sequence[Chunk],
+        chunk_entities: Sequence[Sequence[Entity]],
+    ) -> None:
+        """Replace everything the graph knew about this document."""
+
+    async def delete_document(self, namespace: str, document_id: str) -> None: ...
+
+    async def local_search(
+        self, namespaces: Sequence[str], query_norms: Sequence[str], top_k: int
+    ) -> list[RetrievedChunk]: ...
+
+    async def global_search(
+        self,
+        namespaces: Sequence[str],
+        query_norms: Sequence[str],
+        query_vector: Sequence[float] | None,
+        top_k: int,
+    ) -> list[RetrievedChunk]: ...
+
+    async def recompute_communities(self, embed: Embed | None = None) -> int:
+        """Detect communities again; returns how many there are."""
+
+    async def stats(self) -> dict[str, Any]: ...
+
+    async def ping(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+# =========================================================================== shared ranking
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A query norm meeting an entity."""
+
+    query: str
+    key: str
+    namespace: str
+    weight: float
+    df: int
+    community: str | None = None
+
+
+@dataclass
+class Community:
+    key: str
+    namespace: str
+    members: list[str]
+    chunk_ids: list[str]
+    summary: str = ""
+    vector: list[float] | None = None

@@ -1,0 +1,350 @@
+"""The Neo4j backend: the same model and ranking, in Cypher over the official async driver."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from contracts.models import RetrievedChunk
+from infra.entities import Entity
+from infra.graph.communities import detect_communities, summarise_all
+from infra.graph.model import MIN_PREFIX, SUMMARY_ENTITIES, Community, Embed, Hit, entity_key
+from infra.graph.ranking import match_weight, rank_global, rank_local
+from infra.logging import get_logger
+from infra.text import Chunk
+
+log = get_logger(__name__)
+
+
+_SCHEMA = (
+    "CREATE CONSTRAINT ragbus_chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.chunk_id IS UNIQUE",
+    "CREATE CONSTRAINT ragbus_entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
+    "CREATE CONSTRAINT ragbus_document_key IF NOT EXISTS FOR (d:Document) REQUIRE d.key IS UNIQUE",
+    "CREATE CONSTRAINT ragbus_community_key IF NOT EXISTS "
+    "FOR (m:Community) REQUIRE m.key IS UNIQUE",
+    "CREATE INDEX ragbus_entity_ns_norm IF NOT EXISTS FOR (e:Entity) ON (e.namespace, e.norm)",
+    "CREATE INDEX ragbus_chunk_doc IF NOT EXISTS FOR (c:Chunk) ON (c.namespace, c.document_id)",
+    "CREATE INDEX ragbus_community_ns IF NOT EXISTS FOR (m:Community) ON (m.namespace)",
+)
+
+_DOC_ENTITY_KEYS = """
+MATCH (c:Chunk {namespace: $ns, document_id: $doc})<-[:MENTIONED_IN]-(e:Entity)
+RETURN collect(DISTINCT e.key) AS keys
+"""
+_DELETE_CHUNKS = """
+OPTIONAL MATCH (c:Chunk {namespace: $ns, document_id: $doc}) DETACH DELETE c
+WITH count(*) AS _
+OPTIONAL MATCH (d:Document {key: $dkey}) DETACH DELETE d
+"""
+_REFRESH_RELATES = """
+UNWIND $keys AS k
+MATCH (a:Entity {key: k})-[r:RELATES_TO]-(b:Entity)
+WHERE b.key IN $keys AND a.key < b.key
+OPTIONAL MATCH (a)-[:MENTIONED_IN]->(c:Chunk)<-[:MENTIONED_IN]-(b)
+WITH r, count(DISTINCT c) AS w
+SET r.weight = w
+"""
+_DROP_EMPTY_RELATES = """
+UNWIND $keys AS k
+MATCH (:Entity {key: k})-[r:RELATES_TO]->(:Entity)
+WHERE r.weight = 0
+DELETE r
+"""
+_DROP_ORPHANS = """
+UNWIND $keys AS k
+MATCH (e:Entity {key: k})
+WHERE NOT (e)-[:MENTIONED_IN]->()
+DETACH DELETE e
+"""
+_WRITE_DOCUMENT = """
+MERGE (d:Document {key: $dkey})
+SET d.namespace = $ns, d.document_id = $doc, d.title = $title
+WITH d
+UNWIND $chunks AS ch
+MERGE (c:Chunk {chunk_id: ch.chunk_id})
+SET c.namespace = $ns, c.document_id = $doc, c.title = $title, c.text = ch.text,
+    c.source = ch.source, c.index = ch.index
+MERGE (d)-[:HAS_CHUNK]->(c)
+"""
+_WRITE_MENTIONS = """
+UNWIND $mentions AS m
+MATCH (c:Chunk {chunk_id: m.chunk_id})
+MERGE (e:Entity {key: m.key})
+ON CREATE SET e.namespace = $ns, e.norm = m.norm, e.name = m.name, e.kind = m.kind,
+              e.tokens = m.tokens
+MERGE (e)-[:MENTIONED_IN]->(c)
+"""
+_WRITE_RELATES = """
+UNWIND $keys AS k
+MATCH (a:Entity {key: k})-[:MENTIONED_IN]->(:Chunk {namespace: $ns, document_id: $doc})
+      <-[:MENTIONED_IN]-(b:Entity)
+WHERE a.key < b.key
+WITH DISTINCT a, b
+MATCH (a)-[:MENTIONED_IN]->(c:Chunk)<-[:MENTIONED_IN]-(b)
+WITH a, b, count(DISTINCT c) AS w
+MERGE (a)-[r:RELATES_TO]->(b)
+SET r.weight = w
+"""
+_MARK_DIRTY = "MERGE (m:RagbusMeta {key: 'communities'}) SET m.dirty = true"
+_MATCH = """
+UNWIND $norms AS q
+MATCH (e:Entity)
+WHERE e.namespace IN $namespaces
+  AND (e.norm = q OR q IN coalesce(e.tokens, [])
+       OR (size(q) >= $min_prefix AND e.norm STARTS WITH q))
+RETURN q, e.key AS key, e.namespace AS namespace, e.norm AS norm, e.community AS community,
+       size([(e)-[:MENTIONED_IN]->() | 1]) AS df
+"""
+
+
+class Neo4jGraphStore:
+    """The same graph in Neo4j: MERGE-based writes in one transaction per document."""
+
+    def __init__(self, driver: Any, database: str | None = None) -> None:
+        self._driver = driver
+        self._database = database
+        self._embed: Embed | None = None
+
+    async def _run(self, query: str, **params: Any) -> list[dict[str, Any]]:
+        result = await self._driver.execute_query(query, params, database_=self._database)
+        return [record.data() for record in result.records]
+
+    async def start(self) -> None:
+        await self._driver.verify_connectivity()
+        for statement in _SCHEMA:
+            await self._run(statement)
+
+    # ---------------------------------------------------------------- writes
+
+    @staticmethod
+    async def _delete_tx(tx: Any, namespace: str, document_id: str) -> None:
+        params = {"ns": namespace, "doc": document_id, "dkey": f"{namespace}/{document_id}"}
+        record = await (await tx.run(_DOC_ENTITY_KEYS, params)).single()
+        keys = list(record["keys"]) if record else []
+        await (await tx.run(_DELETE_CHUNKS, params)).consume()
+        if keys:
+            await (await tx.run(_REFRESH_RELATES, {"keys": keys})).consume()
+            await (await tx.run(_DROP_EMPTY_RELATES, {"keys": keys})).consume()
+            await (await tx.run(_DROP_ORPHANS, {"keys": keys})).consume()
+
+    async def upsert_document(
+        self,
+        namespace: str,
+        document_id: str,
+        title: str,
+        chunks: Sequence[Chunk],
+        chunk_entities: Sequence[Sequence[Entity]],
+    ) -> None:
+        if len(chunks) != len(chunk_entities):
+            raise ValueError("one entity list per chunk is required")
+        params = {
+            "ns": namespace,
+            "doc": document_id,
+            "dkey": f"{namespace}/{document_id}",
+            "title": title,
+            "chunks": [
+                {"chunk_id": c.chunk_id, "text": c.text, "source": c.source, "index": c.index}
+                for c in chunks
+            ],
+        }
+        mentions: list[dict[str, Any]] = [
+            {
+                "chunk_id": chunk.chunk_id,
+                "key": entity_key(namespace, e.norm),
+                "norm": e.norm,
+                "name": e.name,
+                "kind": e.kind,
+                "tokens": e.norm.split() if " " in e.norm else [],
+            }
+            for chunk, entities in zip(chunks, chunk_entities, strict=True)
+            for e in entities
+        ]
+        keys = sorted({m["key"] for m in mentions})
+
+        async def work(tx: Any) -> None:
+            await self._delete_tx(tx, namespace, document_id)
+            await (await tx.run(_WRITE_DOCUMENT, params)).consume()
+            await (await tx.run(_WRITE_MENTIONS, {"ns": namespace, "mentions": mentions})).consume()
+            relates = {"keys": keys, "ns": namespace, "doc": document_id}
+            await (await tx.run(_WRITE_RELATES, relates)).consume()
+            await (await tx.run(_MARK_DIRTY)).consume()
+
+        async with self._driver.session(database=self._database) as session:
+            await session.execute_write(work)
+
+    async def delete_document(self, namespace: str, document_id: str) -> None:
+        async def work(tx: Any) -> None:
+            await self._delete_tx(tx, namespace, document_id)
+            await (await tx.run(_MARK_DIRTY)).consume()
+
+        async with self._driver.session(database=self._database) as session:
+            await session.execute_write(work)
+
+    # ---------------------------------------------------------------- GraphView
+
+    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        rows = await self._run(
+            _MATCH,
+            norms=list(dict.fromkeys(norms)),
+            namespaces=list(namespaces),
+            min_prefix=MIN_PREFIX,
+        )
+        hits = []
+        for row in rows:
+            weight = match_weight(row["q"], row["norm"])
+            if weight:
+                hits.append(
+                    Hit(row["q"], row["key"], row["namespace"], weight, row["df"], row["community"])
+                )
+        return hits
+
+    async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
+        rows = await self._run(
+            "MATCH (c:Chunk) WHERE c.namespace IN $namespaces "
+            "RETURN c.namespace AS ns, count(c) AS n",
+            namespaces=list(namespaces),
+        )
+        return {row["ns"]: row["n"] for row in rows}
+
+    async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
+        rows = await self._run(
+            "UNWIND $keys AS k MATCH (e:Entity {key: k})-[:MENTIONED_IN]->(c:Chunk) "
+            "RETURN k, collect(c.chunk_id) AS chunks",
+            keys=list(keys),
+        )
+        return {row["k"]: sorted(row["chunks"]) for row in rows}
+
+    async def neighbours(
+        self, keys: Sequence[str], limit: int
+    ) -> dict[str, list[tuple[str, int, int]]]:
+        rows = await self._run(
+            "UNWIND $keys AS k MATCH (e:Entity {key: k})-[r:RELATES_TO]-(n:Entity) "
+            "WITH k, n, r.weight AS w ORDER BY w DESC, n.key "
+            "WITH k, collect([n.key, w, size([(n)-[:MENTIONED_IN]->() | 1])])[..$limit] AS ns "
+            "RETURN k, ns",
+            keys=list(keys),
+            limit=limit,
+        )
+        return {row["k"]: [(n[0], int(n[1]), int(n[2])) for n in row["ns"]] for row in rows}
+
+    async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
+        rows = await self._run(
+            "UNWIND $ids AS id MATCH (c:Chunk {chunk_id: id}) "
+            "RETURN c.chunk_id AS chunk_id, c.document_id AS document_id, c.title AS title, "
+            "c.source AS source, c.namespace AS namespace, c.text AS text",
+            ids=list(chunk_ids),
+        )
+        return {
+            row["chunk_id"]: RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows
+        }
+
+    async def communities(self, namespaces: Sequence[str]) -> list[Community]:
+        rows = await self._run(
+            "MATCH (m:Community) WHERE m.namespace IN $namespaces "
+            "RETURN m.key AS key, m.namespace AS namespace, m.members AS members, "
+            "m.chunk_ids AS chunk_ids, m.summary AS summary, m.vector AS vector",
+            namespaces=list(namespaces),
+        )
+        return [Community(**row) for row in rows]
+
+    # ---------------------------------------------------------------- GraphStore
+
+    async def local_search(
+        self, namespaces: Sequence[str], query_norms: Sequence[str], top_k: int
+    ) -> list[RetrievedChunk]:
+        return await rank_local(self, namespaces, query_norms, top_k)
+
+    async def _dirty(self) -> bool:
+        rows = await self._run("MATCH (m:RagbusMeta {key: 'communities'}) RETURN m.dirty AS dirty")
+        return bool(rows and rows[0]["dirty"])
+
+    async def global_search(
+        self,
+        namespaces: Sequence[str],
+        query_norms: Sequence[str],
+        query_vector: Sequence[float] | None,
+        top_k: int,
+    ) -> list[RetrievedChunk]:
+        if await self._dirty():
+            await self.recompute_communities()
+        return await rank_global(self, namespaces, query_norms, query_vector, top_k)
+
+    async def recompute_communities(self, embed: Embed | None = None) -> int:
+        if embed is not None:
+            self._embed = embed
+        rows = await self._run(
+            "MATCH (e:Entity)-[:MENTIONED_IN]->(c:Chunk) "
+            "RETURN c.namespace AS ns, c.chunk_id AS chunk_id, collect(e.key) AS keys"
+        )
+        per_namespace: dict[str, dict[str, list[str]]] = defaultdict(dict)
+        for row in rows:
+            per_namespace[row["ns"]][row["chunk_id"]] = list(row["keys"])
+        found: list[Community] = []
+        for namespace, chunk_entities in per_namespace.items():
+            found.extend(await asyncio.to_thread(detect_communities, namespace, chunk_entities))
+        member_keys = sorted({k for c in found for k in c.members[:SUMMARY_ENTITIES]})
+        names = {
+            row["key"]: row["name"]
+            for row in await self._run(
+                "UNWIND $keys AS k MATCH (e:Entity {key: k}) RETURN e.key AS key, e.name AS name",
+                keys=member_keys,
+            )
+        }
+        firsts = [c.chunk_ids[0] for c in found if c.chunk_ids]
+        texts = {cid: chunk.text for cid, chunk in (await self.fetch_chunks(firsts)).items()}
+        await summarise_all(found, names, texts, self._embed)
+        payload = [asdict(c) for c in found]
+        membership = [{"key": k, "community": c.key} for c in found for k in c.members]
+
+        async def work(tx: Any) -> None:
+            await (await tx.run("MATCH (m:Community) DETACH DELETE m")).consume()
+            await (await tx.run("MATCH (e:Entity) REMOVE e.community")).consume()
+            await (
+                await tx.run(
+                    "UNWIND $rows AS row CREATE (m:Community) SET m = row", {"rows": payload}
+                )
+            ).consume()
+            await (
+                await tx.run(
+                    "UNWIND $rows AS row MATCH (e:Entity {key: row.key}) "
+                    "SET e.community = row.community",
+                    {"rows": membership},
+                )
+            ).consume()
+            await (
+                await tx.run("MERGE (m:RagbusMeta {key: 'communities'}) SET m.dirty = false")
+            ).consume()
+
+        async with self._driver.session(database=self._database) as session:
+            await session.execute_write(work)
+        log.info("communities_recomputed", communities=len(found), backend="neo4j")
+        return len(found)
+
+    async def stats(self) -> dict[str, Any]:
+        counts: dict[str, Any] = {"backend": "neo4j"}
+        for label, key in (
+            ("Document", "documents"),
+            ("Chunk", "chunks"),
+            ("Entity", "entities"),
+            ("Community", "communities"),
+        ):
+            rows = await self._run(f"MATCH (n:{label}) RETURN count(n) AS n")
+            counts[key] = rows[0]["n"] if rows else 0
+        rows = await self._run("MATCH ()-[r:MENTIONED_IN]->() RETURN count(r) AS n")
+        counts["mentions"] = rows[0]["n"] if rows else 0
+        counts["communities_dirty"] = await self._dirty()
+        return counts
+
+    async def ping(self) -> bool:
+        try:
+            await self._driver.verify_connectivity()
+        except Exception as exc:
+            log.warning("neo4j_unreachable", error=str(exc))
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self._driver.close()
