@@ -5,16 +5,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DATA ?= $(or $(RAGBUS_DATA_DIR),.ragbus)
+INTENT_MODEL := $(DATA)/intent-model/meta.json
 
-.PHONY: setup services demo up test unit integration lint typecheck bench clean
+.PHONY: setup services intent-model demo up test unit integration lint typecheck bench clean
 
 setup: services $(VENV)/.installed
 
-# nats-server and redis-server from Debian, when they are not installed yet.
+# nats-server and redis-server from Debian, when they are not installed yet, and bubblewrap,
+# which the python tool's sandbox uses to hide the file system and the network.
 services:
 	@need=""; \
 	{ command -v nats-server || [ -x /usr/sbin/nats-server ]; } >/dev/null || need="$$need nats-server"; \
 	{ command -v redis-server || [ -x /usr/bin/redis-server ]; } >/dev/null || need="$$need redis-server"; \
+	command -v bwrap >/dev/null || need="$$need bubblewrap"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing$$need (Debian packages)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$need; \
@@ -28,10 +32,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-demo: setup
+# The SetFit intent model, trained from the bundled labelled queries when missing or when
+# they change (seconds on 2 cores, offline). `make test` does not need it: tests train their own.
+intent-model: $(INTENT_MODEL)
+
+$(INTENT_MODEL): workers/classify/intent_data/train.jsonl | $(VENV)/.installed
+	RAGBUS_DATA_DIR=$(DATA) $(BIN)/ragbus train-intent
+
+demo: setup $(INTENT_MODEL)
 	$(BIN)/ragbus demo
 
-up: setup
+up: setup $(INTENT_MODEL)
 	$(BIN)/ragbus up
 
 test: setup

@@ -36,7 +36,7 @@ from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
 from infra.bus import Bus
-from infra.ingest_jobs import read_job
+from infra.ingest_jobs import open_job, read_job
 from infra.ingest_producer import publish_deletion, publish_job
 from infra.logging import get_logger
 from infra.settings import Settings
@@ -214,10 +214,17 @@ async def chat(
     summary="Queue documents for indexing as one ingest job",
 )
 async def ingest_documents(
-    body: DocumentsRequest, request: Request, response: Response, bus: BusDep
+    body: DocumentsRequest,
+    request: Request,
+    response: Response,
+    bus: BusDep,
+    redis: RedisDep,
+    settings: SettingsDep,
 ) -> IngestAccepted:
     try:
-        receipt = await publish_job(bus, body.documents)
+        job_id = new_request_id()
+        await open_job(redis, job_id, settings.state_ttl_s)
+        receipt = await publish_job(bus, body.documents, job_id=job_id)
     except Exception as exc:
         log.exception("ingest_publish_failed")
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
@@ -242,10 +249,14 @@ async def delete_document(
     request: Request,
     response: Response,
     bus: BusDep,
+    redis: RedisDep,
+    settings: SettingsDep,
     namespace: Annotated[str, Query(pattern=NAMESPACE_PATTERN)] = "default",
 ) -> IngestAccepted:
     try:
-        receipt = await publish_deletion(bus, namespace, document_id)
+        job_id = new_request_id()
+        await open_job(redis, job_id, settings.state_ttl_s)
+        receipt = await publish_deletion(bus, namespace, document_id, job_id=job_id)
     except Exception as exc:
         log.exception("ingest_publish_failed")
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc

@@ -51,6 +51,10 @@ class ToolOutcome(BaseModel):
     call_id: str
     name: str
     ok: bool
+    arguments: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the call's arguments, echoed so a generator can replay the tool turn",
+    )
     output: str = ""
     error: str | None = None
     duration_ms: float = 0.0

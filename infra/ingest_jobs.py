@@ -116,6 +116,16 @@ class JobTracker:
         return bool(completed)
 
 
+async def open_job(redis: aioredis.Redis, job_id: str, ttl_s: int) -> None:
+    """Make a job known as `running` before its first message is published, so its status is
+    readable at once (a worker may not have seen any of it yet)."""
+    key = job_key(job_id)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hsetnx(key, "status", "running")
+        pipe.expire(key, ttl_s)
+        await pipe.execute()
+
+
 async def read_job(redis: aioredis.Redis, job_id: str) -> dict[str, Any] | None:
     """A job as the API shows it, or None when Redis has never heard of it (or forgot it)."""
     base, _, errors_key = _keys(job_id)

@@ -57,9 +57,11 @@ async def publish_job(
     return JobReceipt(job_id=job_id, accepted=accepted, duplicates=duplicates)
 
 
-async def publish_deletion(bus: Bus, namespace: str, document_id: str) -> JobReceipt:
+async def publish_deletion(
+    bus: Bus, namespace: str, document_id: str, job_id: str | None = None
+) -> JobReceipt:
     """A one-operation job that removes a document everywhere: ingest workers own the stores."""
-    job_id = new_request_id()
+    job_id = job_id or new_request_id()
     subject = sj.ingest_docs_subject(job_id)
     deletion = IngestDeletion(request_id=job_id, namespace=namespace, document_id=document_id)
     await bus.publish(deletion, subject, sj.STREAM_INGEST)

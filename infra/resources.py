@@ -1,8 +1,9 @@
 """Process-wide resources, created on first use so a process loads only what its workers need.
 
-`ragbus worker fuse` never imports torch; `ragbus up` shares one encoder, one Qdrant
-client and one graph store between every worker in the process (Qdrant local mode and
-the embedded graph allow a single process per data directory).
+`ragbus worker fuse` never imports torch (unless a reranker is configured); `ragbus up`
+shares one encoder, one Qdrant client and one graph store between every worker in the process
+(Qdrant local mode and the embedded graph allow a single process per data directory). With
+`bge_m3_path` set, one BGE-M3 model is both the encoder and the sparse model.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from infra.settings import Settings
 if TYPE_CHECKING:
     from infra.encoder import Encoder
     from infra.graph_store import GraphStore
+    from infra.reranker import Reranker
+    from infra.sparse import SparseModel
     from infra.vector_store import VectorStore
 
 
@@ -26,6 +29,8 @@ class Resources:
         self.settings = settings
         self.bus = bus
         self._encoder: Encoder | None = None
+        self._sparse: SparseModel | None = None
+        self._reranker: Reranker | None = None
         self._vectors: VectorStore | None = None
         self._graph: GraphStore | None = None
         self._redis: aioredis.Redis | None = None
@@ -39,19 +44,52 @@ class Resources:
     async def encoder(self) -> Encoder:
         async with self._lock:
             if self._encoder is None:
-                from infra.encoder import load_encoder
+                if self.settings.bge_m3_path is not None:
+                    from infra.bge_m3 import load_bge_m3
 
-                self._encoder = await asyncio.to_thread(load_encoder, self.settings)
+                    self._encoder = await asyncio.to_thread(load_bge_m3, self.settings)
+                else:
+                    from infra.encoder import load_encoder
+
+                    self._encoder = await asyncio.to_thread(load_encoder, self.settings)
             return self._encoder
+
+    async def sparse(self) -> SparseModel:
+        """BM25 (no model to load) unless BGE-M3 is configured: then the encoder's own
+        lexical weights, from the same loaded model."""
+        if self.settings.bge_m3_path is not None:
+            from infra.sparse import SparseModel
+
+            encoder = await self.encoder()
+            if not isinstance(encoder, SparseModel):
+                raise TypeError(f"encoder {encoder.name} makes no sparse vectors")
+            return encoder
+        if self._sparse is None:
+            from infra.sparse import Bm25Sparse
+
+            self._sparse = Bm25Sparse()
+        return self._sparse
+
+    async def reranker(self) -> Reranker | None:
+        """The cross-encoder when `reranker_path` is set, else None (nothing is imported)."""
+        if self.settings.reranker_path is None:
+            return None
+        async with self._lock:
+            if self._reranker is None:
+                from infra.reranker import load_reranker
+
+                self._reranker = await asyncio.to_thread(load_reranker, self.settings)
+            return self._reranker
 
     async def vectors(self) -> VectorStore:
         encoder = await self.encoder()
+        sparse = await self.sparse()
         async with self._lock:
             if self._vectors is None:
                 from infra.vector_store import open_vector_store
 
                 self._vectors = await asyncio.to_thread(
-                    open_vector_store, self.settings, encoder.dim
+                    open_vector_store, self.settings, encoder.dim, sparse_idf=sparse.idf_modifier
                 )
             return self._vectors
 

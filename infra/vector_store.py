@@ -7,6 +7,10 @@ A document's chunks have deterministic ids (`infra.text.chunk_id_for`), and its 
 carries the content hash and chunk count. So reading a document's version, replacing it or
 deleting it are lookups by id, never filtered scans, and chunk 0 is written last: it is the
 commit marker of a re-ingested document.
+
+The sparse vectors are BM25 term frequencies (the collection applies IDF, `Modifier.IDF`) or
+learned weights such as BGE-M3's (complete as they are: no modifier); `sparse_idf` says which,
+and an existing collection built for the other kind, or another dense size, is refused.
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ class VectorStore:
     """Synchronous on purpose: callers run it in `asyncio.to_thread`. One lock guards the
     client because local mode is not thread-safe."""
 
-    def __init__(self, client: QdrantClient, dim: int, prefix: str = "ragbus_") -> None:
+    def __init__(
+        self, client: QdrantClient, dim: int, prefix: str = "ragbus_", *, sparse_idf: bool = True
+    ) -> None:
         self._client = client
         self._dim = dim
         self._prefix = prefix
+        self._sparse_idf = sparse_idf
         self._lock = threading.Lock()
         self._known: set[str] = set()
 
@@ -55,9 +62,25 @@ class VectorStore:
         if name in self._known:
             return True
         if self._client.collection_exists(name):
+            self._check_config(name)
             self._known.add(name)
             return True
         return False
+
+    def _check_config(self, name: str) -> None:
+        """Refuse a collection made for another encoder: its dense size or sparse kind differ."""
+        params = self._client.get_collection(name).config.params
+        dense = params.vectors.get(DENSE) if isinstance(params.vectors, dict) else None
+        sparse = (params.sparse_vectors or {}).get(SPARSE)
+        dim = dense.size if dense is not None else None
+        idf = sparse is not None and sparse.modifier == qm.Modifier.IDF
+        if dim != self._dim or idf != self._sparse_idf:
+            kind = {True: "IDF-weighted (BM25)", False: "learned"}
+            raise ValueError(
+                f"collection {name} holds dense dim {dim} and {kind[idf]} sparse vectors, but "
+                f"the configured models make dim {self._dim} and {kind[self._sparse_idf]} ones: "
+                "re-ingest under another RAGBUS_QDRANT_COLLECTION_PREFIX or data directory"
+            )
 
     def _ensure(self, namespace: str) -> str:
         name = self.collection_name(namespace)
@@ -67,10 +90,16 @@ class VectorStore:
                 vectors_config={
                     DENSE: qm.VectorParams(size=self._dim, distance=qm.Distance.COSINE)
                 },
-                sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+                sparse_vectors_config={
+                    SPARSE: qm.SparseVectorParams(
+                        modifier=qm.Modifier.IDF if self._sparse_idf else None
+                    )
+                },
             )
             self._known.add(name)
-            log.info("collection_created", collection=name, dim=self._dim)
+            log.info(
+                "collection_created", collection=name, dim=self._dim, sparse_idf=self._sparse_idf
+            )
         return name
 
     # ---------------------------------------------------------------- writes
@@ -237,8 +266,11 @@ def _to_chunk(point: qm.ScoredPoint, namespace: str) -> RetrievedChunk:
     )
 
 
-def open_vector_store(settings: Settings, dim: int) -> VectorStore:
-    """Qdrant server when `qdrant_url` is set, else local mode under the data directory."""
+def open_vector_store(settings: Settings, dim: int, *, sparse_idf: bool = True) -> VectorStore:
+    """Qdrant server when `qdrant_url` is set, else local mode under the data directory.
+
+    `sparse_idf`: whether new collections apply IDF to the sparse vectors (BM25: yes; learned
+    weights: no) — `SparseModel.idf_modifier`."""
     if settings.qdrant_url:
         client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
         log.info("qdrant_server", url=settings.qdrant_url)
@@ -246,4 +278,4 @@ def open_vector_store(settings: Settings, dim: int) -> VectorStore:
         settings.qdrant_path.mkdir(parents=True, exist_ok=True)
         client = QdrantClient(path=str(settings.qdrant_path))
         log.info("qdrant_local", path=str(settings.qdrant_path))
-    return VectorStore(client, dim, settings.qdrant_collection_prefix)
+    return VectorStore(client, dim, settings.qdrant_collection_prefix, sparse_idf=sparse_idf)

@@ -7,8 +7,10 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 from faststream.nats import JStream, NatsBroker, NatsRouter, TestNatsBroker
 from faststream.nats.annotations import NatsMessage
 
@@ -72,3 +74,19 @@ async def worker_harness(
             yield WorkerHarness(test_broker, resources, received)
     finally:
         await resources.aclose()
+
+
+@pytest.fixture(scope="session")
+def tiny_bge_m3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BGE-M3-shaped model directory (random weights), built once per session, offline."""
+    from tests.unit.tiny_models import build_bge_m3
+
+    return build_bge_m3(tmp_path_factory.mktemp("models") / "tiny-bge-m3")
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cross-encoder reranker directory (random weights), built once per session, offline."""
+    from tests.unit.tiny_models import build_reranker
+
+    return build_reranker(tmp_path_factory.mktemp("models") / "tiny-reranker")

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
 import api.routes
@@ -13,6 +14,7 @@ from api.app import create_app
 from api.deps import get_bus, get_jetstream, get_redis, get_store
 from contracts import subjects as sj
 from contracts.queries import QuerySubmitted
+from infra.services import LocalService
 from infra.settings import Settings
 from orchestrator.state import RequestState
 
@@ -56,19 +58,23 @@ def store() -> FakeStore:
     return FakeStore()
 
 
-def make_client(bus: FakeBus, store: FakeStore, **settings: Any) -> TestClient:
-    # No `with`: the lifespan (and so every real connection) never runs.
+def make_client(
+    bus: FakeBus, store: FakeStore, redis_url: str | None = None, **settings: Any
+) -> TestClient:
+    # No `with`: the lifespan (and so every other real connection) never runs.
     app = create_app(Settings(**settings))
     app.dependency_overrides[get_bus] = lambda: bus
     app.dependency_overrides[get_store] = lambda: store
-    app.dependency_overrides[get_redis] = object
+    app.dependency_overrides[get_redis] = (
+        (lambda: aioredis.from_url(redis_url, decode_responses=True)) if redis_url else object
+    )
     app.dependency_overrides[get_jetstream] = object
     return TestClient(app)
 
 
 @pytest.fixture
-def client(bus: FakeBus, store: FakeStore) -> TestClient:
-    return make_client(bus, store)
+def client(bus: FakeBus, store: FakeStore, redis_service: LocalService) -> TestClient:
+    return make_client(bus, store, redis_service.url)
 
 
 def assert_error(response: Any, status: int, field: str | None = None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from contracts.enums import Channel, Intent
 from infra.intent_profiles import LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
 from workers.classify.classifier import IntentClassifier
-from workers.classify.rules import DEFAULT_CONFIDENCE, STRONG, match_rules
+from workers.classify.rules import DEFAULT_CONFIDENCE, STRONG, has_calculation_cue, match_rules
 
 
 def classifier_with(encoder: object) -> IntentClassifier:
@@ -70,6 +70,21 @@ def test_rules(query: str, intent: Intent, strong: bool) -> None:
     assert (match.confidence >= STRONG) is strong
 
 
+@pytest.mark.parametrize(
+    ("query", "cue"),
+    [
+        ("What is 15% of 200?", True),
+        ("convert miles to kilometers", True),
+        ("how many minutes in a week", True),
+        ("what is half of a dozen", True),
+        ("What is the capital of France?", False),
+        ("Summarize the main themes", False),
+    ],
+)
+def test_calculation_cue(query: str, cue: bool) -> None:
+    assert has_calculation_cue(query) is cue
+
+
 def test_no_cue_means_factual_with_balanced_weights() -> None:
     match = match_rules("Who founded Acme?")
     assert (match.rule, match.confidence) == (None, DEFAULT_CONFIDENCE)
@@ -100,7 +115,7 @@ async def test_zero_shot_decides_without_a_cue() -> None:
 async def test_an_agreeing_rule_boosts_zero_shot() -> None:
     classifier = classifier_with(FakeEncoder())
     result = await classifier.classify("How can I fix this error in the worker?")
-    assert (result.intent, result.method) == (Intent.PROCEDURAL, "zero_shot+rules")
+    assert (result.intent, result.method) == (Intent.PROCEDURAL, "zero_shot")
     assert result.confidence >= match_rules("How can I fix this error?").confidence
 
 

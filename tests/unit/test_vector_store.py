@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient
+from qdrant_client import models as qm
 
 from contracts.ingest import DocumentIn
 from infra.settings import Settings
@@ -141,3 +142,27 @@ def test_reopen_keeps_points(settings: Settings) -> None:
 def test_dimension_is_checked(store: VectorStore) -> None:
     with pytest.raises(ValueError, match="dim"):
         store.search_dense(["default"], [1.0, 0.0], 3)
+
+
+def test_learned_sparse_collections_skip_idf_and_a_mismatch_is_refused(
+    settings: Settings,
+) -> None:
+    learned = open_vector_store(settings, DIM, sparse_idf=False)
+    try:
+        _index(learned, STATINS)
+        name = learned.collection_name("default")
+        params = learned._client.get_collection(name).config.params
+        assert params.sparse_vectors is not None
+        assert params.sparse_vectors["sparse"].modifier in (None, qm.Modifier.NONE)
+        hits = learned.search_sparse(["default"], *SPARSE.encode_query("statins"), 3)
+        assert [h.document_id for h in hits] == ["statins"]
+    finally:
+        learned.close()
+    # BM25 wants IDF; another encoder has another dense size
+    for dim, idf in ((DIM, True), (DIM * 2, False)):
+        other = open_vector_store(settings, dim, sparse_idf=idf)
+        try:
+            with pytest.raises(ValueError, match="re-ingest"):
+                other.count("default")
+        finally:
+            other.close()

@@ -1,28 +1,36 @@
-"""The classification chain: caller override → strong rule → zero-shot (+ rules) → rules.
+"""The classification chain: caller override → strong rule → SetFit → zero-shot → rules.
 
-The query embedding computed here is returned with the intent, so dense search reuses it
-and each request encodes its query once. If the encoder cannot be loaded or fails, the
-rules still answer: classification degrades, it never blocks a request.
+Each link answers only when the one before it cannot: no trained model (or one trained on
+another body) means zero-shot, no usable encoder means rules. Classification degrades; it
+never blocks a request. `method` says which link answered.
+
+The query is encoded once: SetFit's head reads the same MiniLM embedding the dense search
+reuses, and that embedding is returned as `query_vector`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Literal
 
 import numpy as np
 
 from contracts.enums import Channel, Intent
 from infra.intent_profiles import weights_for
 from infra.logging import get_logger
-from workers.classify.rules import STRONG, RuleMatch, match_rules
+from workers.classify.intent_model import IntentModel, ModelSlot
+from workers.classify.rules import STRONG, RuleMatch, has_calculation_cue, match_rules
 from workers.classify.zero_shot import ZeroShotClassifier
 
 if TYPE_CHECKING:
     from infra.encoder import Encoder
 
 log = get_logger(__name__)
+
+Method = Literal["setfit", "zero_shot", "rules", "override"]
 
 AGREEMENT_BOOST: Final = 0.5
 """When a rule agrees with zero-shot, close this share of the gap to certainty."""
@@ -32,41 +40,46 @@ AGREEMENT_BOOST: Final = 0.5
 class Classification:
     intent: Intent
     confidence: float
-    method: str
-    """override | rules | zero_shot | zero_shot+rules"""
+    method: Method
     weights: dict[Channel, float]
     query_vector: list[float] | None
 
 
+@dataclass(frozen=True)
+class _Embedded:
+    vector: np.ndarray
+    encoder: Encoder
+    zero_shot: ZeroShotClassifier
+
+
 class IntentClassifier:
-    def __init__(self, encoder: Callable[[], Awaitable[Encoder]]) -> None:
+    def __init__(
+        self, encoder: Callable[[], Awaitable[Encoder]], model_dir: Path | None = None
+    ) -> None:
         self._get_encoder = encoder
         self._zero_shot: ZeroShotClassifier | None = None
-
-    async def _embed(self, query: str) -> tuple[np.ndarray, ZeroShotClassifier] | None:
-        """The query vector and the zero-shot model, or None when the encoder is unusable."""
-        try:
-            encoder = await self._get_encoder()
-            if self._zero_shot is None or self._zero_shot.encoder is not encoder:
-                self._zero_shot = ZeroShotClassifier(encoder)
-            vector = np.asarray(await encoder.aencode([query]), dtype=np.float32)[0]
-        except Exception as exc:
-            log.warning("encoder_unavailable", error=f"{type(exc).__name__}: {exc}")
-            return None
-        return vector, self._zero_shot
+        self._models = ModelSlot(model_dir)
+        self._mismatch_logged = False
 
     async def classify(self, query: str, override: Intent | None = None) -> Classification:
         rule = match_rules(query)
         embedded = await self._embed(query)
-        vector = embedded[0] if embedded else None
 
+        intent: Intent
+        confidence: float
+        method: Method
         if override is not None:
             intent, confidence, method = override, 1.0, "override"
         elif rule.confidence >= STRONG or embedded is None:
             intent, confidence, method = rule.intent, rule.confidence, "rules"
         else:
-            intent, confidence, method = await self._combine(rule, *embedded)
+            found = await self._setfit(query, embedded)
+            if found is not None:
+                intent, confidence, method = *found, "setfit"
+            else:
+                intent, confidence, method = await self._zero_shot_and_rules(rule, embedded)
 
+        vector = embedded.vector if embedded else None
         return Classification(
             intent=intent,
             confidence=round(confidence, 4),
@@ -75,18 +88,76 @@ class IntentClassifier:
             query_vector=vector.astype(float).tolist() if vector is not None else None,
         )
 
+    async def model(self) -> IntentModel | None:
+        """The trained model, loaded off the event loop on first use."""
+        if self._models.loaded:
+            return self._models.get()
+        return await asyncio.to_thread(self._models.get)
+
+    async def _embed(self, query: str) -> _Embedded | None:
+        """The query vector, or None when the encoder is unusable."""
+        try:
+            encoder = await self._get_encoder()
+            if self._zero_shot is None or self._zero_shot.encoder is not encoder:
+                self._zero_shot = ZeroShotClassifier(encoder)
+            vector = np.asarray(await encoder.aencode([query]), dtype=np.float32)[0]
+        except Exception as exc:
+            log.warning("encoder_unavailable", error=f"{type(exc).__name__}: {exc}")
+            return None
+        return _Embedded(vector, encoder, self._zero_shot)
+
+    async def _setfit(self, query: str, embedded: _Embedded) -> tuple[Intent, float] | None:
+        model = await self.model()
+        if model is None or not self._fits(model, embedded.encoder):
+            return None
+        try:
+            if model.shares_body:  # a 384×7 product: not worth a thread hop
+                probabilities = model.probabilities(query, embedded.vector)
+            else:
+                probabilities = await asyncio.to_thread(model.probabilities, query, embedded.vector)
+        except Exception as exc:
+            log.warning("setfit_failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+        return _best(probabilities, allow_tool=has_calculation_cue(query))
+
+    def _fits(self, model: IntentModel, encoder: Encoder) -> bool:
+        """A shared-body head only understands the embeddings of the body it was fitted on."""
+        meta = model.meta
+        if not model.shares_body or (meta.body, meta.body_dim) == (encoder.name, encoder.dim):
+            return True
+        if not self._mismatch_logged:
+            self._mismatch_logged = True
+            log.warning(
+                "intent_model_body_mismatch",
+                model_body=meta.body,
+                model_dim=meta.body_dim,
+                encoder=encoder.name,
+                encoder_dim=encoder.dim,
+                fallback="zero_shot",
+                hint="retrain with `ragbus train-intent`",
+            )
+        return False
+
     @staticmethod
-    async def _combine(
-        rule: RuleMatch, vector: np.ndarray, zero_shot: ZeroShotClassifier
-    ) -> tuple[Intent, float, str]:
+    async def _zero_shot_and_rules(
+        rule: RuleMatch, embedded: _Embedded
+    ) -> tuple[Intent, float, Method]:
         """Zero-shot decides; a rule that agrees raises its confidence, a surer rule overrides."""
-        # "What is the capital of France?" sounds like "What is 15% of 200?" to an encoder:
-        # only a query with a calculation cue may be routed to the tools.
+        # Only a query with a calculation cue may be routed to the tools (see rules).
         exclude = frozenset() if rule.intent is Intent.TOOL else frozenset({Intent.TOOL})
-        result = await zero_shot.classify(vector, exclude)
+        result = await embedded.zero_shot.classify(embedded.vector, exclude)
         if rule.rule is not None and rule.intent == result.intent:
             boosted = result.confidence + (1.0 - result.confidence) * AGREEMENT_BOOST
-            return result.intent, max(boosted, rule.confidence), "zero_shot+rules"
+            return result.intent, max(boosted, rule.confidence), "zero_shot"
         if rule.rule is not None and rule.confidence > result.confidence:
             return rule.intent, rule.confidence, "rules"
         return result.intent, result.confidence, "zero_shot"
+
+
+def _best(probabilities: Mapping[Intent, float], *, allow_tool: bool) -> tuple[Intent, float]:
+    """The most probable intent; `tool` only when the query has a calculation cue."""
+    ranked = sorted(probabilities.items(), key=lambda item: item[1], reverse=True)
+    for intent, probability in ranked:
+        if intent is not Intent.TOOL or allow_tool:
+            return intent, probability
+    raise ValueError("no intent left to choose")  # unreachable with two or more labels

@@ -13,11 +13,12 @@ from infra.bus import step_consumer, subscriber_kwargs
 from infra.resources import Resources
 from infra.worker_runtime import error_policy, phase, step_result_fields
 from workers.classify.classifier import IntentClassifier
+from workers.classify.model_meta import model_dir
 
 
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
-    classifier = IntentClassifier(resources.encoder)
+    classifier = IntentClassifier(resources.encoder, model_dir(settings))
     router = NatsRouter(
         middlewares=[error_policy(bus, settings, report_failures=True)],
         ack_policy=AckPolicy.MANUAL,

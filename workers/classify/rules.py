@@ -46,6 +46,11 @@ _MATH_WORDS = re.compile(
     re.IGNORECASE,
 )
 _CALC_VERB = re.compile(r"\b(?:calculate|compute|evaluate|solve)\b", re.IGNORECASE)
+_QUANTITY_WORDS = re.compile(
+    r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty"
+    r"|forty|fifty|hundred|thousand|million|billion|half|quarter|dozen|convert|how many)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,19 @@ def _looks_like_arithmetic(query: str) -> bool:
     if _BARE_ARITHMETIC.match(query.strip()) and re.search(r"\d\s*[-+*/^×÷%]", query):
         return True  # nothing but arithmetic: even "10-3" is a subtraction
     return bool(_ARITHMETIC.search(_RANGE.sub(" ", query)))
+
+
+def has_calculation_cue(query: str) -> bool:
+    """Whether the query could be a calculation at all: a number, a number word, a math or
+    conversion word. A model's `tool` without one is a misreading of a question's phrasing
+    ("What is the capital of France?" is shaped like "What is 15% of 200?"), and `tool`
+    sends the request to the calculator before any retrieval."""
+    return bool(
+        re.search(r"\d", query)
+        or _CALC_VERB.search(query)
+        or _MATH_WORDS.search(query)
+        or _QUANTITY_WORDS.search(query)
+    )
 
 
 def match_rules(query: str) -> RuleMatch:

@@ -1,4 +1,10 @@
-"""The fuse worker on the bus: `rag.cmd.fuse` in, `rag.res.fuse` out."""
+"""The fuse worker on the bus: `rag.cmd.fuse` in, `rag.res.fuse` out.
+
+With `RAGBUS_RERANKER_PATH` set, the best `RAGBUS_RERANK_TOP_N` fused chunks are reordered by a
+cross-encoder before the list is cut to the command's `top_k`; without it nothing changes and
+nothing heavy is imported. A reranker that cannot load or run is logged and skipped: the fused
+order is still a good answer.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,13 @@ from contracts.enums import Phase, Step
 from contracts.results import FuseResult
 from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
+from infra.logging import get_logger
 from infra.resources import Resources
 from infra.worker_runtime import error_policy, phase, step_result_fields
+from workers.fuse.rerank import rerank
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
+
+log = get_logger(__name__)
 
 
 def create_router(resources: Resources) -> NatsRouter:
@@ -30,7 +40,24 @@ def create_router(resources: Resources) -> NatsRouter:
         """Fuse the channels' rankings with the intent's weights."""
         async with phase(bus, cmd, Phase.FUSION) as run:
             weights = effective_weights(cmd.weights, cmd.results)
-            chunks = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=cmd.top_k)
+            reranker = None
+            if settings.reranker_path is not None:
+                try:
+                    reranker = await resources.reranker()
+                except Exception as exc:
+                    log.exception("reranker_unavailable")
+                    run.metadata["rerank_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            depth = max(cmd.top_k, settings.rerank_top_n) if reranker is not None else cmd.top_k
+            chunks = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=depth)
+            if reranker is not None:
+                try:
+                    chunks, run.metadata["reranked"] = await rerank(
+                        reranker, cmd.query, chunks, settings.rerank_top_n
+                    )
+                except Exception as exc:
+                    log.exception("rerank_failed")
+                    run.metadata.update(reranked=0, rerank_error=f"{type(exc).__name__}: {exc}")
+                chunks = chunks[: cmd.top_k]
             counts = channel_counts(cmd.results)
             run.metadata.update(
                 effective_weights={c.value: round(w, 4) for c, w in weights.items()},

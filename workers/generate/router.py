@@ -1,22 +1,39 @@
-"""The generate worker on the bus: `rag.cmd.generate` in, tokens out, `rag.res.generate` out."""
+"""The generate worker on the bus: `rag.cmd.generate` in, tokens out, `rag.res.generate` out.
+
+Without `RAGBUS_LLM_BASE_URL` the answer is extractive. With it, an OpenAI-compatible
+model writes the answer (and may ask for tools); when the model fails — unreachable,
+timing out, erroring after its retries, or answering nothing — the extractive generator
+answers instead and the generation phase says so (`generator: extractive`,
+`fallback_from: llm`, `reason`): never a silent empty answer.
+"""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsRouter
 
 from contracts.commands import GenerateCommand
 from contracts.enums import Intent, Phase, Step
+from contracts.models import ToolCall
 from contracts.results import GenerateResult
 from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
+from infra.llm import LLMClient, LLMStreamBroken, describe
+from infra.logging import get_logger
 from infra.resources import Resources
-from infra.worker_runtime import error_policy, phase, step_result_fields
+from infra.worker_runtime import PhaseRun, error_policy, phase, step_result_fields
 from workers.generate.extractive import Answer, extractive_answer, no_evidence_answer
-from workers.generate.streaming import stream_answer
+from workers.generate.llm import EmptyAnswer, llm_answer
+from workers.generate.streaming import TokenEmitter, stream_answer
 from workers.generate.tools import tool_answer
 
+log = get_logger(__name__)
+
 GENERATOR = "extractive"
+LLM_GENERATOR = "llm"
 
 
 async def answer_for(cmd: GenerateCommand, resources: Resources) -> Answer:
@@ -29,8 +46,74 @@ async def answer_for(cmd: GenerateCommand, resources: Resources) -> Answer:
     return await extractive_answer(cmd.query, cmd.contexts, await resources.encoder())
 
 
-def create_router(resources: Resources) -> NatsRouter:
+async def _extractive(
+    cmd: GenerateCommand, resources: Resources, emitter: TokenEmitter, run: PhaseRun
+) -> Answer:
+    answer = await answer_for(cmd, resources)
+    tokens = await stream_answer(resources.bus, cmd, answer.text, emitter)
+    run.metadata.update(
+        sentences=answer.sentences,
+        citations=len(answer.citations),
+        tokens=tokens,
+        generator=GENERATOR,
+    )
+    return answer
+
+
+async def _with_llm(
+    cmd: GenerateCommand,
+    resources: Resources,
+    client: LLMClient,
+    emitter: TokenEmitter,
+    run: PhaseRun,
+) -> tuple[Answer, list[ToolCall], str]:
+    """The model's answer, or the extractive one with the reason the model gave none."""
+    try:
+        got = await llm_answer(cmd, client, emitter.emit)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, EmptyAnswer):
+            reason = str(exc)
+        else:
+            reason = describe(exc)
+            if not isinstance(exc, LLMStreamBroken):
+                reason = f"{reason} (after {client.max_retries + 1} attempts at most)"
+        log.warning("llm_fallback", reason=reason, error_type=type(exc).__name__)
+        partial = emitter.count
+        answer = await _extractive(cmd, resources, emitter, run)
+        run.metadata.update(fallback_from=LLM_GENERATOR, reason=reason, model=client.model)
+        if partial:
+            run.metadata["partial_llm_tokens"] = partial
+        return answer, [], GENERATOR
+    metadata: dict[str, Any] = {
+        "generator": LLM_GENERATOR,
+        "model": got.model,
+        "tokens": got.tokens,
+        "sentences": got.sentences,
+        "citations": len(got.citations),
+        "invalid_citations": got.dropped_citations,
+        "citations_removed": len(got.dropped_citations),
+        "attempts": got.attempts,
+        "finish_reason": got.finish_reason,
+        "tools_offered": cmd.tool_rounds_left > 0,
+    }
+    if got.tool_calls:
+        metadata["tool_calls"] = [c.name for c in got.tool_calls]
+    if got.ignored_tool_calls:
+        metadata["ignored_tool_calls"] = got.ignored_tool_calls
+    if got.problems:
+        metadata["tool_call_problems"] = got.problems
+    run.metadata.update(metadata)
+    answer = Answer(text=got.text, citations=got.citations, sentences=got.sentences)
+    return answer, got.tool_calls, LLM_GENERATOR
+
+
+def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
+    client = llm
+    if client is None and settings.llm_base_url:
+        client = LLMClient.from_settings(settings)
     router = NatsRouter(
         middlewares=[error_policy(bus, settings, report_failures=True)],
         ack_policy=AckPolicy.MANUAL,
@@ -44,20 +127,25 @@ def create_router(resources: Resources) -> NatsRouter:
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings))
     async def generate(cmd: GenerateCommand) -> None:
         """Compose the answer, stream it as tokens, then report it with its citations."""
-        async with phase(bus, cmd, Phase.GENERATION, generator=GENERATOR) as run:
-            answer = await answer_for(cmd, resources)
-            tokens = await stream_answer(bus, cmd, answer.text)
-            run.metadata.update(
-                sentences=answer.sentences,
-                citations=len(answer.citations),
-                tokens=tokens,
-                generator=GENERATOR,
-            )
+        start: dict[str, Any] = {"generator": LLM_GENERATOR if client else GENERATOR}
+        if client is not None:
+            start["model"] = client.model
+        tool_calls: list[ToolCall] = []
+        generator = GENERATOR
+        async with phase(bus, cmd, Phase.GENERATION, **start) as run:
+            emitter = TokenEmitter(bus, cmd)
+            if client is None:
+                answer = await _extractive(cmd, resources, emitter, run)
+            else:
+                answer, tool_calls, generator = await _with_llm(
+                    cmd, resources, client, emitter, run
+                )
         result = GenerateResult(
             **step_result_fields(cmd, run),
             answer=answer.text,
             citations=answer.citations,
-            generator=GENERATOR,
+            tool_calls=tool_calls,
+            generator=generator,
         )
         await publisher.publish(
             result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}

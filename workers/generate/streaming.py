@@ -26,17 +26,35 @@ def pieces(text: str, words: int = WORDS_PER_TOKEN) -> Iterator[str]:
         yield (lead if start == 0 else "") + "".join(tokens[start : start + words])
 
 
-async def stream_answer(bus: Bus, cmd: Envelope, text: str) -> int:
-    """Emit the answer as `token` events on the request's subject; returns how many."""
-    count = 0
-    for index, piece in enumerate(pieces(text)):
-        await bus.emit(
+class TokenEmitter:
+    """Sends `token` events for one request with consecutive indexes, however many sources
+    (an LLM stream, then perhaps a fallback answer) contribute to them."""
+
+    def __init__(self, bus: Bus, cmd: Envelope) -> None:
+        self.bus = bus
+        self.cmd = cmd
+        self.count = 0
+
+    async def emit(self, text: str) -> None:
+        if not text:
+            return
+        await self.bus.emit(
             TokenEvent(
-                request_id=cmd.request_id,
-                attempt=cmd.attempt,
-                trace=cmd.trace,
-                data=TokenData(text=piece, index=index),
+                request_id=self.cmd.request_id,
+                attempt=self.cmd.attempt,
+                trace=self.cmd.trace,
+                data=TokenData(text=text, index=self.count),
             )
         )
-        count += 1
-    return count
+        self.count += 1
+
+
+async def stream_answer(
+    bus: Bus, cmd: Envelope, text: str, emitter: TokenEmitter | None = None
+) -> int:
+    """Emit the answer as `token` events on the request's subject; returns how many."""
+    emitter = emitter or TokenEmitter(bus, cmd)
+    start = emitter.count
+    for piece in pieces(text):
+        await emitter.emit(piece)
+    return emitter.count - start

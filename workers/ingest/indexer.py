@@ -1,5 +1,8 @@
 """Index one document: chunk, embed (dense + sparse), extract entities, write both stores.
 
+The sparse model is whichever `Resources.sparse()` gives (BM25, or BGE-M3's lexical weights,
+made in the same model pass as the dense vectors).
+
 Idempotent by construction: chunk ids are deterministic and each store replaces a document
 as a whole, so redoing a document after a crash is harmless. The Qdrant write goes last
 because its content hash is what marks the document as indexed.
@@ -19,9 +22,8 @@ from contracts.ingest import DocumentIn
 from infra.entities import Entity, extract_entities
 from infra.errors import TransientError
 from infra.resources import Resources
-from infra.text import Chunk, SparseEncoder, SparseVec, chunk_document
-
-_SPARSE = SparseEncoder()
+from infra.sparse import encode_documents
+from infra.text import Chunk, chunk_document
 
 STORE_HICCUPS: tuple[type[BaseException], ...] = (
     ResponseHandlingException,
@@ -44,10 +46,8 @@ class IndexOutcome:
     entities: int = 0
 
 
-def _analyse(chunks: list[Chunk]) -> tuple[list[SparseVec], list[list[Entity]]]:
-    sparse = [_SPARSE.encode_document(chunk.embedding_text) for chunk in chunks]
-    entities = [extract_entities(chunk.text) for chunk in chunks]
-    return sparse, entities
+def _entities(chunks: list[Chunk]) -> list[list[Entity]]:
+    return [extract_entities(chunk.text) for chunk in chunks]
 
 
 async def remove_document(resources: Resources, namespace: str, document_id: str) -> IndexOutcome:
@@ -66,6 +66,7 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
     settings = resources.settings
     try:
         encoder = await resources.encoder()
+        sparse_model = await resources.sparse()
         vectors = await resources.vectors()
         graph = await resources.graph()
         content_hash = doc.content_hash()
@@ -75,8 +76,9 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         chunks = chunk_document(doc, settings.chunk_chars, settings.chunk_overlap_chars)
         if not chunks:
             raise DocumentRejected("the document has no text to index")
-        dense = await encoder.aencode([chunk.embedding_text for chunk in chunks])
-        sparse, entities = await asyncio.to_thread(_analyse, chunks)
+        texts = [chunk.embedding_text for chunk in chunks]
+        dense, sparse = await encode_documents(encoder, sparse_model, texts)
+        entities = await asyncio.to_thread(_entities, chunks)
         await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
         await asyncio.to_thread(
             vectors.upsert_chunks, doc.namespace, chunks, dense, sparse, content_hash

@@ -12,9 +12,6 @@ from contracts.commands import SearchCommand
 from contracts.models import RetrievedChunk
 from infra.entities import query_entities
 from infra.resources import Resources
-from infra.text import SparseEncoder
-
-_SPARSE = SparseEncoder()
 
 
 async def _query_vector(resources: Resources, cmd: SearchCommand) -> list[float]:
@@ -32,7 +29,9 @@ async def search_vector(resources: Resources, cmd: SearchCommand) -> list[Retrie
 
 
 async def search_sparse(resources: Resources, cmd: SearchCommand) -> list[RetrievedChunk]:
-    indices, values = _SPARSE.encode_query(cmd.query)
+    """BM25 terms or BGE-M3 lexical weights, whichever `Resources.sparse()` is configured."""
+    sparse = await resources.sparse()
+    indices, values = await asyncio.to_thread(sparse.query, cmd.query)
     store = await resources.vectors()
     return await asyncio.to_thread(store.search_sparse, cmd.namespaces, indices, values, cmd.top_k)
 

@@ -15,9 +15,9 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from contracts.tools import CALCULATOR, MAX_EXPRESSION_CHARS
 from workers.tool.registry import ToolError, ToolRegistry
 
-MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 1000
 MAX_RESULT_BITS = 4000  # about 1,200 decimal digits
 MAX_DEPTH = 50
@@ -150,27 +150,10 @@ def format_number(value: Number) -> str:
     return str(value)
 
 
-PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "expression": {
-            "type": "string",
-            "description": "Arithmetic, e.g. '17 * 23 + 4' or 'sqrt(2) ^ 2'.",
-            "minLength": 1,
-            "maxLength": MAX_EXPRESSION_CHARS,
-        }
-    },
-    "required": ["expression"],
-    "additionalProperties": False,
-}
+PARAMETERS: dict[str, Any] = CALCULATOR.parameters
 
 
 def register_calculator(registry: ToolRegistry) -> None:
-    @registry.register(
-        "calculator",
-        description="Evaluate an arithmetic expression: + - * / // % ^, parentheses, "
-        "sqrt, log, exp, sin, cos, abs, round, min, max, pi, e.",
-        parameters=PARAMETERS,
-    )
+    @registry.implement(CALCULATOR)
     async def calculator(expression: str) -> str:
         return f"{expression.strip()} = {format_number(evaluate(expression))}"

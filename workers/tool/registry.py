@@ -3,21 +3,33 @@
 Arguments are validated against the schema before a handler ever runs, and `call`
 never raises for a tool's own failure: the caller always gets a `ToolOutcome`, with
 `ok=False` and a sentence saying what went wrong.
+
+Built-in tools implement the specs in `contracts.tools` (`@registry.implement(SPEC)`), so
+what the generate worker offers a model and what this worker runs are one definition.
+Tools from other packages arrive as plugins: an entry point in the group `ragbus.tools`
+naming a callable that takes the registry and registers its tools
+(`[project.entry-points."ragbus.tools"] mytools = "mypkg.tools:register"`). Plugins are
+loaded at worker start, each with a log line; a plugin that fails to import or register
+is logged and skipped, and leaves nothing half-registered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from contracts.models import ToolCall, ToolOutcome
+from contracts.tools import INVALID_ARGUMENTS_KEY, ToolSpec
 from infra.logging import get_logger
 from workers.tool.schema import check_schema, validate
 
 log = get_logger(__name__)
+
+PLUGIN_GROUP = "ragbus.tools"
 
 ToolHandler = Callable[..., Awaitable[str]]
 """Called with the validated arguments as keywords; returns the tool's output text."""
@@ -68,6 +80,13 @@ class ToolRegistry:
 
         return decorate
 
+    def implement(self, spec: ToolSpec) -> Callable[[ToolHandler], ToolHandler]:
+        """Decorator: the handler of a tool whose spec is a wire contract."""
+        return self.register(spec.name, description=spec.description, parameters=spec.parameters)
+
+    def tools(self) -> list[Tool]:
+        return [self._tools[name] for name in self.names]
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
@@ -87,6 +106,7 @@ class ToolRegistry:
                 call_id=call.id,
                 name=call.name,
                 ok=ok,
+                arguments=call.arguments,
                 output=output,
                 error=error,
                 duration_ms=(time.perf_counter() - t0) * 1000,
@@ -97,6 +117,9 @@ class ToolRegistry:
             return outcome(
                 False, error=f"unknown tool '{call.name}' (known: {', '.join(self.names)})"
             )
+        if INVALID_ARGUMENTS_KEY in call.arguments:
+            raw = str(call.arguments[INVALID_ARGUMENTS_KEY])[:200]
+            return outcome(False, error=f"invalid arguments: not a JSON object: {raw!r}")
         problems = validate(call.arguments, tool.parameters)
         if problems:
             return outcome(False, error="invalid arguments: " + "; ".join(problems))
@@ -110,3 +133,36 @@ class ToolRegistry:
             log.exception("tool_crashed", tool=call.name)
             return outcome(False, error=f"{call.name} failed unexpectedly: {type(exc).__name__}")
         return outcome(True, output=output)
+
+
+def load_plugins(registry: ToolRegistry, plugins: Iterable[EntryPoint] | None = None) -> list[str]:
+    """Register the tools of every `ragbus.tools` entry point; returns the tool names added.
+
+    Each plugin registers into a scratch registry first and is merged only when it loaded,
+    registered and clashes with no tool already known: a broken plugin changes nothing.
+    """
+    added: list[str] = []
+    found = list(entry_points(group=PLUGIN_GROUP) if plugins is None else plugins)
+    for plugin in found:
+        scratch = ToolRegistry(timeout_s=registry.timeout_s)
+        try:
+            register = plugin.load()
+            register(scratch)
+            clashes = [name for name in scratch.names if registry.get(name) is not None]
+            if clashes:
+                raise ValueError(f"tool name(s) already registered: {', '.join(clashes)}")
+        except Exception as exc:
+            log.error(
+                "tool_plugin_skipped",
+                plugin=plugin.name,
+                target=plugin.value,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            continue
+        for tool in scratch.tools():
+            registry.add(tool)
+        added.extend(scratch.names)
+        log.info("tool_plugin_loaded", plugin=plugin.name, target=plugin.value, tools=scratch.names)
+    if not found:
+        log.info("tool_plugins_none", group=PLUGIN_GROUP)
+    return added

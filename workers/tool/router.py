@@ -11,16 +11,47 @@ from contracts.models import ToolOutcome
 from contracts.results import ToolResult
 from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
+from infra.logging import get_logger
 from infra.resources import Resources
+from infra.settings import Settings
 from infra.worker_runtime import error_policy, phase, step_result_fields
 from workers.tool.calculator import register_calculator
 from workers.tool.planner import plan_calls
-from workers.tool.registry import ToolRegistry
+from workers.tool.python_tool import register_python
+from workers.tool.registry import ToolRegistry, load_plugins
+from workers.tool.sandbox import Sandbox, SandboxLimits
+from workers.tool.search_tool import register_search
+
+log = get_logger(__name__)
 
 
-def default_registry(timeout_s: float = 10.0) -> ToolRegistry:
+def sandbox_for(settings: Settings) -> Sandbox:
+    limits = SandboxLimits(
+        timeout_s=settings.sandbox_timeout_s,
+        cpu_s=settings.sandbox_cpu_s,
+        memory_mb=settings.sandbox_memory_mb,
+        max_procs=settings.sandbox_max_procs,
+    )
+    return Sandbox(limits, settings.sandbox_isolation)
+
+
+def default_registry(
+    timeout_s: float = 10.0,
+    *,
+    resources: Resources | None = None,
+    sandbox: Sandbox | None = None,
+    plugins: bool = False,
+) -> ToolRegistry:
+    """The calculator always; `python` with a sandbox, `search` with resources; then the
+    `ragbus.tools` plugins when asked."""
     registry = ToolRegistry(timeout_s=timeout_s)
     register_calculator(registry)
+    if sandbox is not None:
+        register_python(registry, sandbox)
+    if resources is not None:
+        register_search(registry, resources)
+    if plugins:
+        load_plugins(registry)
     return registry
 
 
@@ -42,7 +73,13 @@ async def run_tools(registry: ToolRegistry, cmd: ToolCommand) -> list[ToolOutcom
 
 def create_router(resources: Resources, registry: ToolRegistry | None = None) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
-    tools = registry or default_registry(timeout_s=settings.tool_timeout_s / 2)
+    tools = registry or default_registry(
+        timeout_s=settings.tool_timeout_s / 2,
+        resources=resources,
+        sandbox=sandbox_for(settings),
+        plugins=True,
+    )
+    log.info("tool_registry_ready", tools=tools.names)
     router = NatsRouter(
         middlewares=[error_policy(bus, settings, report_failures=True)],
         ack_policy=AckPolicy.MANUAL,

@@ -1,0 +1,67 @@
+"""The sparse side of retrieval, whichever model makes it: BM25 or BGE-M3's lexical weights.
+
+Ingestion and the sparse search channel see only `SparseModel`; `Resources.sparse()` picks the
+implementation from the settings. BM25 weights need Qdrant's IDF modifier on the collection
+(the document side carries only the term-frequency part); learned weights are complete as
+they are, so their collections are created without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from infra.text import SparseEncoder, SparseVec
+
+
+@runtime_checkable
+class SparseModel(Protocol):
+    """Sparse vectors for documents and queries. Calls may be CPU-bound: run them in a thread."""
+
+    name: str
+    idf_modifier: bool
+    """Whether the collection must apply IDF (`Modifier.IDF`) to these weights."""
+
+    def documents(self, texts: list[str]) -> list[SparseVec]: ...
+
+    def query(self, text: str) -> SparseVec: ...
+
+
+@runtime_checkable
+class JointEncoder(Protocol):
+    """A model that yields dense and sparse document vectors from one forward pass."""
+
+    def encode_dense_sparse(self, texts: list[str]) -> tuple[np.ndarray, list[SparseVec]]: ...
+
+
+class Bm25Sparse:
+    """`infra.text.SparseEncoder` (stemmed terms, BM25 term frequency) as a `SparseModel`."""
+
+    name = "bm25"
+    idf_modifier = True
+
+    def __init__(self, encoder: SparseEncoder | None = None) -> None:
+        self._encoder = encoder or SparseEncoder()
+
+    def documents(self, texts: list[str]) -> list[SparseVec]:
+        return [self._encoder.encode_document(text) for text in texts]
+
+    def query(self, text: str) -> SparseVec:
+        return self._encoder.encode_query(text)
+
+
+class _DenseEncoder(Protocol):
+    async def aencode(self, texts: list[str]) -> np.ndarray: ...
+
+
+async def encode_documents(
+    encoder: _DenseEncoder, sparse: SparseModel, texts: list[str]
+) -> tuple[np.ndarray, list[SparseVec]]:
+    """Dense and sparse vectors of the same texts, in one model pass when one model makes both
+    (BGE-M3), otherwise the dense encoder and the sparse model each on their own."""
+    if sparse is encoder and isinstance(encoder, JointEncoder):
+        return await asyncio.to_thread(encoder.encode_dense_sparse, texts)
+    dense = await encoder.aencode(texts)
+    return dense, await asyncio.to_thread(sparse.documents, texts)

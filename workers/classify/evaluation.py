@@ -1,0 +1,128 @@
+"""Score the classification chain on labelled queries: accuracy, macro-F1, per-class
+precision/recall/F1, the confusion matrix, and single-query latency.
+
+It measures what the worker does (override-free `IntentClassifier.classify`, encoding
+included), not the bare model, so rules and guards count too. Metrics are scikit-learn's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from contracts.enums import Intent
+from workers.classify.classifier import IntentClassifier
+from workers.classify.dataset import Example
+
+Tick = Callable[[], None]
+
+
+async def evaluate(
+    classifier: IntentClassifier, examples: Sequence[Example], tick: Tick | None = None
+) -> dict[str, Any]:
+    """Classify every example once, timing each; returns the JSON report."""
+    from sklearn.metrics import (
+        accuracy_score,
+        confusion_matrix,
+        f1_score,
+        precision_recall_fscore_support,
+    )
+
+    await classifier.classify("warm up the encoder, the model and the prototypes")
+    gold: list[str] = []
+    predicted: list[str] = []
+    methods: Counter[str] = Counter()
+    latencies: list[float] = []
+    for example in examples:
+        started = time.perf_counter()
+        found = await classifier.classify(example.text)
+        latencies.append((time.perf_counter() - started) * 1000)
+        gold.append(example.label.value)
+        predicted.append(found.intent.value)
+        methods[found.method] += 1
+        if tick:
+            tick()
+
+    present = set(gold) | set(predicted)
+    labels = [i.value for i in Intent if i.value in present]
+    precision, recall, f1, support = precision_recall_fscore_support(
+        gold, predicted, labels=labels, zero_division=0
+    )
+    matrix = confusion_matrix(gold, predicted, labels=labels)
+    model = await classifier.model()
+    return {
+        "n": len(gold),
+        "accuracy": round(float(accuracy_score(gold, predicted)), 4),
+        "macro_f1": round(
+            float(f1_score(gold, predicted, labels=labels, average="macro", zero_division=0)), 4
+        ),
+        "per_class": {
+            label: {
+                "precision": round(float(p), 4),
+                "recall": round(float(r), 4),
+                "f1": round(float(f), 4),
+                "support": int(s),
+            }
+            for label, p, r, f, s in zip(labels, precision, recall, f1, support, strict=True)
+        },
+        "confusion": {
+            label: {other: int(n) for other, n in zip(labels, row, strict=True)}
+            for label, row in zip(labels, matrix, strict=True)
+        },
+        "methods": dict(methods.most_common()),
+        "model": model.meta.version if model else None,
+        "latency_ms": latency_summary(latencies),
+    }
+
+
+def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
+    values = np.asarray(latencies_ms, dtype=float)
+    return {
+        "n": len(values),
+        "p50": round(float(np.percentile(values, 50)), 2),
+        "p95": round(float(np.percentile(values, 95)), 2),
+        "mean": round(float(values.mean()), 2),
+        "max": round(float(values.max()), 2),
+    }
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    latency = report["latency_ms"]
+    console.print(
+        f"n={report['n']}  accuracy={report['accuracy']:.4f}  "
+        f"macro-F1={report['macro_f1']:.4f}  model={report['model'] or 'none (zero-shot)'}"
+    )
+    console.print(
+        f"latency per query: p50={latency['p50']:.1f} ms  p95={latency['p95']:.1f} ms  "
+        f"(n={latency['n']})  methods: "
+        + ", ".join(f"{m}={n}" for m, n in report["methods"].items())
+    )
+    classes = Table(title="per class", title_justify="left")
+    for column in ("intent", "precision", "recall", "f1", "support"):
+        classes.add_column(column, justify="left" if column == "intent" else "right")
+    for label, row in report["per_class"].items():
+        classes.add_row(
+            label, *(f"{row[k]:.3f}" for k in ("precision", "recall", "f1")), str(row["support"])
+        )
+    console.print(classes)
+    labels = list(report["confusion"])
+    matrix = Table(title="confusion (rows: gold, columns: predicted)", title_justify="left")
+    matrix.add_column("")
+    for label in labels:
+        matrix.add_column(label[:6], justify="right")
+    for label in labels:
+        cells = report["confusion"][label]
+        matrix.add_row(label, *(_cell(cells[o], o == label) for o in labels))
+    console.print(matrix)
+
+
+def _cell(count: int, diagonal: bool) -> str:
+    if count == 0:
+        return "[dim]·[/dim]"
+    return f"[bold]{count}[/bold]" if diagonal else f"[red]{count}[/red]"

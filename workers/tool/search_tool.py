@@ -1,0 +1,37 @@
+"""The `search` tool: dense retrieval over the indexed documents, from the tool worker itself.
+
+It queries the vector store through `Resources` in this process (encoder + Qdrant) rather
+than going round the bus or the HTTP API: no second request, no saga inside a saga, and
+no deadline of its own to juggle. With Qdrant in local mode the store belongs to one
+process, so the tool worker must then run in the same process as search and ingest
+(`ragbus up`); with `RAGBUS_QDRANT_URL` set it runs anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from contracts.tools import SEARCH
+from infra.resources import Resources
+from workers.tool.registry import ToolRegistry
+
+DEFAULT_TOP_K: Final = 5
+PASSAGE_CHARS: Final = 600
+
+
+def register_search(registry: ToolRegistry, resources: Resources) -> None:
+    @registry.implement(SEARCH)
+    async def search(query: str, namespace: str = "default", top_k: int = DEFAULT_TOP_K) -> str:
+        encoder = await resources.encoder()
+        vector = [float(x) for x in (await encoder.aencode([query]))[0]]
+        store = await resources.vectors()
+        chunks = await asyncio.to_thread(store.search_dense, [namespace], vector, top_k)
+        if not chunks:
+            return f"no passages found for {query!r} in namespace {namespace!r}"
+        lines = []
+        for number, chunk in enumerate(chunks, start=1):
+            title = chunk.title or chunk.document_id
+            text = " ".join(chunk.text.split())[:PASSAGE_CHARS]
+            lines.append(f"[{number}] {title} (chunk {chunk.chunk_id}): {text}")
+        return "\n".join(lines)
