@@ -10,13 +10,13 @@ import asyncio
 import time
 from pathlib import Path
 
-from infra.ingest_producer import load_documents
 from rich.console import Console
 
 from api.ask import ask_question
 from api.client import RagbusClient
 from api.ingest_job import describe, ingest_and_follow
 from api.launcher import WORKER_KINDS, serve
+from infra.ingest_producer import load_documents
 from infra.services import ensure_services
 from infra.settings import Settings
 

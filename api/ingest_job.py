@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import nats
-from infra.ingest_producer import JobReceipt, publish_job
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.event_stream import ingest_events
 from contracts.ingest import DocumentIn
 from infra.bus import Bus, create_broker, declare_streams
+from infra.ingest_producer import JobReceipt, publish_job
 from infra.settings import Settings
 
 
