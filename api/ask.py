@@ -77,6 +77,8 @@ async def ask_question(
     if answer is not None:
         if not streamed:
             console.print(f"[bold]answer[/bold] {answer.get('content', '')}", highlight=False)
+        if note := (answer.get("metadata") or {}).get("note"):
+            console.print(f"[yellow]{note}[/yellow]", highlight=False)
         if sources := _sources(answer):
             console.print("[bold]sources[/bold]")
             for line in sources:

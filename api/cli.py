@@ -277,6 +277,63 @@ def bench_ingest(
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
+@app.command("bench-critic")
+def bench_critic(
+    beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],
+    split: Annotated[str, typer.Option(help="qrels/<split>.tsv (use a development split).")] = (
+        "dev"
+    ),
+    namespace: Annotated[str | None, typer.Option(help="Default: the directory's name.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
+    out: Annotated[Path, typer.Option(help="JSON report.")] = Path("results/critic.json"),
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    verbose: Verbose = False,
+) -> None:
+    """Does the critic's retry earn its cost? First vs last attempt of every retried request
+    (recall@10 against the qrels, support scores, confidence) through the full loop. The data
+    set must already be indexed (`ragbus eval` does that)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from api.client import RagbusClient
+    from api.evaluation.beir import BeirSet, load_beir
+    from api.evaluation.critic_loop import run_loop, summarise
+    from api.evaluation.harness import default_namespace
+
+    _interactive_logging(Settings(), verbose)
+    data = load_beir(beir, split)
+    if limit is not None:
+        keep = sorted(data.queries)[:limit]
+        data = BeirSet(
+            data.root, {q: data.queries[q] for q in keep}, {q: data.qrels[q] for q in keep}
+        )
+
+    async def go() -> dict[str, Any]:
+        async with RagbusClient(api, token=token) as client:
+            with Progress(
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            ) as bar:
+                task = bar.add_task("asking", total=len(data.queries))
+                run = await run_loop(
+                    client,
+                    data,
+                    namespace or default_namespace(beir),
+                    concurrency=concurrency,
+                    progress=lambda: bar.advance(task),
+                )
+        return summarise(run, data.qrels)
+
+    report = asyncio.run(go())
+    console.print_json(json.dumps(report))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
 @app.command("eval")
 def eval_command(
     beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],

@@ -102,6 +102,32 @@ def _words(sentence: str) -> list[str]:
     return _TOKEN.findall(sentence)
 
 
+def tokenize(text: str) -> list[str]:
+    """The word tokens the extractor sees (inner hyphens and apostrophes kept: "IL-6")."""
+    return _words(text)
+
+
+def infer_kind(words: Sequence[str]) -> EntityKind:
+    """The kind a span's surface form suggests: one symbol-like token is an acronym, a span
+    starting with a capital a proper name, anything else a term."""
+    if len(words) == 1 and _is_acronym(words[0]):
+        return "acronym"
+    return "proper" if words and words[0][:1].isupper() else "term"
+
+
+def entity_from_name(name: str, kind: EntityKind | None = None) -> Entity | None:
+    """An entity named by someone else (an LLM), keyed exactly like the extractor's own —
+    same tokens, same `normalize` — so both kinds of extraction meet in the graph. None for
+    a name with no content (punctuation, a lone stop word)."""
+    words = _words(name)
+    if not words or all(word.lower() in STOP_WORDS for word in words):
+        return None
+    norm = normalize(words)
+    if len(norm) < 2:
+        return None
+    return Entity(name=" ".join(words), norm=norm, kind=kind or infer_kind(words))
+
+
 def extract_entities(text: str, limit: int = MAX_ENTITIES) -> list[Entity]:
     """Entities of a passage, deduplicated by norm, the most trusted and frequent first."""
     found: dict[str, Entity] = {}

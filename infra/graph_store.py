@@ -2,8 +2,9 @@
 
 Model (both backends): (:Entity {norm, name, kind, namespace})-[:MENTIONED_IN]->(:Chunk),
 (:Document)-[:HAS_CHUNK]->(:Chunk), entity co-occurrence (:Entity)-[:RELATES_TO {weight =
-shared chunks}]->(:Entity), and Louvain communities of that co-occurrence graph, each with an
-extractive summary (and a summary embedding when an encoder was given).
+shared chunks}]->(:Entity), and Louvain communities of that co-occurrence graph, each with a
+summary — extractive, or the LLM's when a summariser was given — and a summary embedding when
+an encoder was given.
 
 The ranking lives once (`infra.graph.ranking`), over a small read interface (`GraphView`) that
 each backend implements: the embedded store (`infra.graph.embedded`) answers from dictionaries,

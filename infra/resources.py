@@ -19,6 +19,8 @@ from infra.settings import Settings
 if TYPE_CHECKING:
     from infra.encoder import Encoder
     from infra.graph_store import GraphStore
+    from infra.llm import LLMClient
+    from infra.nli import NliModel
     from infra.reranker import Reranker
     from infra.sparse import SparseModel
     from infra.vector_store import VectorStore
@@ -31,8 +33,10 @@ class Resources:
         self._encoder: Encoder | None = None
         self._sparse: SparseModel | None = None
         self._reranker: Reranker | None = None
+        self._nli: NliModel | None = None
         self._vectors: VectorStore | None = None
         self._graph: GraphStore | None = None
+        self._llm: LLMClient | None = None
         self._redis: aioredis.Redis | None = None
         self._lock = asyncio.Lock()
 
@@ -81,6 +85,17 @@ class Resources:
                 self._reranker = await asyncio.to_thread(load_reranker, self.settings)
             return self._reranker
 
+    async def nli(self) -> NliModel | None:
+        """The NLI model when `nli_path` is set, else None (nothing is imported)."""
+        if self.settings.nli_path is None:
+            return None
+        async with self._lock:
+            if self._nli is None:
+                from infra.nli import load_nli
+
+                self._nli = await asyncio.to_thread(load_nli, self.settings)
+            return self._nli
+
     async def vectors(self) -> VectorStore:
         encoder = await self.encoder()
         sparse = await self.sparse()
@@ -101,7 +116,19 @@ class Resources:
                 self._graph = await open_graph_store(self.settings)
             return self._graph
 
+    def llm(self) -> LLMClient | None:
+        """The shared OpenAI-compatible client when `llm_base_url` is set, else None."""
+        if not self.settings.llm_base_url:
+            return None
+        if self._llm is None:
+            from infra.llm import LLMClient
+
+            self._llm = LLMClient.from_settings(self.settings)
+        return self._llm
+
     async def aclose(self) -> None:
+        if self._llm is not None:
+            await self._llm.aclose()
         if self._graph is not None:
             await self._graph.aclose()
         if self._vectors is not None:

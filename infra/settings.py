@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     rerank_top_n: int = Field(
         30, ge=1, le=200, description="Fused chunks the reranker rescores (when one is set)."
     )
+    nli_path: Path | None = Field(
+        None,
+        description="Local NLI cross-encoder (transformers sequence classification with an "
+        "entailment label); set = the critic scores support by entailment.",
+    )
 
     # Generation (LLM) and tools
     llm_base_url: str | None = Field(
@@ -96,6 +101,13 @@ class Settings(BaseSettings):
     )
     llm_temperature: float = Field(0.1, ge=0, le=2, description="LLM sampling temperature.")
     llm_max_tokens: int = Field(1024, ge=16, description="LLM answer length limit in tokens.")
+    llm_entities: bool = Field(
+        True, description="Use the LLM for entity extraction when RAGBUS_LLM_BASE_URL is set."
+    )
+    llm_summaries: bool = Field(
+        True,
+        description="Let the LLM write community summaries when RAGBUS_LLM_BASE_URL is set.",
+    )
     sandbox_timeout_s: float = Field(
         10.0, gt=0, description="Python tool: wall-clock limit (the process group is killed)."
     )

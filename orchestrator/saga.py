@@ -239,6 +239,8 @@ class Saga:
                 verdict=res.verdict,
                 strategy=res.strategy,
                 reasons=res.reasons,
+                scores=res.scores,
+                documents=list(dict.fromkeys(c.document_id for c in state.fused)),
             )
         )
         if res.verdict == "accept" or state.attempt >= self.settings.max_attempts:
@@ -474,6 +476,12 @@ class Saga:
         }
         if critic_note:
             metadata["critic_note"] = critic_note
+        if low_confidence and last is not None:
+            reasons = "; ".join(last.reasons) or "weak support"
+            metadata["note"] = (
+                f"Low confidence ({last.confidence:.2f}) after {state.attempt} attempt(s): "
+                f"{reasons}. Check the cited sources before relying on this answer."
+            )
         if state.mode == "retrieve":
             metadata["retrieval"] = _rankings(state)
         state.answer = AnswerData(content=state.draft or "", citations=citations, metadata=metadata)

@@ -34,6 +34,10 @@ class AttemptRecord(BaseModel):
     verdict: str | None = None
     strategy: str | None = None
     reasons: list[str] = Field(default_factory=list)
+    scores: dict[str, float] = Field(default_factory=dict, description="the critic's scores")
+    documents: list[str] = Field(
+        default_factory=list, description="the attempt's fused documents, best first"
+    )
 
 
 class RequestState(BaseModel):

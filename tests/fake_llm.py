@@ -15,6 +15,17 @@ arguments split across chunks), a `finish_reason` — and `data: [DONE]`. The re
 - `break`: streams two tokens, then drops the connection;
 - `empty`: a stream with no content and no tool call.
 
+Ingestion-side tasks (told apart by their system prompt: entity extraction or community
+summaries):
+
+- `graph`: entities as JSON in a Markdown fence, one entry per `<passage index="n">` —
+  capitalised spans ("Mayo Clinic") as `proper`, lower-case words of 10+ letters (met once,
+  so the offline extractor misses them) title-cased as `term`, one name no passage mentions
+  ("Quantum Gravity", kind `concept`), no acronyms, plus an entry for a passage that does not
+  exist; summaries: "This community centres on <first two entities>. …";
+- `graph_partial`: entities for passage 1 only;
+- `graph_garbage`: prose instead of JSON, and an empty summary.
+
 Every request body is kept in `requests` for assertions. Runs uvicorn in a thread so any
 event loop (or none) can use it.
 """
@@ -100,6 +111,42 @@ def _tool_replies(messages: list[dict[str, Any]]) -> list[str]:
 
 
 _ARITHMETIC = re.compile(r"[\d(][\d\s+\-*/().^]*[\d)]")
+_PASSAGE = re.compile(r'<passage index="(\d+)">\n(.*?)\n</passage>', re.DOTALL)
+_PROPER_SPAN = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)+\b")
+_LONG_WORD = re.compile(r"\b[a-z]{10,}\b")
+GRAPH_MODELS = ("graph", "graph_partial", "graph_garbage")
+
+
+def _system(messages: list[dict[str, Any]]) -> str:
+    return next((str(m.get("content")) for m in messages if m.get("role") == "system"), "")
+
+
+def _graph_reply(model: str, messages: list[dict[str, Any]]) -> list[str]:
+    """Entity extraction or a community summary, as the ingestion side asks for them."""
+    user = next((str(m["content"]) for m in messages if m.get("role") == "user"), "")
+    if "entity extraction" not in _system(messages):
+        if model == "graph_garbage":
+            return _text_stream(model, ["   "])
+        entities = user.split("Entities:", 1)[-1].split("\n", 1)[0].strip()
+        first = " and ".join(name.strip() for name in entities.split(",")[:2])
+        return _text_stream(
+            model, [f"This community centres on {first}. ", "It links the passages about them."]
+        )
+    if model == "graph_garbage":
+        return _text_stream(model, ["Sure! The passages mention ", "several things."])
+    chunks = []
+    for index, text in _PASSAGE.findall(user):
+        found = [{"name": span, "kind": "proper"} for span in _PROPER_SPAN.findall(text)]
+        found += [{"name": w.title(), "kind": "term"} for w in _LONG_WORD.findall(text)]
+        found.append({"name": "Quantum Gravity", "kind": "concept"})
+        chunks.append({"index": int(index), "entities": found})
+    if model == "graph_partial":
+        chunks = chunks[:1]
+    else:
+        chunks.append({"index": 99, "entities": [{"name": "Nowhere", "kind": "proper"}]})
+    raw = json.dumps({"chunks": chunks})
+    cut = len(raw) // 2
+    return _text_stream(model, ["Here you go:\n```json\n", raw[:cut], raw[cut:], "\n```"])
 
 
 class FakeLLM:
@@ -145,6 +192,8 @@ class FakeLLM:
         return app
 
     def _script(self, model: str, messages: list[dict[str, Any]], tools: bool) -> list[str]:
+        if model in GRAPH_MODELS:
+            return _graph_reply(model, messages)
         replies = _tool_replies(messages)
         question = _user_question(messages)
         if model in ("calculator", "greedy") and (model == "greedy" or (tools and not replies)):

@@ -1,25 +1,37 @@
-"""Louvain communities of the entity co-occurrence graph, and their extractive summaries."""
+"""Louvain communities of the entity co-occurrence graph, and their summaries: extractive, or
+written by a summariser (the LLM's, `infra.graph.llm_summaries`) with the extractive text kept
+wherever it fails."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter, defaultdict
 
 import networkx as nx
 
 from infra.graph.model import (
+    BRIEF_CHUNKS,
+    BRIEF_ENTITIES,
+    BRIEF_SENTENCES_PER_CHUNK,
     CHUNKS_PER_COMMUNITY,
     COMMUNITY_ENTITIES_PER_CHUNK,
     GENERIC_MIN_DF,
     GENERIC_SHARE,
     SUMMARY_ENTITIES,
     Community,
+    CommunityBrief,
     Embed,
+    Summarise,
 )
 from infra.logging import get_logger
 from infra.text import split_sentences
 
 log = get_logger(__name__)
+
+SUMMARY_CONCURRENCY = 4
+MAX_SUMMARY_FAILURES = 3
+MAX_SUMMARY_CHARS = 1_200
 
 
 def detect_communities(namespace: str, chunk_entities: dict[str, list[str]]) -> list[Community]:
@@ -93,18 +105,75 @@ def summarize(community: Community, names: dict[str, str], texts: dict[str, str]
     return f"{top}: {sentences[0]}" if sentences else top
 
 
+def brief(community: Community, names: dict[str, str], texts: dict[str, str]) -> CommunityBrief:
+    """What a summariser reads: the strongest entity names, the first sentences of the most
+    central chunks, and the extractive summary to fall back on."""
+    entities = [names.get(k, k.split("|", 1)[-1]) for k in community.members[:BRIEF_ENTITIES]]
+    sentences: list[str] = []
+    for chunk_id in community.chunk_ids[:BRIEF_CHUNKS]:
+        sentences.extend(split_sentences(texts.get(chunk_id, ""))[:BRIEF_SENTENCES_PER_CHUNK])
+    return CommunityBrief(
+        key=community.key,
+        namespace=community.namespace,
+        entities=entities,
+        sentences=list(dict.fromkeys(sentences)),
+        extractive=summarize(community, names, texts),
+    )
+
+
+def brief_chunk_ids(communities: list[Community]) -> list[str]:
+    """The chunks whose text the summaries need (the extractive one reads only the first)."""
+    return list(dict.fromkeys(cid for c in communities for cid in c.chunk_ids[:BRIEF_CHUNKS]))
+
+
+async def _summaries(briefs: list[CommunityBrief], summarise: Summarise) -> list[str]:
+    """The summariser's text for each brief, the extractive one wherever it fails or says
+    nothing. After `MAX_SUMMARY_FAILURES` failures the rest are not asked: an unreachable
+    model costs a few timeouts, not one per community."""
+    slots = asyncio.Semaphore(SUMMARY_CONCURRENCY)
+    failures = 0
+
+    async def one(item: CommunityBrief) -> str:
+        nonlocal failures
+        async with slots:
+            if failures >= MAX_SUMMARY_FAILURES:
+                return item.extractive
+            try:
+                text = " ".join((await summarise(item)).split())[:MAX_SUMMARY_CHARS]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                log.warning(
+                    "community_summary_fallback",
+                    community=item.key,
+                    error=str(exc) or type(exc).__name__,
+                )
+                return item.extractive
+            return text or item.extractive
+
+    return list(await asyncio.gather(*(one(item) for item in briefs)))
+
+
 async def summarise_all(
     communities: list[Community],
     names: dict[str, str],
     texts: dict[str, str],
     embed: Embed | None,
+    summarise: Summarise | None = None,
 ) -> None:
-    for community in communities:
-        community.summary = summarize(community, names, texts)
+    """Summaries (the summariser's when given, else extractive), then their vectors."""
+    if summarise is None:
+        for community in communities:
+            community.summary = summarize(community, names, texts)
+    else:
+        briefs = [brief(c, names, texts) for c in communities]
+        written = await _summaries(briefs, summarise)
+        for community, text in zip(communities, written, strict=True):
+            community.summary = text
+        extractive = sum(text == b.extractive for text, b in zip(written, briefs, strict=True))
+        log.info("community_summaries", written=len(written) - extractive, extractive=extractive)
     if embed is not None and communities:
         vectors = await embed([c.summary for c in communities])
         for community, vector in zip(communities, vectors, strict=True):
             community.vector = [float(x) for x in vector]
-
-
-# =========================================================================== embedded backend

@@ -14,8 +14,8 @@ from typing import Any
 
 from contracts.models import RetrievedChunk
 from infra.entities import Entity
-from infra.graph.communities import detect_communities, summarise_all
-from infra.graph.model import MIN_PREFIX, Community, Embed, Hit, entity_key
+from infra.graph.communities import brief_chunk_ids, detect_communities, summarise_all
+from infra.graph.model import MIN_PREFIX, Community, Embed, Hit, Summarise, entity_key
 from infra.graph.ranking import match_weight, rank_global, rank_local
 from infra.logging import get_logger
 from infra.text import Chunk
@@ -60,6 +60,9 @@ class EmbeddedGraphStore:
         self._communities: dict[str, Community] = {}
         self._dirty = False
         self._embed: Embed | None = None
+        self._summarise: Summarise | None = None
+        self._recompute_lock = asyncio.Lock()
+        self._writes = 0
         self._journal_bytes = 0
         self._snapshot_bytes = 0
 
@@ -147,6 +150,7 @@ class EmbeddedGraphStore:
         elif op["op"] == "delete":
             self._remove(op["namespace"], op["document_id"])
         self._dirty = True
+        self._writes += 1
 
     def _apply_upsert(self, record: dict[str, Any]) -> None:
         namespace, document_id = record["namespace"], record["document_id"]
@@ -302,15 +306,32 @@ class EmbeddedGraphStore:
         top_k: int,
     ) -> list[RetrievedChunk]:
         if self._dirty:
-            await self.recompute_communities()
+            async with self._recompute_lock:
+                if self._dirty:  # unless a recompute under way has just settled it
+                    await self._recompute()
         return await rank_global(self, namespaces, query_norms, query_vector, top_k)
 
-    async def recompute_communities(self, embed: Embed | None = None) -> int:
-        """Recompute every namespace's communities; the last `embed` given is remembered so a
-        lazy recompute at query time still produces summary vectors."""
+    async def recompute_communities(
+        self, embed: Embed | None = None, summarise: Summarise | None = None
+    ) -> int:
+        """Recompute every namespace's communities; the last `embed` and `summarise` given are
+        remembered, so a lazy recompute at query time still produces summary vectors and the
+        same kind of summaries.
+
+        Communities are detected under the write lock but summarised and embedded outside it
+        (a model may take a while): documents keep being written meanwhile, and when any was,
+        the store stays dirty so the next global search recomputes again."""
         if embed is not None:
             self._embed = embed
+        if summarise is not None:
+            self._summarise = summarise
+        async with self._recompute_lock:
+            return await self._recompute()
+
+    async def _recompute(self) -> int:
+        """One recompute (the caller holds the recompute lock)."""
         async with self._lock:
+            writes = self._writes
             per_namespace: dict[str, dict[str, list[str]]] = defaultdict(dict)
             for chunk_id, keys in self._chunk_entities.items():
                 per_namespace[self._chunks[chunk_id].namespace][chunk_id] = keys
@@ -318,16 +339,17 @@ class EmbeddedGraphStore:
             for namespace, chunk_entities in per_namespace.items():
                 found.extend(await asyncio.to_thread(detect_communities, namespace, chunk_entities))
             names = {key: e.name for key, e in self._entities.items()}
-            firsts = [c.chunk_ids[0] for c in found if c.chunk_ids]
-            texts = {cid: self._chunks[cid].text for cid in firsts}
-            await summarise_all(found, names, texts, self._embed)
+            texts = {cid: self._chunks[cid].text for cid in brief_chunk_ids(found)}
+        await summarise_all(found, names, texts, self._embed, self._summarise)
+        async with self._lock:
             for entity in self._entities.values():
                 entity.community = None
             self._communities = {c.key: c for c in found}
             for community in found:
                 for key in community.members:
-                    self._entities[key].community = community.key
-            self._dirty = False
+                    if key in self._entities:  # unless deleted while summarising
+                        self._entities[key].community = community.key
+            self._dirty = self._writes != writes
             await self._compact(force=True)
         log.info("communities_recomputed", communities=len(found))
         return len(found)

@@ -19,6 +19,24 @@ log = get_logger(__name__)
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]
 """Turns community summaries into vectors (e.g. `Encoder.aencode`)."""
 
+
+@dataclass(frozen=True)
+class CommunityBrief:
+    """What a summariser is told about one community."""
+
+    key: str
+    namespace: str
+    entities: list[str]
+    """Names of its strongest entities, strongest first."""
+    sentences: list[str]
+    """A few sentences from its most central chunks."""
+    extractive: str
+    """The extractive summary, kept whenever the summariser fails."""
+
+
+Summarise = Callable[[CommunityBrief], Awaitable[str]]
+"""Writes a community's summary (e.g. `LLMCommunitySummariser`); may raise."""
+
 EXACT, TOKEN, PREFIX = 1.0, 0.6, 0.5
 """How much a query norm trusts an entity it meets exactly, as one word of it, or as a prefix."""
 MIN_PREFIX = 3
@@ -29,6 +47,9 @@ COMMUNITIES_PER_QUERY = 3
 CHUNKS_PER_COMMUNITY = 20
 COMMUNITY_ENTITIES_PER_CHUNK = 12
 SUMMARY_ENTITIES = 6
+BRIEF_ENTITIES = 10
+BRIEF_CHUNKS = 3
+BRIEF_SENTENCES_PER_CHUNK = 2
 GENERIC_SHARE = 0.02
 GENERIC_MIN_DF = 20
 
@@ -63,8 +84,12 @@ class GraphStore(Protocol):
         top_k: int,
     ) -> list[RetrievedChunk]: ...
 
-    async def recompute_communities(self, embed: Embed | None = None) -> int:
-        """Detect communities again; returns how many there are."""
+    async def recompute_communities(
+        self, embed: Embed | None = None, summarise: Summarise | None = None
+    ) -> int:
+        """Detect communities again; returns how many there are. `embed` and `summarise`
+        are remembered for later (lazy) recomputes; without a summariser the summaries are
+        extractive."""
 
     async def stats(self) -> dict[str, Any]: ...
 

@@ -10,8 +10,17 @@ from typing import Any
 
 from contracts.models import RetrievedChunk
 from infra.entities import Entity
-from infra.graph.communities import detect_communities, summarise_all
-from infra.graph.model import MIN_PREFIX, SUMMARY_ENTITIES, Community, Embed, Hit, entity_key
+from infra.graph.communities import brief_chunk_ids, detect_communities, summarise_all
+from infra.graph.model import (
+    BRIEF_ENTITIES,
+    MIN_PREFIX,
+    SUMMARY_ENTITIES,
+    Community,
+    Embed,
+    Hit,
+    Summarise,
+    entity_key,
+)
 from infra.graph.ranking import match_weight, rank_global, rank_local
 from infra.logging import get_logger
 from infra.text import Chunk
@@ -107,6 +116,7 @@ class Neo4jGraphStore:
         self._driver = driver
         self._database = database
         self._embed: Embed | None = None
+        self._summarise: Summarise | None = None
 
     async def _run(self, query: str, **params: Any) -> list[dict[str, Any]]:
         result = await self._driver.execute_query(query, params, database_=self._database)
@@ -272,9 +282,13 @@ class Neo4jGraphStore:
             await self.recompute_communities()
         return await rank_global(self, namespaces, query_norms, query_vector, top_k)
 
-    async def recompute_communities(self, embed: Embed | None = None) -> int:
+    async def recompute_communities(
+        self, embed: Embed | None = None, summarise: Summarise | None = None
+    ) -> int:
         if embed is not None:
             self._embed = embed
+        if summarise is not None:
+            self._summarise = summarise
         rows = await self._run(
             "MATCH (e:Entity)-[:MENTIONED_IN]->(c:Chunk) "
             "RETURN c.namespace AS ns, c.chunk_id AS chunk_id, collect(e.key) AS keys"
@@ -285,7 +299,8 @@ class Neo4jGraphStore:
         found: list[Community] = []
         for namespace, chunk_entities in per_namespace.items():
             found.extend(await asyncio.to_thread(detect_communities, namespace, chunk_entities))
-        member_keys = sorted({k for c in found for k in c.members[:SUMMARY_ENTITIES]})
+        shown = BRIEF_ENTITIES if self._summarise else SUMMARY_ENTITIES
+        member_keys = sorted({k for c in found for k in c.members[:shown]})
         names = {
             row["key"]: row["name"]
             for row in await self._run(
@@ -293,9 +308,12 @@ class Neo4jGraphStore:
                 keys=member_keys,
             )
         }
-        firsts = [c.chunk_ids[0] for c in found if c.chunk_ids]
-        texts = {cid: chunk.text for cid, chunk in (await self.fetch_chunks(firsts)).items()}
-        await summarise_all(found, names, texts, self._embed)
+        if self._summarise is not None:
+            wanted = brief_chunk_ids(found)
+        else:
+            wanted = [c.chunk_ids[0] for c in found if c.chunk_ids]
+        texts = {cid: chunk.text for cid, chunk in (await self.fetch_chunks(wanted)).items()}
+        await summarise_all(found, names, texts, self._embed, self._summarise)
         payload = [asdict(c) for c in found]
         membership = [{"key": k, "community": c.key} for c in found for k in c.members]
 

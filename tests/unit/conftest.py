@@ -90,3 +90,11 @@ def tiny_reranker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.unit.tiny_models import build_reranker
 
     return build_reranker(tmp_path_factory.mktemp("models") / "tiny-reranker")
+
+
+@pytest.fixture(scope="session")
+def tiny_nli(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An NLI cross-encoder directory (three labels, random weights), built once, offline."""
+    from tests.unit.tiny_models import build_nli
+
+    return build_nli(tmp_path_factory.mktemp("models") / "tiny-nli")

@@ -276,6 +276,8 @@ def test_attempts_spent_answers_with_a_low_confidence_flag() -> None:
     )
     assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
     assert sent[0].data.metadata["low_confidence"] is True
+    assert "Low confidence (0.20) after 1 attempt" in sent[0].data.metadata["note"]
+    assert sent[0].data.metadata["attempt_history"][0]["documents"] == ["d1"]
 
 
 def test_rewrite_strategy_changes_the_searched_query_and_drops_the_cached_vector() -> None:

@@ -3,7 +3,9 @@
 They have the layout of the real ones — BGE-M3 (a transformer plus `sparse_linear.pt` and
 `colbert_linear.pt`) and a cross-encoder reranker (a sequence classifier with one label) — so
 FlagEmbedding loads them exactly as it would `BAAI/bge-m3` or `BAAI/bge-reranker-v2-m3`, but
-their weights are random: tests check shapes, plumbing and ordering, never relevance.
+their weights are random: tests check shapes, plumbing and ordering, never relevance. The NLI
+model (a sequence classifier with contradiction / neutral / entailment labels) loads through
+transformers' Auto classes, as a real MNLI cross-encoder would.
 """
 
 from __future__ import annotations
@@ -91,6 +93,31 @@ def build_reranker(directory: Path, *, seed: int = 1) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     vocab_size = _tokenizer(directory)
     model = XLMRobertaForSequenceClassification(_config(vocab_size, num_labels=1))  # type: ignore[arg-type]
+    with torch.no_grad():  # random logits barely differ between inputs: spread them out
+        model.classifier.out_proj.weight.mul_(1000.0)
+    model.save_pretrained(str(directory))
+    return directory
+
+
+NLI_LABELS = {0: "contradiction", 1: "neutral", 2: "entailment"}
+
+
+def build_nli(directory: Path, *, seed: int = 2) -> Path:
+    """An NLI cross-encoder's layout: three logits per (premise, hypothesis) pair, labelled
+    contradiction / neutral / entailment as in MNLI-trained models."""
+    import torch
+    from transformers import XLMRobertaForSequenceClassification
+
+    torch.manual_seed(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab_size = _tokenizer(directory)
+    config = _config(
+        vocab_size,
+        num_labels=len(NLI_LABELS),
+        id2label=NLI_LABELS,
+        label2id={label: i for i, label in NLI_LABELS.items()},
+    )
+    model = XLMRobertaForSequenceClassification(config)  # type: ignore[arg-type]
     with torch.no_grad():  # random logits barely differ between inputs: spread them out
         model.classifier.out_proj.weight.mul_(1000.0)
     model.save_pretrained(str(directory))

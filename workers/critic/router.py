@@ -1,6 +1,14 @@
-"""The critic worker on the bus: `rag.cmd.critic` in, `rag.res.critic` out."""
+"""The critic worker on the bus: `rag.cmd.critic` in, `rag.res.critic` out.
+
+With `RAGBUS_NLI_PATH` set, an NLI model's entailment joins the per-sentence support (see
+`scoring`); the phase metadata names the model (`nli`) and the scores carry `nli`. A model that
+cannot load or run is logged and skipped (`nli_error` in the metadata): the critique is then the
+one without it, never a failed request.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsRouter
@@ -10,18 +18,38 @@ from contracts.enums import Phase, Step
 from contracts.results import CriticResult
 from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
+from infra.logging import get_logger
 from infra.resources import Resources
 from infra.worker_runtime import error_policy, phase, step_result_fields
-from workers.critic.scoring import score_answer
+from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
 
+log = get_logger(__name__)
 
-async def critique(cmd: CriticCommand, resources: Resources) -> tuple[Verdict, dict[str, float]]:
+
+async def critique(
+    cmd: CriticCommand, resources: Resources, metadata: dict[str, Any] | None = None
+) -> tuple[Verdict, dict[str, float]]:
+    """The verdict and its scores; `metadata` (the phase's) learns whether NLI was used."""
+    metadata = {} if metadata is None else metadata
     if cmd.tool_results:
         return judge_tools(cmd.tool_results, cmd.attempt, cmd.attempts_left), {}
+    nli: Entailment | None = None
+    if resources.settings.nli_path is not None:
+        try:
+            model = await resources.nli()
+        except Exception as exc:  # an optional model must not fail the critique
+            log.exception("nli_unavailable")
+            metadata["nli_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        else:
+            if model is not None:
+                nli = model
+                metadata["nli"] = model.name
     scores = await score_answer(
-        cmd.query, cmd.answer, cmd.citations, cmd.contexts, await resources.encoder()
+        cmd.query, cmd.answer, cmd.citations, cmd.contexts, await resources.encoder(), nli=nli
     )
+    if scores.nli_error is not None:
+        metadata["nli_error"] = scores.nli_error
     verdict = judge_answer(
         cmd.query, scores, len(cmd.contexts), cmd.attempts_left, resources.settings.critic_accept
     )
@@ -42,7 +70,7 @@ def create_router(resources: Resources) -> NatsRouter:
     async def critic(cmd: CriticCommand) -> None:
         """Score the answer and tell the orchestrator to accept it or how to retry."""
         async with phase(bus, cmd, Phase.CRITIC) as run:
-            verdict, scores = await critique(cmd, resources)
+            verdict, scores = await critique(cmd, resources, run.metadata)
             run.metadata.update(
                 verdict=verdict.verdict,
                 confidence=verdict.confidence,

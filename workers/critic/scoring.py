@@ -4,7 +4,14 @@
 
 - grounding: mean over the answer's claim sentences of the support by the contexts it
   cites — max(embedding cosine, share of its content words found in the context);
-  a sentence that cites nothing scores 0.
+  a sentence that cites nothing scores 0. With an NLI model configured
+  (`RAGBUS_NLI_PATH`) the support of a sentence by a cited context is
+  max(embedding cosine, word share, P(the context entails the sentence)): entailment can
+  only raise a sentence's support, never lower it, so the model rescues paraphrases
+  the lexical and embedding signals miss. The mean entailment of the claim sentences by
+  their best cited context is reported as `nli` (not weighted: it acts through
+  grounding). An NLI model that fails is logged and skipped: the scores are the ones
+  without it, with the error in `nli_error`.
 - citation_validity: share of `[n]` markers that point at a context that was given.
 - coverage: share of the query's content terms (stemmed) found in the answer or in
   the contexts it cites.
@@ -17,12 +24,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Final, Protocol
 
 import numpy as np
 
 from contracts.models import RetrievedChunk
+from infra.logging import get_logger
 from infra.text import analyze, split_sentences
 
 if TYPE_CHECKING:
@@ -31,9 +39,19 @@ if TYPE_CHECKING:
 WEIGHTS: Final = {"grounding": 0.35, "citation_validity": 0.15, "coverage": 0.25, "retrieval": 0.25}
 RETRIEVAL_TOP: Final = 3
 
+log = get_logger(__name__)
+
 _MARKERS = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _STRIP_MARKERS = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 _ONLY_MARKERS = re.compile(r"^(?:\s*\[\d+(?:\s*,\s*\d+)*\]\s*[.,;:]?)+$")
+
+
+class Entailment(Protocol):
+    """An NLI model as the critic uses it (`infra.nli.NliModel`)."""
+
+    async def aentailment(
+        self, premises: Sequence[str], hypotheses: Sequence[str]
+    ) -> list[float]: ...
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,10 @@ class Scores:
     citation_validity: float
     coverage: float
     retrieval: float
+    nli: float | None = None
+    """Mean entailment of the claim sentences by their cited contexts; None = no NLI used."""
+    nli_error: str | None = field(default=None, compare=False)
+    """Why a configured NLI model was skipped (the other scores are then computed without it)."""
 
     @property
     def confidence(self) -> float:
@@ -49,7 +71,13 @@ class Scores:
         return min(1.0, max(0.0, total))
 
     def as_dict(self) -> dict[str, float]:
-        return {name: round(value, 4) for name, value in asdict(self).items()}
+        """The numeric signals, rounded; `nli` only when an NLI model was used."""
+        out: dict[str, float] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f.name] = round(float(value), 4)
+        return out
 
 
 @dataclass(frozen=True)
@@ -97,21 +125,58 @@ def _grounding(
     context_vecs: np.ndarray,
     context_terms: Sequence[set[str]],
     targets: Mapping[int, int],
+    entailed: Mapping[tuple[int, int], float] | None = None,
 ) -> float:
+    """Mean support; `entailed` maps (claim index, context index) to P(entailment)."""
+    entailed = entailed or {}
     support: list[float] = []
-    for claim, claim_vec in zip(found, claim_vecs, strict=True):
+    for k, (claim, claim_vec) in enumerate(zip(found, claim_vecs, strict=True)):
         terms = set(analyze(claim.text))
-        cited = [targets[n] for n in claim.markers if n in targets]
         support.append(
             max(
                 (
-                    max(float(claim_vec @ context_vecs[i]), _containment(terms, context_terms[i]))
-                    for i in cited
+                    max(
+                        float(claim_vec @ context_vecs[i]),
+                        _containment(terms, context_terms[i]),
+                        entailed.get((k, i), 0.0),
+                    )
+                    for i in _cited(claim, targets)
                 ),
                 default=0.0,
             )
         )
     return float(np.clip(np.mean(support), 0.0, 1.0)) if support else 0.0
+
+
+def _cited(claim: Claim, targets: Mapping[int, int]) -> list[int]:
+    """Indexes of the contexts a claim cites, each once, in marker order."""
+    return list(dict.fromkeys(targets[n] for n in claim.markers if n in targets))
+
+
+async def _entailment(
+    nli: Entailment,
+    found: Sequence[Claim],
+    contexts: Sequence[RetrievedChunk],
+    targets: Mapping[int, int],
+) -> tuple[dict[tuple[int, int], float], float]:
+    """P(context entails claim) for every (claim, cited context) pair, in one batched call,
+    and the mean over the claims of their best entailment (0 for a claim citing nothing)."""
+    pairs = [(k, i) for k, claim in enumerate(found) for i in _cited(claim, targets)]
+    probs = (
+        await nli.aentailment(
+            [contexts[i].text for _, i in pairs], [found[k].text for k, _ in pairs]
+        )
+        if pairs
+        else []
+    )
+    if len(probs) != len(pairs):
+        raise ValueError(f"NLI model gave {len(probs)} probabilities for {len(pairs)} pairs")
+    entailed = {pair: float(np.clip(p, 0.0, 1.0)) for pair, p in zip(pairs, probs, strict=True)}
+    best = [
+        max((entailed[(k, i)] for i in _cited(claim, targets)), default=0.0)
+        for k, claim in enumerate(found)
+    ]
+    return entailed, float(np.mean(best)) if best else 0.0
 
 
 async def score_answer(
@@ -120,7 +185,9 @@ async def score_answer(
     citations: Mapping[int, str],
     contexts: Sequence[RetrievedChunk],
     encoder: Encoder,
+    nli: Entailment | None = None,
 ) -> Scores:
+    """The four signals; with `nli`, entailment joins the per-sentence support (see above)."""
     found = [c for c in claims(answer) if analyze(c.text)]  # sentences that claim something
     targets = resolve(citations, contexts)
 
@@ -130,7 +197,16 @@ async def score_answer(
     context_vecs = vectors[1 + len(found) :]
     context_terms = [set(analyze(chunk.text)) for chunk in contexts]
 
-    grounding = _grounding(found, claim_vecs, context_vecs, context_terms, targets)
+    entailed: dict[tuple[int, int], float] | None = None
+    nli_mean: float | None = None
+    nli_error: str | None = None
+    if nli is not None:
+        try:
+            entailed, nli_mean = await _entailment(nli, found, contexts, targets)
+        except Exception as exc:  # an optional model must not fail the critique
+            log.exception("nli_failed")
+            nli_error = f"{type(exc).__name__}: {exc}"[:500]
+    grounding = _grounding(found, claim_vecs, context_vecs, context_terms, targets, entailed)
 
     markers = _numbers(answer)
     validity = sum(n in targets for n in markers) / len(markers) if markers else 0.0
@@ -143,4 +219,4 @@ async def score_answer(
     top = np.sort(np.clip(context_vecs @ query_vec, 0.0, 1.0))[::-1][:RETRIEVAL_TOP]
     retrieval = float(top.mean()) if top.size else 0.0
 
-    return Scores(grounding, validity, coverage, retrieval)
+    return Scores(grounding, validity, coverage, retrieval, nli=nli_mean, nli_error=nli_error)

@@ -3,6 +3,10 @@
 Failures are per document: a document that cannot be indexed is counted as failed (with
 its reason) and the job goes on. Only store hiccups are retried, and a document that is
 still failing on its last delivery is counted as failed too, so every job completes.
+
+When a job completes, communities are recomputed and summarised: by the LLM when
+`RAGBUS_LLM_BASE_URL` is set (and `RAGBUS_LLM_SUMMARIES` is on), extractively otherwise or
+wherever the model fails.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from contracts.ingest import (
 )
 from infra.bus import INGEST_WORKER, subscriber_kwargs
 from infra.errors import is_transient
+from infra.graph.llm_summaries import LLMCommunitySummariser
 from infra.ingest_jobs import COUNTERS, JobTracker, read_job
 from infra.logging import get_logger
 from infra.resources import Resources
@@ -42,6 +47,15 @@ def create_router(resources: Resources) -> NatsRouter:
         ack_policy=AckPolicy.MANUAL,
     )
     tracker: JobTracker | None = None
+    summariser: LLMCommunitySummariser | None = None
+
+    def community_summariser() -> LLMCommunitySummariser | None:
+        """One per router, so its cache spares the model unchanged communities."""
+        nonlocal summariser
+        client = resources.llm() if settings.llm_summaries else None
+        if summariser is None and client is not None:
+            summariser = LLMCommunitySummariser(client)
+        return summariser
 
     def jobs() -> JobTracker:
         nonlocal tracker
@@ -66,7 +80,9 @@ def create_router(resources: Resources) -> NatsRouter:
         try:
             encoder = await resources.encoder()
             graph = await resources.graph()
-            await graph.recompute_communities(embed=encoder.aencode)
+            await graph.recompute_communities(
+                embed=encoder.aencode, summarise=community_summariser()
+            )
         except Exception:  # communities are refreshed lazily anyway: never fail the job
             log.exception("communities_refresh_failed", job_id=job_id)
 

@@ -1,5 +1,10 @@
 """Index one document: chunk, embed (dense + sparse), extract entities, write both stores.
 
+Entities come from the LLM (`infra.entities_llm`, batches of chunks per request) when
+`RAGBUS_LLM_BASE_URL` is set and `RAGBUS_LLM_ENTITIES` is on, else from the offline extractor.
+A failing model never fails a document: its chunks are extracted offline and counted
+(`entity_fallbacks` in the `entities_extracted` log line).
+
 The sparse model is whichever `Resources.sparse()` gives (BM25, or BGE-M3's lexical weights,
 made in the same model pass as the dense vectors).
 
@@ -20,10 +25,14 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from contracts.ingest import DocumentIn
 from infra.entities import Entity, extract_entities
+from infra.entities_llm import LLMEntityExtractor
 from infra.errors import TransientError
+from infra.logging import get_logger
 from infra.resources import Resources
 from infra.sparse import encode_documents
 from infra.text import Chunk, chunk_document
+
+log = get_logger(__name__)
 
 STORE_HICCUPS: tuple[type[BaseException], ...] = (
     ResponseHandlingException,
@@ -44,10 +53,48 @@ class IndexOutcome:
     status: Literal["done", "unchanged"]
     chunks: int = 0
     entities: int = 0
+    extractor: Literal["offline", "llm"] = "offline"
+    entity_fallbacks: int = 0
+    """Chunks the LLM extractor failed, extracted offline instead."""
 
 
 def _entities(chunks: list[Chunk]) -> list[list[Entity]]:
     return [extract_entities(chunk.text) for chunk in chunks]
+
+
+def entity_extractor(resources: Resources) -> LLMEntityExtractor | None:
+    """The LLM extractor when a model is configured and allowed to extract, else None."""
+    client = resources.llm() if resources.settings.llm_entities else None
+    return LLMEntityExtractor(client) if client is not None else None
+
+
+async def extract_chunk_entities(
+    resources: Resources, doc: DocumentIn, chunks: list[Chunk]
+) -> tuple[list[list[Entity]], Literal["offline", "llm"], int]:
+    """Entities per chunk, which extractor gave them, and how many chunks fell back offline."""
+    extractor = entity_extractor(resources)
+    if extractor is None:
+        return await asyncio.to_thread(_entities, chunks), "offline", 0
+    try:
+        found = await extractor.extract([chunk.text for chunk in chunks])
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a bug in the LLM path must not fail the document either
+        log.warning("entities_llm_failed", document_id=doc.id, error=f"{type(exc).__name__}: {exc}")
+        return await asyncio.to_thread(_entities, chunks), "llm", len(chunks)
+    log.info(
+        "entities_extracted",
+        document_id=doc.id,
+        namespace=doc.namespace,
+        extractor="llm",
+        chunks=len(chunks),
+        llm_chunks=found.llm_chunks,
+        entity_fallbacks=found.fallback_chunks,
+        requests=found.requests,
+        dropped_names=found.dropped,
+        reasons=found.reasons or None,
+    )
+    return found.entities, "llm", found.fallback_chunks
 
 
 async def remove_document(resources: Resources, namespace: str, document_id: str) -> IndexOutcome:
@@ -78,7 +125,7 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
             raise DocumentRejected("the document has no text to index")
         texts = [chunk.embedding_text for chunk in chunks]
         dense, sparse = await encode_documents(encoder, sparse_model, texts)
-        entities = await asyncio.to_thread(_entities, chunks)
+        entities, extractor, fallbacks = await extract_chunk_entities(resources, doc, chunks)
         await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
         await asyncio.to_thread(
             vectors.upsert_chunks, doc.namespace, chunks, dense, sparse, content_hash
@@ -86,4 +133,10 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
     except STORE_HICCUPS as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     distinct = {entity.norm for found in entities for entity in found}
-    return IndexOutcome("done", chunks=len(chunks), entities=len(distinct))
+    return IndexOutcome(
+        "done",
+        chunks=len(chunks),
+        entities=len(distinct),
+        extractor=extractor,
+        entity_fallbacks=fallbacks,
+    )
