@@ -40,9 +40,15 @@ Summarise = Callable[[CommunityBrief], Awaitable[str]]
 EXACT, TOKEN, PREFIX = 1.0, 0.6, 0.5
 """How much a query norm trusts an entity it meets exactly, as one word of it, or as a prefix."""
 MIN_PREFIX = 3
-EXPANSION_DISCOUNT = 0.3
 EXPAND_FROM = 5
 NEIGHBOURS = 8
+PPR_HOPS = 2
+PPR_FRONTIER = 20
+PPR_ENTITIES = 60
+PPR_SHARE = 0.4
+"""A chunk reached only by the walk scores at most this share of the best direct match."""
+PPR_DAMPING = 0.5
+"""HippoRAG's damping: half the walk's mass stays near the query's own entities."""
 COMMUNITIES_PER_QUERY = 3
 CHUNKS_PER_COMMUNITY = 20
 COMMUNITY_ENTITIES_PER_CHUNK = 12

@@ -3,11 +3,13 @@ that each backend implements, so both backends rank the same graph the same way.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Protocol
 
+import networkx as nx
 import numpy as np
 
 from contracts.models import RetrievedChunk
@@ -15,9 +17,13 @@ from infra.graph.model import (
     COMMUNITIES_PER_QUERY,
     EXACT,
     EXPAND_FROM,
-    EXPANSION_DISCOUNT,
     MIN_PREFIX,
     NEIGHBOURS,
+    PPR_DAMPING,
+    PPR_ENTITIES,
+    PPR_FRONTIER,
+    PPR_HOPS,
+    PPR_SHARE,
     PREFIX,
     TOKEN,
     Community,
@@ -101,24 +107,62 @@ async def rank_local(
     strongest: dict[str, float] = {}
     for (_query, key), value in base.items():
         strongest[key] = max(strongest.get(key, 0.0), value)
-    seeds = sorted(strongest, key=lambda k: -strongest[k])[:EXPAND_FROM]
-    neighbours = await view.neighbours(seeds, NEIGHBOURS)
-    reach: dict[str, float] = {}
-    for seed, related in neighbours.items():
-        for key, shared, _df in related:
-            value = strongest[seed] * shared / (shared + 1)
-            reach[key] = max(reach.get(key, 0.0), value)
-    if reach:
-        expansion: dict[str, float] = {}
-        for key, chunk_ids in (await view.mentions(sorted(reach))).items():
-            for chunk_id in chunk_ids:
-                expansion[chunk_id] = max(expansion.get(chunk_id, 0.0), reach[key])
-        # Added, not only given to unscored chunks: a chunk that holds a query concept *and*
-        # a bridge entity next to another query concept is the second hop of a multi-hop
-        # question ("the association that published X" -> "its first president").
-        for chunk_id, value in expansion.items():
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + EXPANSION_DISCOUNT * value
+    total = max(totals.values(), default=1)
+    spread = await personalized_pagerank(view, strongest, total)
+    if spread:
+        # Added to the direct scores, not only given to unscored chunks: a chunk that holds a
+        # query concept *and* a bridge entity next to another query concept is the second hop
+        # of a multi-hop question ("the association that published X" -> "its president").
+        top_direct = max(scores.values(), default=1.0) or 1.0
+        top_spread = max(spread.values())
+        for chunk_id, value in spread.items():
+            share = PPR_SHARE * top_direct * value / top_spread
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + share
     return await hydrate(view, ranked(scores, matched), scores, top_k)
+
+
+async def personalized_pagerank(
+    view: GraphView, seeds: dict[str, float], total_chunks: int
+) -> dict[str, float]:
+    """Chunk scores from a random walk that restarts at the query's entities (HippoRAG's idea).
+
+    The walk runs over the two-hop co-occurrence neighbourhood of the strongest seeds; an edge
+    weighs how many chunks two entities share, discounted by how common the neighbour is, so
+    the walk prefers specific bridges over ubiquitous terms. Each chunk then gathers the
+    walk's mass of the entities it mentions, weighted by their specificity.
+    """
+    if not seeds:
+        return {}
+    frontier = sorted(seeds, key=lambda k: -seeds[k])[:EXPAND_FROM]
+    graph = nx.Graph()
+    graph.add_nodes_from(seeds)
+    df: dict[str, int] = {}
+    for _hop in range(PPR_HOPS):
+        discovered: dict[str, float] = {}
+        for source, related in (await view.neighbours(frontier, NEIGHBOURS)).items():
+            for key, shared, key_df in related:
+                df[key] = key_df
+                weight = shared / math.sqrt(max(key_df, 1))
+                graph.add_edge(source, key, weight=weight)
+                discovered[key] = discovered.get(key, 0.0) + weight
+        frontier = [k for k in sorted(discovered, key=lambda k: -discovered[k]) if k not in seeds]
+        frontier = frontier[:PPR_FRONTIER]
+        if not frontier:
+            break
+    if graph.number_of_edges() == 0:
+        return {}
+    restart = {key: seeds.get(key, 0.0) for key in graph}
+    # CPU work off the event loop: the process also serves the bus and the API.
+    rank = await asyncio.to_thread(
+        nx.pagerank, graph, alpha=PPR_DAMPING, personalization=restart, weight="weight"
+    )
+    walked = sorted((k for k in rank if k not in seeds), key=lambda k: -rank[k])[:PPR_ENTITIES]
+    spread: dict[str, float] = defaultdict(float)
+    for key, chunk_ids in (await view.mentions(walked)).items():
+        value = rank[key] * idf(total_chunks, df.get(key, 1))
+        for chunk_id in chunk_ids:
+            spread[chunk_id] += value
+    return dict(spread)
 
 
 def cosine(a: np.ndarray, b: Sequence[float]) -> float:
