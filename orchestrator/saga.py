@@ -416,6 +416,9 @@ class Saga:
         elif strategy == "rebalance":
             state.weights = dict(EVEN)
             changes["weights"] = {c.value: w for c, w in state.weights.items()}
+            if res.rewritten_query:  # bridge terms the first passages named
+                state.search_query = res.rewritten_query
+                changes["search_query"] = res.rewritten_query
         elif strategy == "rewrite" and res.rewritten_query:
             state.search_query = res.rewritten_query
             changes["search_query"] = res.rewritten_query

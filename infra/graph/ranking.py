@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import networkx as nx
@@ -17,6 +17,8 @@ from infra.graph.model import (
     COMMUNITIES_PER_QUERY,
     EXACT,
     EXPAND_FROM,
+    GENERIC_MIN_DF,
+    GENERIC_SHARE,
     MIN_PREFIX,
     NEIGHBOURS,
     PPR_DAMPING,
@@ -108,7 +110,8 @@ async def rank_local(
     for (_query, key), value in base.items():
         strongest[key] = max(strongest.get(key, 0.0), value)
     total = max(totals.values(), default=1)
-    spread = await personalized_pagerank(view, strongest, total)
+    seed_df = {hit.key: hit.df for hit in hits}
+    spread = await personalized_pagerank(view, strongest, seed_df, total)
     if spread:
         # Added to the direct scores, not only given to unscored chunks: a chunk that holds a
         # query concept *and* a bridge entity next to another query concept is the second hop
@@ -122,7 +125,7 @@ async def rank_local(
 
 
 async def personalized_pagerank(
-    view: GraphView, seeds: dict[str, float], total_chunks: int
+    view: GraphView, seeds: dict[str, float], seed_df: dict[str, int], total_chunks: int
 ) -> dict[str, float]:
     """Chunk scores from a random walk that restarts at the query's entities (HippoRAG's idea).
 
@@ -130,13 +133,21 @@ async def personalized_pagerank(
     weighs how many chunks two entities share, discounted by how common the neighbour is, so
     the walk prefers specific bridges over ubiquitous terms. Each chunk then gathers the
     walk's mass of the entities it mentions, weighted by their specificity.
+
+    The walk never expands from a generic entity (in more than `GENERIC_SHARE` of the chunks):
+    its neighbourhood is most of the graph, which costs time and says nothing.
     """
-    if not seeds:
+    generic = max(GENERIC_MIN_DF, GENERIC_SHARE * total_chunks)
+    df: dict[str, int] = dict(seed_df)
+
+    def expandable(keys: Iterable[str]) -> list[str]:
+        return [key for key in keys if df.get(key, 0) <= generic]
+
+    frontier = expandable(sorted(seeds, key=lambda k: -seeds[k]))[:EXPAND_FROM]
+    if not frontier:
         return {}
-    frontier = sorted(seeds, key=lambda k: -seeds[k])[:EXPAND_FROM]
     graph = nx.Graph()
     graph.add_nodes_from(seeds)
-    df: dict[str, int] = {}
     for _hop in range(PPR_HOPS):
         discovered: dict[str, float] = {}
         for source, related in (await view.neighbours(frontier, NEIGHBOURS)).items():
@@ -145,8 +156,8 @@ async def personalized_pagerank(
                 weight = shared / math.sqrt(max(key_df, 1))
                 graph.add_edge(source, key, weight=weight)
                 discovered[key] = discovered.get(key, 0.0) + weight
-        frontier = [k for k in sorted(discovered, key=lambda k: -discovered[k]) if k not in seeds]
-        frontier = frontier[:PPR_FRONTIER]
+        ranked_new = sorted(discovered, key=lambda k: -discovered[k])
+        frontier = expandable(k for k in ranked_new if k not in seeds)[:PPR_FRONTIER]
         if not frontier:
             break
     if graph.number_of_edges() == 0:

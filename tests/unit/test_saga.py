@@ -401,3 +401,19 @@ def test_retrieve_mode_retrieves_even_for_a_tool_intent() -> None:
     run.submit(mode="retrieve")
     sent = run.classify(intent=Intent.TOOL, weights=EVEN)
     assert {m.channel for m in sent if isinstance(m, SearchCommand)} == set(Channel)
+
+
+def test_rebalance_with_bridge_terms_searches_every_channel_with_the_expanded_query() -> None:
+    run = Run(max_attempts=2)
+    run.submit()
+    run.classify()
+    run.search_all()
+    run.fuse()
+    run.generate()
+    sent = run.critic(
+        "retry", strategy="rebalance", rewritten_query="who built the lighthouse Sostratus"
+    )
+    searches = [m for m in sent if isinstance(m, SearchCommand)]
+    assert {s.channel for s in searches} == set(Channel)
+    assert all(s.query == "who built the lighthouse Sostratus" for s in searches)
+    assert run.state.weights == dict(EVEN)

@@ -21,6 +21,7 @@ from infra.bus import step_consumer, subscriber_kwargs
 from infra.logging import get_logger
 from infra.resources import Resources
 from infra.worker_runtime import error_policy, phase, step_result_fields
+from workers.critic.expansion import expanded_query
 from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
 
@@ -51,7 +52,12 @@ async def critique(
     if scores.nli_error is not None:
         metadata["nli_error"] = scores.nli_error
     verdict = judge_answer(
-        cmd.query, scores, len(cmd.contexts), cmd.attempts_left, resources.settings.critic_accept
+        cmd.query,
+        scores,
+        len(cmd.contexts),
+        cmd.attempts_left,
+        resources.settings.critic_accept,
+        expansion=expanded_query(cmd.query, cmd.contexts),
     )
     return verdict, scores.as_dict()
 

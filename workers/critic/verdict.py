@@ -51,8 +51,15 @@ def keyword_query(query: str) -> str:
 
 
 def judge_answer(
-    query: str, scores: Scores, contexts: int, attempts_left: int, accept_at: float
+    query: str,
+    scores: Scores,
+    contexts: int,
+    attempts_left: int,
+    accept_at: float,
+    expansion: str | None = None,
 ) -> Verdict:
+    """`expansion`: the question with bridge terms from the first passages (`expansion.py`),
+    searched on a `rebalance` retry, where the question's own terms were not enough."""
     confidence = round(scores.confidence, 4)
     if confidence >= accept_at:
         return Verdict("accept", confidence, reasons=["the answer is grounded in its sources"])
@@ -63,12 +70,10 @@ def judge_answer(
         why = "few contexts were found" if contexts < FEW_CONTEXTS else "retrieval was weak"
         return Verdict("retry", confidence, "broaden", reasons=[f"{why}: broaden the search"])
     if scores.coverage < LOW_COVERAGE:
-        return Verdict(
-            "retry",
-            confidence,
-            "rebalance",
-            reasons=["the answer misses terms of the question: rebalance the channels"],
-        )
+        reasons = ["the answer misses terms of the question: rebalance the channels"]
+        if expansion:
+            reasons.append("and search for what the best passages name besides the question")
+        return Verdict("retry", confidence, "rebalance", rewritten_query=expansion, reasons=reasons)
     if scores.grounding < LOW_GROUNDING:
         return Verdict(
             "retry",
