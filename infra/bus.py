@@ -11,11 +11,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 from faststream.nats import JStream, NatsBroker, PullSub
 from nats.js import JetStreamContext, api
 from nats.js.api import PubAck
 from pydantic import BaseModel
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from contracts import subjects as sj
 from contracts.enums import Channel, Step
@@ -26,6 +28,7 @@ from infra.settings import Settings
 log = get_logger(__name__)
 
 MSG_ID_HEADER = "Nats-Msg-Id"
+PUBLISH_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -158,12 +161,22 @@ class Bus:
         self.broker = broker
 
     async def publish(self, message: BaseModel, subject: str, stream: str) -> PubAck | None:
-        """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""
+        """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send.
+
+        An ack that does not come in time is retried: the `Nats-Msg-Id` makes a re-send of a
+        message the stream did take a no-op, so retrying can never duplicate it.
+        """
         event_id = getattr(message, "event_id", None)
         headers = {MSG_ID_HEADER: str(event_id)} if event_id else None
-        ack = await self.broker.publish(
-            message.model_dump(mode="json"), subject, headers=headers, stream=stream
-        )
+        body = message.model_dump(mode="json")
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(nats.errors.TimeoutError),
+            stop=stop_after_attempt(PUBLISH_ATTEMPTS),
+            wait=wait_exponential(multiplier=0.2, max=2.0),
+            reraise=True,
+        ):
+            with attempt:
+                ack = await self.broker.publish(body, subject, headers=headers, stream=stream)
         return ack if isinstance(ack, PubAck) else None
 
     async def emit(self, event: CallerEvent) -> None:

@@ -35,6 +35,7 @@ class EvalRun:
         return {
             "queries": len(qrels),
             "failed": len(self.failures),
+            "failures": dict(sorted(self.failures.items())[:20]),
             "fused": evaluate(qrels, self.fused),
             "channels": {name: evaluate(qrels, run) for name, run in sorted(self.channels.items())},
             "latency_ms": {
