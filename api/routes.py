@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Annotated, Any
 
+import redis.asyncio as aioredis
 from fastapi import (
     APIRouter,
     Depends,
@@ -37,7 +38,7 @@ from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
 from infra.bus import Bus
 from infra.ingest_jobs import open_job, read_job
-from infra.ingest_producer import publish_deletion, publish_job
+from infra.ingest_producer import JobReceipt, publish_deletion, publish_job
 from infra.logging import get_logger
 from infra.settings import Settings
 from orchestrator.store import StateExists, StateStore
@@ -207,6 +208,31 @@ async def chat(
 # -- ingestion ---------------------------------------------------------------------------
 
 
+async def _start_job(
+    request: Request,
+    response: Response,
+    redis: aioredis.Redis,
+    settings: Settings,
+    publish: Callable[[str], Awaitable[JobReceipt]],
+) -> IngestAccepted:
+    """Make the job readable, publish it, and answer 202 with where to follow it."""
+    try:
+        job_id = new_request_id()
+        await open_job(redis, job_id, settings.state_ttl_s)
+        receipt = await publish(job_id)
+    except Exception as exc:
+        log.exception("ingest_publish_failed")
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
+    accepted = IngestAccepted(
+        job_id=receipt.job_id,
+        accepted=receipt.accepted,
+        duplicates=receipt.duplicates,
+        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
+    )
+    response.headers["Location"] = accepted.status_url
+    return accepted
+
+
 @router.post(
     "/documents",
     status_code=status.HTTP_202_ACCEPTED,
@@ -221,21 +247,13 @@ async def ingest_documents(
     redis: RedisDep,
     settings: SettingsDep,
 ) -> IngestAccepted:
-    try:
-        job_id = new_request_id()
-        await open_job(redis, job_id, settings.state_ttl_s)
-        receipt = await publish_job(bus, body.documents, job_id=job_id)
-    except Exception as exc:
-        log.exception("ingest_publish_failed")
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
-    accepted = IngestAccepted(
-        job_id=receipt.job_id,
-        accepted=receipt.accepted,
-        duplicates=receipt.duplicates,
-        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
+    return await _start_job(
+        request,
+        response,
+        redis,
+        settings,
+        lambda job_id: publish_job(bus, body.documents, job_id=job_id),
     )
-    response.headers["Location"] = accepted.status_url
-    return accepted
 
 
 @router.delete(
@@ -253,21 +271,13 @@ async def delete_document(
     settings: SettingsDep,
     namespace: Annotated[str, Query(pattern=NAMESPACE_PATTERN)] = "default",
 ) -> IngestAccepted:
-    try:
-        job_id = new_request_id()
-        await open_job(redis, job_id, settings.state_ttl_s)
-        receipt = await publish_deletion(bus, namespace, document_id, job_id=job_id)
-    except Exception as exc:
-        log.exception("ingest_publish_failed")
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
-    accepted = IngestAccepted(
-        job_id=receipt.job_id,
-        accepted=receipt.accepted,
-        duplicates=0,
-        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
+    return await _start_job(
+        request,
+        response,
+        redis,
+        settings,
+        lambda job_id: publish_deletion(bus, namespace, document_id, job_id=job_id),
     )
-    response.headers["Location"] = accepted.status_url
-    return accepted
 
 
 @router.get(
