@@ -8,8 +8,9 @@ silently ignores `filter_subjects`, so each consumer gets exactly one `filter_su
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -26,6 +27,8 @@ from infra.logging import get_logger
 from infra.settings import Settings
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 PUBLISH_ATTEMPTS = 3
@@ -154,6 +157,20 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     )
 
 
+async def acked(send: Callable[[], Awaitable[T]]) -> T:
+    """Run a JetStream publish, retrying when its ack does not come in time. Safe because
+    every message carries `Nats-Msg-Id`: a re-send of one the stream took is a no-op."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(nats.errors.TimeoutError),
+        stop=stop_after_attempt(PUBLISH_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.2, max=2.0),
+        reraise=True,
+    ):
+        with attempt:
+            return await send()
+    raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
 class Bus:
     """Publishes our messages: JSON bodies, `Nats-Msg-Id = event_id`, into the right stream."""
 
@@ -161,22 +178,13 @@ class Bus:
         self.broker = broker
 
     async def publish(self, message: BaseModel, subject: str, stream: str) -> PubAck | None:
-        """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send.
-
-        An ack that does not come in time is retried: the `Nats-Msg-Id` makes a re-send of a
-        message the stream did take a no-op, so retrying can never duplicate it.
-        """
+        """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""
         event_id = getattr(message, "event_id", None)
         headers = {MSG_ID_HEADER: str(event_id)} if event_id else None
         body = message.model_dump(mode="json")
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(nats.errors.TimeoutError),
-            stop=stop_after_attempt(PUBLISH_ATTEMPTS),
-            wait=wait_exponential(multiplier=0.2, max=2.0),
-            reraise=True,
-        ):
-            with attempt:
-                ack = await self.broker.publish(body, subject, headers=headers, stream=stream)
+        ack = await acked(
+            lambda: self.broker.publish(body, subject, headers=headers, stream=stream)
+        )
         return ack if isinstance(ack, PubAck) else None
 
     async def emit(self, event: CallerEvent) -> None:

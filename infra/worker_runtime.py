@@ -17,22 +17,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from faststream import BaseMiddleware
+from faststream import AckPolicy, BaseMiddleware
 from faststream.message import StreamMessage
+from faststream.nats import JStream, NatsRouter
 from faststream.nats.message import NatsMessage
 from pydantic import ValidationError
 
 from contracts import subjects as sj
 from contracts.dlq import DeadLetter
-from contracts.enums import Phase, PhaseStatus, StepStatus
+from contracts.enums import Channel, Phase, PhaseStatus, Step, StepStatus
 from contracts.envelope import Envelope, is_valid_request_id, utcnow
 from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo
-from contracts.results import StepFailure
-from infra.bus import Bus
+from contracts.results import StepFailure, StepResult
+from infra.bus import MSG_ID_HEADER, Bus, acked
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.metrics import DEAD_LETTERS, MESSAGES, STEP_SECONDS
+from infra.resources import Resources
 from infra.settings import Settings
 
 log = get_logger(__name__)
@@ -262,3 +264,38 @@ def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:
         "duration_ms": run.duration_ms,
         "status": StepStatus.OK,
     }
+
+
+def step_router(resources: Resources, *, report_failures: bool = True) -> NatsRouter:
+    """A worker kind's router: manual acks, and the error policy above on every subscriber."""
+    return NatsRouter(
+        middlewares=[
+            error_policy(resources.bus, resources.settings, report_failures=report_failures)
+        ],
+        ack_policy=AckPolicy.MANUAL,
+    )
+
+
+class ResultPublisher:
+    """Where a step reports: declared on the router (so AsyncAPI documents the result's
+    schema), published with `Nats-Msg-Id` and a retried ack like every other message."""
+
+    def __init__(
+        self,
+        router: NatsRouter,
+        step: Step,
+        schema: type[StepResult],
+        channel: Channel | None = None,
+    ) -> None:
+        subject = sj.res_subject(step, channel)
+        self._publisher = router.publisher(
+            subject,
+            stream=JStream(sj.STREAM_RES, declare=False),
+            schema=schema,
+            title=f"{subject}:result",
+        )
+
+    async def publish(self, result: StepResult) -> None:
+        body = result.model_dump(mode="json")
+        headers = {MSG_ID_HEADER: result.event_id}
+        await acked(lambda: self._publisher.publish(body, headers=headers))

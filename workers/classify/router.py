@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsRouter
+from faststream.nats import NatsRouter
 
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase, Step
 from contracts.results import ClassifyResult
-from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
 from infra.resources import Resources
-from infra.worker_runtime import error_policy, phase, step_result_fields
+from infra.worker_runtime import (
+    ResultPublisher,
+    phase,
+    step_result_fields,
+    step_router,
+)
 from workers.classify.classifier import IntentClassifier
 from workers.classify.model_meta import model_dir
 
@@ -19,15 +22,8 @@ from workers.classify.model_meta import model_dir
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     classifier = IntentClassifier(resources.encoder, model_dir(settings))
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=True)],
-        ack_policy=AckPolicy.MANUAL,
-    )
-    publisher = router.publisher(
-        res_subject(Step.CLASSIFY),
-        stream=JStream(STREAM_RES, declare=False),
-        schema=ClassifyResult,
-    )
+    router = step_router(resources)
+    publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings))
     async def classify(cmd: ClassifyCommand) -> None:
@@ -48,8 +44,6 @@ def create_router(resources: Resources) -> NatsRouter:
             weights=found.weights,
             query_vector=found.query_vector,
         )
-        await publisher.publish(
-            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
-        )
+        await publisher.publish(result)
 
     return router

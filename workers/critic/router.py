@@ -10,17 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsRouter
+from faststream.nats import NatsRouter
 
 from contracts.commands import CriticCommand
 from contracts.enums import Phase, Step
 from contracts.results import CriticResult
-from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
 from infra.logging import get_logger
 from infra.resources import Resources
-from infra.worker_runtime import error_policy, phase, step_result_fields
+from infra.worker_runtime import (
+    ResultPublisher,
+    phase,
+    step_result_fields,
+    step_router,
+)
 from workers.critic.expansion import expanded_query
 from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
@@ -64,13 +67,8 @@ async def critique(
 
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=True)],
-        ack_policy=AckPolicy.MANUAL,
-    )
-    publisher = router.publisher(
-        res_subject(Step.CRITIC), stream=JStream(STREAM_RES, declare=False), schema=CriticResult
-    )
+    router = step_router(resources)
+    publisher = ResultPublisher(router, Step.CRITIC, CriticResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CRITIC), settings))
     async def critic(cmd: CriticCommand) -> None:
@@ -92,8 +90,6 @@ def create_router(resources: Resources) -> NatsRouter:
             rewritten_query=verdict.rewritten_query,
             reasons=verdict.reasons,
         )
-        await publisher.publish(
-            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
-        )
+        await publisher.publish(result)
 
     return router

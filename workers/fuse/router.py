@@ -8,17 +8,20 @@ order is still a good answer.
 
 from __future__ import annotations
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsRouter
+from faststream.nats import NatsRouter
 
 from contracts.commands import FuseCommand
 from contracts.enums import Phase, Step
 from contracts.results import FuseResult
-from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
 from infra.logging import get_logger
 from infra.resources import Resources
-from infra.worker_runtime import error_policy, phase, step_result_fields
+from infra.worker_runtime import (
+    ResultPublisher,
+    phase,
+    step_result_fields,
+    step_router,
+)
 from workers.fuse.rerank import rerank
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
 
@@ -27,13 +30,8 @@ log = get_logger(__name__)
 
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=True)],
-        ack_policy=AckPolicy.MANUAL,
-    )
-    publisher = router.publisher(
-        res_subject(Step.FUSE), stream=JStream(STREAM_RES, declare=False), schema=FuseResult
-    )
+    router = step_router(resources)
+    publisher = ResultPublisher(router, Step.FUSE, FuseResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.FUSE), settings))
     async def fuse(cmd: FuseCommand) -> None:
@@ -71,8 +69,6 @@ def create_router(resources: Resources) -> NatsRouter:
             channel_counts=counts,
             channel_samples=channel_samples(cmd.results),
         )
-        await publisher.publish(
-            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
-        )
+        await publisher.publish(result)
 
     return router

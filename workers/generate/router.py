@@ -12,19 +12,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsRouter
+from faststream.nats import NatsRouter
 
 from contracts.commands import GenerateCommand
 from contracts.enums import Intent, Phase, Step
 from contracts.models import ToolCall
 from contracts.results import GenerateResult
-from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
 from infra.llm import LLMClient, LLMStreamBroken, describe
 from infra.logging import get_logger
 from infra.resources import Resources
-from infra.worker_runtime import PhaseRun, error_policy, phase, step_result_fields
+from infra.worker_runtime import (
+    PhaseRun,
+    ResultPublisher,
+    phase,
+    step_result_fields,
+    step_router,
+)
 from workers.generate.extractive import Answer, extractive_answer, no_evidence_answer
 from workers.generate.llm import EmptyAnswer, llm_answer
 from workers.generate.streaming import TokenEmitter, stream_answer
@@ -114,15 +118,8 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
     client = llm
     if client is None and settings.llm_base_url:
         client = LLMClient.from_settings(settings)
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=True)],
-        ack_policy=AckPolicy.MANUAL,
-    )
-    publisher = router.publisher(
-        res_subject(Step.GENERATE),
-        stream=JStream(STREAM_RES, declare=False),
-        schema=GenerateResult,
-    )
+    router = step_router(resources)
+    publisher = ResultPublisher(router, Step.GENERATE, GenerateResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings))
     async def generate(cmd: GenerateCommand) -> None:
@@ -147,8 +144,6 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
             tool_calls=tool_calls,
             generator=generator,
         )
-        await publisher.publish(
-            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
-        )
+        await publisher.publish(result)
 
     return router

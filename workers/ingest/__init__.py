@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from faststream import AckPolicy
 from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
 
@@ -32,7 +31,7 @@ from infra.graph.llm_summaries import LLMCommunitySummariser
 from infra.ingest_jobs import COUNTERS, JobTracker, read_job
 from infra.logging import get_logger
 from infra.resources import Resources
-from infra.worker_runtime import delivery_count, error_policy
+from infra.worker_runtime import delivery_count, step_router
 from workers.ingest.indexer import index_document, remove_document
 
 __all__ = ["create_router"]
@@ -42,10 +41,7 @@ log = get_logger(__name__)
 
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=False)],
-        ack_policy=AckPolicy.MANUAL,
-    )
+    router = step_router(resources, report_failures=False)
     tracker: JobTracker | None = None
     summariser: LLMCommunitySummariser | None = None
 

@@ -9,19 +9,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsRouter
+from faststream.nats import NatsRouter
 
-from contracts import subjects as sj
 from contracts.commands import SearchCommand
 from contracts.enums import CHANNEL_PHASE, Channel, Step
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult
-from infra.bus import MSG_ID_HEADER, step_consumer, subscriber_kwargs
+from infra.bus import step_consumer, subscriber_kwargs
 from infra.errors import PoisonMessage
 from infra.logging import get_logger
 from infra.resources import Resources
-from infra.worker_runtime import error_policy, phase, step_result_fields
+from infra.worker_runtime import (
+    ResultPublisher,
+    phase,
+    step_result_fields,
+    step_router,
+)
 from workers.search import channels
 
 log = get_logger(__name__)
@@ -52,18 +55,10 @@ def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChun
 
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=True)],
-        ack_policy=AckPolicy.MANUAL,
-    )
+    router = step_router(resources)
 
     def register(channel: Channel) -> None:
-        publisher = router.publisher(
-            sj.res_subject(Step.SEARCH, channel),
-            stream=JStream(sj.STREAM_RES, declare=False),
-            schema=SearchResult,
-            title=f"search.{channel.value}.result",
-        )
+        publisher = ResultPublisher(router, Step.SEARCH, SearchResult, channel)
 
         async def handle(cmd: SearchCommand) -> None:
             if cmd.channel is not channel:
@@ -78,9 +73,7 @@ def create_router(resources: Resources) -> NatsRouter:
                 channel=channel,
                 chunks=chunks,
             )
-            await publisher.publish(
-                result.model_dump(mode="json"), headers={MSG_ID_HEADER: result.event_id}
-            )
+            await publisher.publish(result)
 
         handle.__name__ = f"search_{channel.value}"
         router.subscriber(

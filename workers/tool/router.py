@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsRouter
+from faststream.nats import NatsRouter
 
 from contracts.commands import ToolCommand
 from contracts.enums import Phase, Step
 from contracts.models import ToolOutcome
 from contracts.results import ToolResult
-from contracts.subjects import STREAM_RES, res_subject
 from infra.bus import step_consumer, subscriber_kwargs
 from infra.logging import get_logger
 from infra.resources import Resources
 from infra.settings import Settings
-from infra.worker_runtime import error_policy, phase, step_result_fields
+from infra.worker_runtime import (
+    ResultPublisher,
+    phase,
+    step_result_fields,
+    step_router,
+)
 from workers.tool.calculator import register_calculator
 from workers.tool.planner import plan_calls
 from workers.tool.python_tool import register_python
@@ -80,13 +83,8 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
         plugins=True,
     )
     log.info("tool_registry_ready", tools=tools.names)
-    router = NatsRouter(
-        middlewares=[error_policy(bus, settings, report_failures=True)],
-        ack_policy=AckPolicy.MANUAL,
-    )
-    publisher = router.publisher(
-        res_subject(Step.TOOL), stream=JStream(STREAM_RES, declare=False), schema=ToolResult
-    )
+    router = step_router(resources)
+    publisher = ResultPublisher(router, Step.TOOL, ToolResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.TOOL), settings))
     async def execute(cmd: ToolCommand) -> None:
@@ -99,8 +97,6 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
                 failed=sum(not o.ok for o in outcomes),
             )
         result = ToolResult(**step_result_fields(cmd, run), outcomes=outcomes)
-        await publisher.publish(
-            result.model_dump(mode="json"), headers={"Nats-Msg-Id": result.event_id}
-        )
+        await publisher.publish(result)
 
     return router
