@@ -4,7 +4,7 @@ publishes (results, caller events, dead letters, ingest progress) collected by s
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +16,10 @@ from faststream.nats.annotations import NatsMessage
 
 from contracts import subjects as sj
 from infra.bus import Bus
+from infra.llm import LLMClient
 from infra.resources import Resources
 from infra.settings import Settings
+from tests.fake_llm import FakeLLM, fake_llm
 
 _WATCHED = {
     "rag.res.>": sj.STREAM_RES,
@@ -98,3 +100,32 @@ def tiny_nli(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.unit.tiny_models import build_nli
 
     return build_nli(tmp_path_factory.mktemp("models") / "tiny-nli")
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[FakeLLM]:
+    """The local OpenAI-compatible test server (tests/fake_llm.py), one per session."""
+    with fake_llm() as running:
+        yield running
+
+
+@pytest.fixture
+async def client_for(server: FakeLLM) -> AsyncIterator[Callable[..., LLMClient]]:
+    """`client_for(behaviour, timeout_s=, max_retries=)`: a client whose model name picks the
+    fake server's scripted behaviour; every client made is closed after the test."""
+    clients: list[LLMClient] = []
+
+    def make(model: str, timeout_s: float = 5.0, max_retries: int = 2) -> LLMClient:
+        client = LLMClient(
+            base_url=server.base_url,
+            model=model,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=0.01,
+        )
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()

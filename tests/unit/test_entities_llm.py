@@ -5,7 +5,7 @@ summaries with their extractive fallback, and ingestion with an LLM configured."
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,11 @@ from infra.graph.llm_summaries import LLMCommunitySummariser
 from infra.graph.model import CommunityBrief
 from infra.ingest_jobs import read_job
 from infra.ingest_producer import publish_job
-from infra.llm import LLMClient
 from infra.resources import Resources
 from infra.services import LocalService
 from infra.settings import Settings
 from infra.text import chunk_document
-from tests.fake_llm import FakeLLM, fake_llm
+from tests.fake_llm import FakeLLM
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.ingest import create_router
@@ -41,32 +40,6 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLM]:
-    with fake_llm() as running:
-        yield running
-
-
-@pytest.fixture
-async def client_for(server: FakeLLM) -> AsyncIterator[Any]:
-    clients: list[LLMClient] = []
-
-    def make(model: str, max_retries: int = 1) -> LLMClient:
-        client = LLMClient(
-            base_url=server.base_url,
-            model=model,
-            timeout_s=5.0,
-            max_retries=max_retries,
-            backoff_s=0.01,
-        )
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
-
-
 def _norms(entities: list[Entity]) -> dict[str, Entity]:
     return {e.norm: e for e in entities}
 
@@ -78,7 +51,9 @@ async def test_llm_entities_are_parsed_normalised_grounded_and_merged(
     server: FakeLLM, client_for: Any
 ) -> None:
     before = len(server.calls_for("graph"))
-    found = await LLMEntityExtractor(client_for("graph"), batch_chunks=2).extract(TEXTS)
+    found = await LLMEntityExtractor(client_for("graph", max_retries=1), batch_chunks=2).extract(
+        TEXTS
+    )
     assert len(server.calls_for("graph")) - before == 2  # three chunks, two per request
     assert (found.requests, found.llm_chunks, found.fallback_chunks) == (2, 3, 0)
 
@@ -101,14 +76,14 @@ async def test_llm_entities_are_parsed_normalised_grounded_and_merged(
 
 
 async def test_garbage_answer_falls_back_to_the_offline_extractor(client_for: Any) -> None:
-    found = await LLMEntityExtractor(client_for("graph_garbage")).extract(TEXTS)
+    found = await LLMEntityExtractor(client_for("graph_garbage", max_retries=1)).extract(TEXTS)
     assert found.entities == [extract_entities(t) for t in TEXTS]
     assert (found.llm_chunks, found.fallback_chunks) == (0, 3)
     assert found.reasons == ["the model's answer is not JSON"]
 
 
 async def test_chunks_missing_from_the_answer_fall_back_alone(client_for: Any) -> None:
-    found = await LLMEntityExtractor(client_for("graph_partial")).extract(TEXTS)
+    found = await LLMEntityExtractor(client_for("graph_partial", max_retries=1)).extract(TEXTS)
     assert (found.llm_chunks, found.fallback_chunks) == (1, 2)
     assert normalize(["cardiovascular"]) in _norms(found.entities[0])
     assert found.entities[1:] == [extract_entities(t) for t in TEXTS[1:]]
@@ -190,7 +165,7 @@ async def test_llm_writes_community_summaries_and_caches_them(
     extractive = await _summaries_of(store)
     assert len(extractive) >= 2
 
-    summariser = LLMCommunitySummariser(client_for("graph"))
+    summariser = LLMCommunitySummariser(client_for("graph", max_retries=1))
     embed = FakeEncoder().aencode
     assert await store.recompute_communities(embed=embed, summarise=summariser) == len(extractive)
     written = await _summaries_of(store)

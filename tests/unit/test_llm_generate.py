@@ -3,7 +3,6 @@ generate worker on FastStream's in-memory broker: streaming, citations, tools, f
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -14,39 +13,13 @@ from contracts.enums import Intent, Step
 from contracts.models import ToolOutcome
 from contracts.results import GenerateResult
 from infra.llm import LLMClient
-from tests.fake_llm import FakeLLM, fake_llm
+from tests.fake_llm import FakeLLM
 from tests.unit.test_answer_workers_broker import (
     CHUNKS,
     harness_for,  # noqa: F401  (fixture)
 )
 from workers import generate
 from workers.generate.llm import CitationFilter, build_messages, check_citations, tool_turns
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLM]:
-    with fake_llm() as running:
-        yield running
-
-
-@pytest.fixture
-async def client_for(server: FakeLLM) -> AsyncIterator[Any]:
-    clients: list[LLMClient] = []
-
-    def make(model: str, timeout_s: float = 5.0) -> LLMClient:
-        client = LLMClient(
-            base_url=server.base_url,
-            model=model,
-            timeout_s=timeout_s,
-            max_retries=2,
-            backoff_s=0.01,
-        )
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
 
 
 def command(**overrides: Any) -> GenerateCommand:

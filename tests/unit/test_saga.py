@@ -121,6 +121,14 @@ class Run:
         fields.setdefault("citations", {1: "c1"})
         return self.result(GenerateResult(**self.corr(cmd), **fields))
 
+    def to_critic(self) -> None:
+        """Submit and answer every step the happy way, up to the critic's command."""
+        self.submit()
+        self.classify()
+        self.search_all()
+        self.fuse()
+        self.generate()
+
     def critic(self, verdict: str = "accept", **fields: Any) -> list[Any]:
         cmd = self.last(CriticCommand)
         return self.result(
@@ -243,11 +251,7 @@ def test_classification_failure_degrades_to_the_prior_weights() -> None:
 
 def test_critic_retry_broadens_then_accepts_on_the_second_attempt() -> None:
     run = Run(max_attempts=2)
-    run.submit()
-    run.classify()
-    run.search_all()
-    run.fuse()
-    run.generate()
+    run.to_critic()
     top_k_before = run.state.channel_top_k
     sent = run.critic("retry", strategy="broaden", confidence=0.2, reasons=["weak retrieval"])
     retry = next(m for m in sent if isinstance(m, PhaseEvent))
@@ -266,11 +270,7 @@ def test_critic_retry_broadens_then_accepts_on_the_second_attempt() -> None:
 
 def test_attempts_spent_answers_with_a_low_confidence_flag() -> None:
     run = Run(max_attempts=1)
-    run.submit()
-    run.classify()
-    run.search_all()
-    run.fuse()
-    run.generate()
+    run.to_critic()
     sent = run.critic(
         "retry", strategy="rewrite", rewritten_query="lighthouse builder", confidence=0.2
     )
@@ -373,11 +373,7 @@ def test_whole_request_deadline_times_out_with_one_terminal_event() -> None:
 
 def test_critic_silence_accepts_the_draft_rather_than_stranding_the_request() -> None:
     run = Run(critic_timeout_s=5)
-    run.submit()
-    run.classify()
-    run.search_all()
-    run.fuse()
-    run.generate()
+    run.to_critic()
     sent = run.tick(6)
     assert kinds(sent)[-2:] == ["AnswerEvent", "DoneEvent"]
     assert sent[-2].data.metadata["critic_note"]
@@ -405,11 +401,7 @@ def test_retrieve_mode_retrieves_even_for_a_tool_intent() -> None:
 
 def test_rebalance_with_bridge_terms_searches_every_channel_with_the_expanded_query() -> None:
     run = Run(max_attempts=2)
-    run.submit()
-    run.classify()
-    run.search_all()
-    run.fuse()
-    run.generate()
+    run.to_critic()
     sent = run.critic(
         "retry", strategy="rebalance", rewritten_query="who built the lighthouse Sostratus"
     )
