@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import importlib
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
@@ -104,15 +104,30 @@ class Runtime:
         )
 
     async def stop(self) -> None:
+        """Stop every part, each within `STOP_STEP_TIMEOUT_S`: a broker whose server vanished
+        can wait forever on its consumers, and that must not keep the process (and the
+        services it started) alive."""
         if self.orchestrator is not None:
-            await self.orchestrator.stop_timer()
+            await _bounded("orchestrator", self.orchestrator.stop_timer())
         if self.broker is not None:
-            await self.broker.stop()
+            await _bounded("broker", self.broker.stop())
         if self.resources is not None:
-            await self.resources.aclose()
+            await _bounded("resources", self.resources.aclose())
         if self.services is not None:
             self.services.stop()
         log.info("runtime_stopped")
+
+
+STOP_STEP_TIMEOUT_S = 10.0
+
+
+async def _bounded(part: str, stopping: Awaitable[object]) -> None:
+    try:
+        await asyncio.wait_for(stopping, STOP_STEP_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("stop_timed_out", part=part, timeout_s=STOP_STEP_TIMEOUT_S)
+    except Exception as exc:  # stopping goes on: the next parts still need their turn
+        log.warning("stop_failed", part=part, error=f"{type(exc).__name__}: {exc}")
 
 
 async def serve(

@@ -20,3 +20,8 @@ REQUEST_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
 DEAD_LETTERS = Counter("ragbus_dead_letters_total", "Messages dead-lettered", ["subject", "reason"])
+ENCODER_PASS_TEXTS = Histogram(
+    "ragbus_encoder_pass_texts",
+    "Texts per encoder forward pass (concurrent calls share passes)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+)

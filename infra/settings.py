@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +65,10 @@ class Settings(BaseSettings):
     critic_accept: float = Field(0.55, ge=0, le=1, description="Confidence the critic accepts.")
     encoder_path: Path | None = Field(
         None, description="Sentence-transformers model dir; unset = the bundled MiniLM."
+    )
+    encoder_precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
+        description="Dense encoder arithmetic; auto = bf16 where the CPU has bf16 instructions.",
     )
     bge_m3_path: Path | None = Field(
         None,
