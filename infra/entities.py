@@ -45,6 +45,18 @@ def normalize(words: Sequence[str]) -> str:
     return " ".join(cleaned)
 
 
+def title_norms(title: str) -> list[str]:
+    """The entity norms a document's title names it by: the whole title, and its head before a
+    disambiguation ("Folk Songs (Berio)") or a qualifier ("Johnnycake, West Virginia")."""
+    heads = [title, re.split(r"\s*[(\[]", title, maxsplit=1)[0], title.split(",", 1)[0]]
+    norms: list[str] = []
+    for head in heads:
+        norm = normalize(head.split())
+        if norm and norm not in norms:
+            norms.append(norm)
+    return norms
+
+
 def _is_acronym(token: str) -> bool:
     letters = [ch for ch in token if ch.isalpha()]
     upper = sum(ch.isupper() for ch in letters)

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
 
     # Retrieval
     default_top_k: int = Field(8, ge=1, le=50, description="Chunks given to generation.")
+    graph_bridge: bool = Field(
+        True, description="Fusion adds documents about the best chunks' entities (multi-hop)."
+    )
     channel_top_k: int = Field(20, ge=1, le=200, description="Chunks each channel returns.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
     chunk_chars: int = Field(800, ge=100, description="Target chunk size in characters.")

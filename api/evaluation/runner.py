@@ -17,6 +17,10 @@ from api.client import RagbusClient
 from api.evaluation.beir import BeirSet
 from api.evaluation.metrics import Run, document_run, evaluate
 
+DENSE_SPARSE_WEIGHTS = {"vector": 0.55, "sparse": 0.35}
+"""The reliability prior's weights for the two text channels (`infra.intent_profiles.PRIOR`)."""
+RRF_K = 60
+
 CHANNEL_PHASES = ("vector_search", "sparse_search", "graph_local_search", "graph_global_search")
 
 
@@ -28,6 +32,17 @@ class EvalRun:
     phase_ms: dict[str, list[float]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
 
+    def dense_sparse(self) -> Run:
+        """Weighted RRF (k = 60) of the vector and sparse document rankings alone."""
+        fused: Run = {}
+        for channel, weight in DENSE_SPARSE_WEIGHTS.items():
+            for qid, ranking in self.channels.get(channel, {}).items():
+                ordered = sorted(ranking, key=lambda doc: (-ranking[doc], doc))
+                scores = fused.setdefault(qid, {})
+                for position, doc in enumerate(ordered, start=1):
+                    scores[doc] = scores.get(doc, 0.0) + weight / (RRF_K + position)
+        return fused
+
     def report(self, beir: BeirSet) -> dict[str, Any]:
         qrels = beir.qrels
         lat = sorted(self.latencies_ms)
@@ -38,6 +53,8 @@ class EvalRun:
             "failures": dict(sorted(self.failures.items())[:20]),
             "fused": evaluate(qrels, self.fused),
             "channels": {name: evaluate(qrels, run) for name, run in sorted(self.channels.items())},
+            # what fusion without the graph would give, from the same requests' channel runs
+            "baselines": {"vector+sparse": evaluate(qrels, self.dense_sparse())},
             "latency_ms": {
                 "p50": round(median(lat), 1) if lat else None,
                 "p95": round(cuts[94], 1) if lat else None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.models import RetrievedChunk
-from infra.entities import Entity
+from infra.entities import Entity, title_norms
 from infra.graph.communities import brief_chunk_ids, detect_communities, summarise_all
 from infra.graph.model import MIN_PREFIX, Community, Embed, Hit, Summarise, entity_key
 from infra.graph.ranking import match_weight, rank_global, rank_local
@@ -58,6 +58,8 @@ class EmbeddedGraphStore:
         self._sorted: dict[str, list[str]] = {}
         self._totals: Counter[str] = Counter()
         self._communities: dict[str, Community] = {}
+        self._titles: dict[tuple[str, str], list[str]] = defaultdict(list)
+        """(namespace, title norm) -> document keys, for `documents_about`."""
         self._dirty = False
         self._embed: Embed | None = None
         self._summarise: Summarise | None = None
@@ -155,7 +157,10 @@ class EmbeddedGraphStore:
     def _apply_upsert(self, record: dict[str, Any]) -> None:
         namespace, document_id = record["namespace"], record["document_id"]
         self._remove(namespace, document_id)
-        self._documents[f"{namespace}/{document_id}"] = record
+        document_key = f"{namespace}/{document_id}"
+        self._documents[document_key] = record
+        for norm in title_norms(record["title"]):
+            self._titles[(namespace, norm)].append(document_key)
         for chunk, entities in zip(record["chunks"], record["entities"], strict=True):
             chunk_id = chunk["chunk_id"]
             self._chunks[chunk_id] = RetrievedChunk(
@@ -185,9 +190,16 @@ class EmbeddedGraphStore:
             self._chunk_entities[chunk_id] = keys
 
     def _remove(self, namespace: str, document_id: str) -> None:
-        record = self._documents.pop(f"{namespace}/{document_id}", None)
+        document_key = f"{namespace}/{document_id}"
+        record = self._documents.pop(document_key, None)
         if record is None:
             return
+        for norm in title_norms(record["title"]):
+            titled = self._titles.get((namespace, norm), [])
+            if document_key in titled:
+                titled.remove(document_key)
+            if not titled:
+                self._titles.pop((namespace, norm), None)
         for chunk in record["chunks"]:
             chunk_id = chunk["chunk_id"]
             self._chunks.pop(chunk_id, None)
@@ -257,6 +269,20 @@ class EmbeddedGraphStore:
 
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
         return {cid: self._chunks[cid] for cid in chunk_ids if cid in self._chunks}
+
+    async def documents_about(
+        self, namespaces: Sequence[str], norms: Sequence[str]
+    ) -> list[RetrievedChunk]:
+        found: list[RetrievedChunk] = []
+        seen: set[str] = set()
+        for norm in norms:
+            for namespace in namespaces:
+                for document_key in self._titles.get((namespace, norm), ()):
+                    chunks = self._documents[document_key]["chunks"]
+                    if document_key not in seen and chunks:
+                        seen.add(document_key)
+                        found.append(self._chunks[chunks[0]["chunk_id"]])
+        return found
 
     async def communities(self, namespaces: Sequence[str]) -> list[Community]:
         wanted = set(namespaces)

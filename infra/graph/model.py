@@ -90,6 +90,13 @@ class GraphStore(Protocol):
         top_k: int,
     ) -> list[RetrievedChunk]: ...
 
+    async def documents_about(
+        self, namespaces: Sequence[str], norms: Sequence[str]
+    ) -> list[RetrievedChunk]:
+        """The first chunk of each document whose title names one of `norms` (see
+        `infra.entities.title_norms`), in the order of `norms`: what the graph knows *about* an
+        entity, as opposed to where it is merely mentioned."""
+
     async def recompute_communities(
         self, embed: Embed | None = None, summarise: Summarise | None = None
     ) -> int:

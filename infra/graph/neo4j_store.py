@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from contracts.models import RetrievedChunk
-from infra.entities import Entity
+from infra.entities import Entity, title_norms
 from infra.graph.communities import brief_chunk_ids, detect_communities, summarise_all
 from infra.graph.model import (
     BRIEF_ENTITIES,
@@ -70,7 +70,7 @@ DETACH DELETE e
 """
 _WRITE_DOCUMENT = """
 MERGE (d:Document {key: $dkey})
-SET d.namespace = $ns, d.document_id = $doc, d.title = $title
+SET d.namespace = $ns, d.document_id = $doc, d.title = $title, d.title_norms = $title_norms
 WITH d
 UNWIND $chunks AS ch
 MERGE (c:Chunk {chunk_id: ch.chunk_id})
@@ -155,6 +155,7 @@ class Neo4jGraphStore:
             "doc": document_id,
             "dkey": f"{namespace}/{document_id}",
             "title": title,
+            "title_norms": title_norms(title),
             "chunks": [
                 {"chunk_id": c.chunk_id, "text": c.text, "source": c.source, "index": c.index}
                 for c in chunks
@@ -250,6 +251,23 @@ class Neo4jGraphStore:
         return {
             row["chunk_id"]: RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows
         }
+
+    async def documents_about(
+        self, namespaces: Sequence[str], norms: Sequence[str]
+    ) -> list[RetrievedChunk]:
+        rows = await self._run(
+            "UNWIND range(0, size($norms) - 1) AS position "
+            "MATCH (d:Document)-[:HAS_CHUNK]->(c:Chunk) "
+            "WHERE d.namespace IN $namespaces AND $norms[position] IN d.title_norms "
+            "WITH position, d, c ORDER BY position, c.index "
+            "WITH d, min(position) AS position, collect(c)[0] AS c "
+            "RETURN c.chunk_id AS chunk_id, c.document_id AS document_id, c.title AS title, "
+            "c.source AS source, c.namespace AS namespace, c.text AS text "
+            "ORDER BY position, d.key",
+            namespaces=list(namespaces),
+            norms=list(norms),
+        )
+        return [RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows]
 
     async def communities(self, namespaces: Sequence[str]) -> list[Community]:
         rows = await self._run(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from contracts.ingest import DocumentIn
-from infra.entities import extract_entities, query_entities
+from infra.entities import extract_entities, normalize, query_entities
 from infra.graph_store import EmbeddedGraphStore, GraphStore, open_graph_store
 from infra.settings import Settings
 from infra.text import chunk_document
@@ -135,6 +135,32 @@ async def test_global_search_recomputes_lazily_after_writes(graph: GraphStore, n
         assert (await graph.stats())["communities_dirty"] is False
     finally:
         await graph.delete_document(ns, "zinc")
+
+
+async def test_documents_about_an_entity_are_found_by_title(graph: GraphStore, ns: str) -> None:
+    """Titles name what a document is about, with or without a disambiguation or qualifier;
+    documents that merely mention the entity are not about it."""
+    about = {
+        "viorst": ("Judith Viorst", "Viorst graduated from Rutgers University in Newark."),
+        "songs": ("Folk Songs (Berio)", "A song cycle by Luciano Berio, composed in 1964."),
+        "town": ("Johnnycake, West Virginia", "Johnnycake lies in McDowell County."),
+    }
+    for doc_id, (title, text) in about.items():
+        doc = DocumentIn(id=doc_id, title=title, text=text, namespace=ns)
+        chunks = chunk_document(doc)
+        await graph.upsert_document(
+            ns, doc_id, title, chunks, [extract_entities(c.text) for c in chunks]
+        )
+    names = ["Folk Songs", "Judith Viorst", "Johnnycake", "Luciano Berio", "statin therapy"]
+    wanted = [normalize(name.split()) for name in names]
+    found = await graph.documents_about([ns], wanted)
+    assert _ids(found) == ["songs", "viorst", "town"]
+    assert found[1].text.startswith("Viorst graduated") and found[1].title == "Judith Viorst"
+    assert await graph.documents_about(["elsewhere"], wanted) == []
+    await graph.delete_document(ns, "viorst")
+    assert _ids(await graph.documents_about([ns], wanted)) == ["songs", "town"]
+    for doc_id in ("songs", "town"):
+        await graph.delete_document(ns, doc_id)
 
 
 async def test_stats_and_ping(graph: GraphStore, ns: str) -> None:

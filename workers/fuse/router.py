@@ -1,8 +1,12 @@
 """The fuse worker on the bus: `rag.cmd.fuse` in, `rag.res.fuse` out.
 
-With `RAGBUS_RERANKER_PATH` set, the best `RAGBUS_RERANK_TOP_N` fused chunks are reordered by a
-cross-encoder before the list is cut to the command's `top_k`; without it nothing changes and
-nothing heavy is imported. A reranker that cannot load or run is logged and skipped: the fused
+With `RAGBUS_GRAPH_BRIDGE` on (the default), the documents about the entities the best fused
+chunks mention join the list (`workers.fuse.bridge`: the second hop of multi-hop questions);
+a graph store that fails is logged and skipped.
+
+With `RAGBUS_RERANKER_PATH` set, the best `RAGBUS_RERANK_TOP_N` fused chunks are reordered by
+a cross-encoder before the list is cut to the command's `top_k`; without it nothing changes
+and nothing heavy is imported. A reranker that cannot load or run is logged and skipped: the fused
 order is still a good answer.
 """
 
@@ -22,6 +26,7 @@ from infra.worker_runtime import (
     step_result_fields,
     step_router,
 )
+from workers.fuse.bridge import bridge
 from workers.fuse.rerank import rerank
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
 
@@ -47,6 +52,14 @@ def create_router(resources: Resources) -> NatsRouter:
                     run.metadata["rerank_error"] = f"{type(exc).__name__}: {exc}"[:500]
             depth = max(cmd.top_k, settings.rerank_top_n) if reranker is not None else cmd.top_k
             chunks = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=depth)
+            if settings.graph_bridge and chunks:
+                try:
+                    chunks, run.metadata["bridged"] = await bridge(
+                        await resources.graph(), chunks, depth
+                    )
+                except Exception as exc:  # the fused list alone is still a good answer
+                    log.exception("graph_bridge_failed")
+                    run.metadata["bridge_error"] = f"{type(exc).__name__}: {exc}"[:500]
             if reranker is not None:
                 try:
                     chunks, run.metadata["reranked"] = await rerank(

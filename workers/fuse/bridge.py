@@ -1,0 +1,71 @@
+"""Multi-hop bridging over the graph: the documents *about* what the best chunks mention.
+
+A multi-hop question names its first hop ("the author of *Alexander and the Terrible …*"), so
+every channel finds that chunk; the second hop ("Judith Viorst") is named only inside it, and
+no channel searching with the question's words can reach it. The graph can: the entities the
+best fused chunks mention lead to the documents titled by them (`GraphStore.documents_about`).
+Up to `MAX_BRIDGED` such chunks are placed right after the first `INSERT_AT` fused ones, and
+carry `channels["graph_bridge"]` so an answer's sources say how they were found.
+
+Measured on MuSiQue dev (`ragbus eval --beir …/musique_train100`): Recall@10 0.705 -> 0.73
+(see the README's retrieval table); on NFCorpus paper titles rarely name an entity, so the
+step seldom fires there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contracts.models import RetrievedChunk
+from infra.entities import extract_entities
+from infra.graph.model import GraphStore
+
+BRIDGE_CHANNEL = "graph_bridge"
+BRIDGE_FROM = 3
+"""Fused chunks whose entities are followed."""
+INSERT_AT = 3
+"""Fused chunks kept ahead of the bridged ones: the first hop stays first."""
+MAX_BRIDGED = 2
+"""Bridged chunks added at most (2 measured best of 1, 2, 3, 5; more push good chunks out)."""
+
+
+def bridge_norms(chunks: Sequence[RetrievedChunk]) -> list[str]:
+    """Entity norms of the best chunks' texts, best chunk first, each once."""
+    norms: list[str] = []
+    for chunk in chunks[:BRIDGE_FROM]:
+        for entity in extract_entities(chunk.text):
+            if entity.norm not in norms:
+                norms.append(entity.norm)
+    return norms
+
+
+async def bridge(
+    graph: GraphStore, chunks: list[RetrievedChunk], top_k: int
+) -> tuple[list[RetrievedChunk], int]:
+    """The fused list with bridged chunks inserted (re-ranked, cut to `top_k`), and how many
+    were inserted."""
+    norms = bridge_norms(chunks)
+    if not norms or len(chunks) < 1:
+        return chunks[:top_k], 0
+    namespaces = sorted({chunk.namespace for chunk in chunks[:BRIDGE_FROM]})
+    ahead = {chunk.chunk_id for chunk in chunks[:INSERT_AT]}
+    found = [c for c in await graph.documents_about(namespaces, norms) if c.chunk_id not in ahead]
+    added = found[:MAX_BRIDGED]
+    if not added:
+        return chunks[:top_k], 0
+    kept = chunks[:INSERT_AT]
+    floor = kept[-1].score if kept else 0.0
+    by_id = {chunk.chunk_id: chunk for chunk in chunks}
+    inserted = [
+        by_id.get(chunk.chunk_id, chunk).model_copy(
+            update={
+                "score": floor,
+                "channels": {**by_id.get(chunk.chunk_id, chunk).channels, BRIDGE_CHANNEL: n},
+            }
+        )
+        for n, chunk in enumerate(added, start=1)
+    ]
+    bridged_ids = {chunk.chunk_id for chunk in inserted}
+    rest = [chunk for chunk in chunks[INSERT_AT:] if chunk.chunk_id not in bridged_ids]
+    merged = (kept + inserted + rest)[:top_k]
+    return [chunk.model_copy(update={"rank": i}) for i, chunk in enumerate(merged, 1)], len(added)
