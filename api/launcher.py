@@ -144,6 +144,8 @@ async def serve(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
+        # not available on Windows loops (NotImplementedError) or off the main thread
+        # (RuntimeError, e.g. when a test runs `serve` in a thread): cancellation still stops it
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     server_task: asyncio.Task[None] | None = None
@@ -187,5 +189,5 @@ async def serve(
                 await asyncio.wait_for(server_task, 10)
         await runtime.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # as when adding them
                 loop.remove_signal_handler(sig)

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from infra.batching import CoalescingBatcher
 from infra.encoder import Encoder
 from infra.logging import get_logger
 from infra.settings import Settings
@@ -48,13 +47,13 @@ class BgeM3Encoder(Encoder):
     """
 
     idf_modifier = False
+    coalesce_max_texts = BATCH_SIZE * 2
 
     def __init__(self, model: Any, name: str) -> None:  # no super().__init__: no ST model here
         self._model = model
         self._lock = threading.Lock()
         self.name = name
         self.precision = "fp32"  # FlagEmbedding manages its own arithmetic (use_fp16 off)
-        self._batcher = CoalescingBatcher(self.encode, max_texts=BATCH_SIZE * 2)
         probe = self._run(["dimension probe"], dense=True, sparse=False)["dense_vecs"]
         self.dim = int(np.asarray(probe).shape[-1])
 

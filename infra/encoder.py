@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,6 @@ class Encoder:
         self._lock = threading.Lock()
         self.name = name
         self.precision = precision
-        self._batcher = CoalescingBatcher(self.encode, max_texts=BATCH_SIZE * 2)
         dim = model.get_embedding_dimension()
         if not dim:
             raise ValueError(f"encoder {name} does not report its embedding dimension")
@@ -84,6 +84,13 @@ class Encoder:
                 show_progress_bar=False,
             )
         return np.asarray(vectors, dtype=np.float32)
+
+    coalesce_max_texts = BATCH_SIZE * 2
+    """Texts one shared forward pass takes at most (a subclass with its own batch size sets it)."""
+
+    @cached_property
+    def _batcher(self) -> CoalescingBatcher:
+        return CoalescingBatcher(self.encode, max_texts=self.coalesce_max_texts)
 
     async def aencode(self, texts: list[str]) -> np.ndarray:
         """`encode` off the event loop, so a long batch never stalls the consumers; concurrent

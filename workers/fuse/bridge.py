@@ -50,7 +50,7 @@ async def bridge(
     """The fused list with bridged chunks inserted (re-ranked, cut to `top_k`), and how many
     were inserted."""
     norms = bridge_norms(chunks)
-    if not norms or len(chunks) < 1:
+    if not norms:  # also when there are no chunks
         return chunks[:top_k], 0
     namespaces = sorted({chunk.namespace for chunk in chunks[:BRIDGE_FROM]})
     ahead = {chunk.chunk_id for chunk in chunks[:INSERT_AT]}
@@ -58,17 +58,14 @@ async def bridge(
     added = found[:MAX_BRIDGED]
     if not added:
         return chunks[:top_k], 0
-    kept = chunks[:INSERT_AT]
-    floor = kept[-1].score if kept else 0.0
+    kept = chunks[:INSERT_AT]  # not empty: the norms came from these chunks
     by_id = {chunk.chunk_id: chunk for chunk in chunks}
+    fused_copies = [by_id.get(chunk.chunk_id, chunk) for chunk in added]
     inserted = [
-        by_id.get(chunk.chunk_id, chunk).model_copy(
-            update={
-                "score": floor,
-                "channels": {**by_id.get(chunk.chunk_id, chunk).channels, BRIDGE_CHANNEL: n},
-            }
+        chunk.model_copy(
+            update={"score": kept[-1].score, "channels": {**chunk.channels, BRIDGE_CHANNEL: n}}
         )
-        for n, chunk in enumerate(added, start=1)
+        for n, chunk in enumerate(fused_copies, start=1)
     ]
     bridged_ids = {chunk.chunk_id for chunk in inserted}
     rest = [chunk for chunk in chunks[INSERT_AT:] if chunk.chunk_id not in bridged_ids]
