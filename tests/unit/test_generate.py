@@ -115,3 +115,25 @@ async def test_an_off_topic_sentence_is_not_added_to_reach_the_minimum() -> None
     answer = await extractive_answer("Lua script transition", CONTEXTS, FakeEncoder())
     assert answer.sentences == 1
     assert answer.citations == {2: "c-redis"}
+
+
+async def test_a_sentence_opening_with_a_pronoun_brings_its_antecedent() -> None:
+    contexts = [
+        ctx(
+            "c-apa",
+            "The American Psychological Association publishes many journals. It was founded "
+            "in July 1892 at Clark University by a group of psychologists.",
+        )
+    ]
+    answer = await extractive_answer(
+        "When was it founded at Clark University by psychologists?", contexts, FakeEncoder()
+    )
+    assert answer.text.startswith("The American Psychological Association publishes"), answer.text
+    assert answer.text.count("[1]") == 2
+    assert answer.sentences == 2
+
+
+async def test_a_pronoun_in_the_first_sentence_of_a_context_stands_alone() -> None:
+    contexts = [ctx("c-it", "It was founded in July 1892 at Clark University by psychologists.")]
+    answer = await extractive_answer("founded Clark University", contexts, FakeEncoder())
+    assert answer.text == "It was founded in July 1892 at Clark University by psychologists [1]."

@@ -4,7 +4,9 @@ No language model, so nothing is made up: every sentence of the answer is a sent
 a context, followed by `[n]`, the number of that context in the order it was given.
 Sentences are scored by embedding cosine to the query blended with content-word
 overlap, picked with maximal marginal relevance (relevant, but not saying the same
-thing twice), and shown in the order of the contexts they came from.
+thing twice), and shown in the order of the contexts they came from. A picked sentence
+that opens with a pronoun ("It was founded ...") brings the sentence before it along, so
+the reader learns what "it" is.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ OFF_TOPIC_SHARE: Final = 0.35
 NO_ANSWER_BELOW: Final = 0.15
 """If even the best sentence scores below this, the contexts do not answer the query."""
 
+_ANAPHOR = re.compile(
+    r"^(?:it|its|he|his|him|she|her|they|their|them|this|these|those|such|both|"
+    r"the (?:latter|former|same))\b",
+    re.IGNORECASE,
+)
 _MARKER = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 _TRAILING_PUNCT = re.compile(r"([.!?…:;]+)([\"'”’)]*)$")
 
@@ -122,8 +129,26 @@ def _with_marker(sentence: str, number: int) -> str:
     return f"{sentence[: match.start()]} [{number}]{match.group(1)}{match.group(2)}"
 
 
+def with_antecedents(
+    chosen: Sequence[Candidate], contexts: Sequence[RetrievedChunk]
+) -> list[Candidate]:
+    """The chosen sentences, each one that opens with a pronoun preceded by the sentence
+    before it in its context (when that one was not chosen already)."""
+    taken = {(c.context, c.position) for c in chosen}
+    out = list(chosen)
+    for candidate in chosen:
+        before = (candidate.context, candidate.position - 1)
+        if candidate.position == 0 or before in taken or not _ANAPHOR.match(candidate.text):
+            continue
+        text = _clean(split_sentences(contexts[candidate.context - 1].text)[before[1]])
+        if text:
+            taken.add(before)
+            out.append(Candidate(*before, text, frozenset(analyze(text))))
+    return out
+
+
 def compose(chosen: Sequence[Candidate], contexts: Sequence[RetrievedChunk]) -> Answer:
-    ordered = sorted(chosen, key=lambda c: (c.context, c.position))
+    ordered = sorted(with_antecedents(chosen, contexts), key=lambda c: (c.context, c.position))
     text = " ".join(_with_marker(c.text, c.context) for c in ordered)
     citations = {c.context: contexts[c.context - 1].chunk_id for c in ordered}
     return Answer(text=text, citations=dict(sorted(citations.items())), sentences=len(ordered))
