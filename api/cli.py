@@ -292,22 +292,21 @@ def bench_critic(
     verbose: Verbose = False,
 ) -> None:
     """Does the critic's retry earn its cost? First vs last attempt of every retried request
-    (recall@10 against the qrels, support scores, confidence) through the full loop. The data
-    set must already be indexed (`ragbus eval` does that)."""
+    through the full loop: recall against the qrels at the first attempt's depth, reference
+    answers found (when the queries carry them), support scores, confidence, latency; for all
+    retried requests, per strategy, and for those whose first attempt missed a relevant
+    document. The data set must already be indexed (`ragbus eval` does that)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from api.client import RagbusClient
-    from api.evaluation.beir import BeirSet, load_beir
+    from api.evaluation.beir import load_beir
     from api.evaluation.critic_loop import run_loop, summarise
     from api.evaluation.harness import default_namespace
 
     _interactive_logging(Settings(), verbose)
     data = load_beir(beir, split)
     if limit is not None:
-        keep = sorted(data.queries)[:limit]
-        data = BeirSet(
-            data.root, {q: data.queries[q] for q in keep}, {q: data.qrels[q] for q in keep}
-        )
+        data = data.first(limit)
 
     async def go() -> dict[str, Any]:
         async with RagbusClient(api, token=token) as client:
@@ -326,7 +325,7 @@ def bench_critic(
                     concurrency=concurrency,
                     progress=lambda: bar.advance(task),
                 )
-        return summarise(run, data.qrels)
+        return summarise(run, data)
 
     report = asyncio.run(go())
     console.print_json(json.dumps(report))

@@ -37,9 +37,19 @@ class FuseCommand(Envelope):
     type: Literal["cmd.fuse"] = "cmd.fuse"
     query: str
     weights: dict[Channel, float]
-    results: dict[Channel, list[RetrievedChunk]]
+    results: dict[Channel, list[RetrievedChunk]] = Field(
+        description="the channels' rankings for the attempt's (first) query"
+    )
     top_k: int = Field(ge=1, le=200)
     rrf_k: int = Field(default=60, ge=1)
+    sub_results: list[dict[Channel, list[RetrievedChunk]]] = Field(
+        default_factory=list,
+        description="the channels' rankings for each further query of a decomposed attempt",
+    )
+    carried: list[RetrievedChunk] = Field(
+        default_factory=list,
+        description="the previous attempt's fused list, which a follow-up search adds to",
+    )
 
 
 class GenerateCommand(Envelope):

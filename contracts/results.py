@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from contracts.enums import Channel, Intent, StepStatus
 from contracts.envelope import Envelope
 from contracts.models import ErrorInfo, RetrievedChunk, ToolCall, ToolOutcome
+from contracts.queries import MAX_QUERY_CHARS
 
 
 class StepResult(Envelope):
@@ -74,11 +75,16 @@ class CriticResult(StepResult):
 
     type: Literal["res.critic"] = "res.critic"
     step: Literal["critic"] = "critic"
-    verdict: Literal["accept", "retry"]
+    verdict: Literal["accept", "retry", "low_confidence"] = Field(
+        description="low_confidence: the attempts are spent and the answer is weak"
+    )
     confidence: float = Field(ge=0.0, le=1.0)
     scores: dict[str, float] = Field(default_factory=dict)
-    strategy: Literal["broaden", "rebalance", "rewrite"] | None = None
+    strategy: Literal["broaden", "rebalance", "rewrite", "decompose"] | None = None
     rewritten_query: str | None = None
+    sub_queries: list[Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]] = Field(
+        default_factory=list, description="a decomposition's follow-up queries", max_length=8
+    )
     reasons: list[str] = Field(default_factory=list)
 
 

@@ -159,12 +159,9 @@ class Saga:
         pending = state.pending
         if pending is None or result.attempt != state.attempt or pending.step != result.step:
             return False
-        key = (
-            result.channel.value
-            if result.step == Step.SEARCH.value and result.channel
-            else result.step
-        )
-        return pending.command_ids.get(key) == result.command_id
+        if result.step == Step.SEARCH.value and result.channel:
+            return _awaited_search(pending, result) is not None
+        return pending.command_ids.get(result.step) == result.command_id
 
     def _on_step_failed(self, state: RequestState, result: StepResult, clock: Clock) -> Transition:
         message = result.error.message if result.error else "step failed"
@@ -176,7 +173,7 @@ class Saga:
                 reason=message,
                 duration_ms=result.duration_ms or None,
             )
-            return self._channel_done(state, result.channel, [], report, clock)
+            return self._channel_done(state, result, [], report, clock)
         if step == Step.CLASSIFY.value:
             return self._degrade_classification(state, clock, [])
         if step == Step.CRITIC.value:
@@ -208,7 +205,7 @@ class Saga:
             count=len(res.chunks),
             duration_ms=res.duration_ms,
         )
-        return self._channel_done(state, res.channel, res.chunks, report, clock)
+        return self._channel_done(state, res, res.chunks, report, clock)
 
     def _on_fused(self, state: RequestState, res: FuseResult, clock: Clock) -> Transition:
         state.fused = res.chunks
@@ -241,9 +238,11 @@ class Saga:
                 reasons=res.reasons,
                 scores=res.scores,
                 documents=list(dict.fromkeys(c.document_id for c in state.fused)),
+                queries=list(state.search_queries),
+                answer=state.draft or "",
             )
         )
-        if res.verdict == "accept" or state.attempt >= self.settings.max_attempts:
+        if res.verdict != "retry" or state.attempt >= self.settings.max_attempts:
             return self._complete(state, [])
         return self._retry(state, res, clock)
 
@@ -280,8 +279,8 @@ class Saga:
         state.status = RequestStatus.SEARCHING
         state.channel_results = {}
         state.channel_reports = {}
+        state.sub_results = [{} for _ in state.search_queries[1:]]
         awaited: dict[str, str] = {}
-        reuse_vector = state.search_query == state.query
         for channel in Channel:
             if state.weights.get(channel, 0.0) <= 0.0 and state.mode == "answer":
                 state.channel_reports[channel] = ChannelReport(
@@ -296,16 +295,17 @@ class Saga:
                     )
                 )
                 continue
-            cmd = SearchCommand(
-                **self._corr(state),
-                channel=channel,
-                query=state.search_query,
-                namespaces=state.namespaces,
-                top_k=state.channel_top_k,
-                query_vector=state.query_vector if reuse_vector else None,
-            )
-            awaited[channel.value] = cmd.event_id
-            messages.append(self._cmd(cmd, Step.SEARCH, channel))
+            for index, query in enumerate(state.search_queries):
+                cmd = SearchCommand(
+                    **self._corr(state),
+                    channel=channel,
+                    query=query,
+                    namespaces=state.namespaces,
+                    top_k=state.channel_top_k,
+                    query_vector=state.query_vector if query == state.query else None,
+                )
+                awaited[_search_key(channel, index)] = cmd.event_id
+                messages.append(self._cmd(cmd, Step.SEARCH, channel))
         state.pending = self._pending(Step.SEARCH, awaited, self.settings.search_timeout_s, clock)
         if not awaited:
             return self._start_fuse(state, clock, messages)
@@ -314,16 +314,22 @@ class Saga:
     def _channel_done(
         self,
         state: RequestState,
-        channel: Channel,
-        chunks: list,
+        result: StepResult,
+        chunks: list[RetrievedChunk],
         report: ChannelReport,
         clock: Clock,
     ) -> Transition:
+        """One channel answered for one of the attempt's queries; fuse once all have."""
         assert state.pending is not None
-        state.pending.command_ids.pop(channel.value, None)
-        state.channel_reports[channel] = report
+        key = _awaited_search(state.pending, result)
+        assert key is not None  # `_expected` let only awaited results through
+        state.pending.command_ids.pop(key)
+        channel, index = _parse_search_key(key)
+        if index == 0:  # the reports describe the attempt's first query
+            state.channel_reports[channel] = report
         if report.status == "completed":
-            state.channel_results[channel] = chunks
+            results = state.channel_results if index == 0 else state.sub_results[index - 1]
+            results[channel] = chunks
         if state.pending.command_ids:
             return self._moved(state, [])
         return self._start_fuse(state, clock, [])
@@ -331,15 +337,21 @@ class Saga:
     def _search_deadline(self, state: RequestState, clock: Clock) -> Transition:
         assert state.pending is not None
         messages: list[Outgoing] = []
-        for name in list(state.pending.command_ids):
-            channel = Channel(name)
-            reason = f"no answer within {self.settings.search_timeout_s:g}s"
-            state.channel_reports[channel] = ChannelReport(
-                channel=channel, status="timed_out", reason=reason
-            )
+        reason = f"no answer within {self.settings.search_timeout_s:g}s"
+        for key in list(state.pending.command_ids):
+            channel, index = _parse_search_key(key)
+            if index == 0:
+                state.channel_reports[channel] = ChannelReport(
+                    channel=channel, status="timed_out", reason=reason
+                )
             messages.append(
                 self._phase(
-                    state, CHANNEL_PHASE[channel], PhaseStatus.FAILED, reason=reason, dropped=True
+                    state,
+                    CHANNEL_PHASE[channel],
+                    PhaseStatus.FAILED,
+                    reason=reason,
+                    dropped=True,
+                    query=state.search_queries[index],
                 )
             )
         state.pending.command_ids.clear()
@@ -355,6 +367,8 @@ class Saga:
             results=state.channel_results,
             top_k=state.top_k,
             rrf_k=self.settings.rrf_k,
+            sub_results=state.sub_results,
+            carried=state.carried,
         )
         state.status = RequestStatus.FUSING
         state.pending = self._pending(
@@ -409,19 +423,22 @@ class Saga:
     def _retry(self, state: RequestState, res: CriticResult, clock: Clock) -> Transition:
         strategy = res.strategy or "broaden"
         changes: dict[str, object] = {"strategy": strategy}
-        if strategy == "broaden":
+        if strategy == "broaden":  # the same queries, deeper, and more contexts
             state.channel_top_k = min(200, state.channel_top_k * 2)
             state.top_k = min(50, state.top_k + 4)
             changes.update(channel_top_k=state.channel_top_k, top_k=state.top_k)
-        elif strategy == "rebalance":
-            state.weights = dict(EVEN)
-            changes["weights"] = {c.value: w for c, w in state.weights.items()}
-            if res.rewritten_query:  # bridge terms the first passages named
-                state.search_query = res.rewritten_query
-                changes["search_query"] = res.rewritten_query
-        elif strategy == "rewrite" and res.rewritten_query:
-            state.search_query = res.rewritten_query
-            changes["search_query"] = res.rewritten_query
+        elif strategy == "decompose" and res.sub_queries:
+            state.carried = list(state.fused)  # the first hop stays; the follow-ups add to it
+            state.search_queries = list(res.sub_queries)
+            changes["search_queries"] = state.search_queries
+        else:
+            state.carried = []
+            if strategy == "rebalance":
+                state.weights = dict(EVEN)
+                changes["weights"] = {c.value: w for c, w in state.weights.items()}
+            if res.rewritten_query:
+                state.search_queries = [res.rewritten_query]
+                changes["search_queries"] = state.search_queries
         previous = state.attempt
         state.attempt += 1
         state.status = RequestStatus.RETRYING
@@ -549,6 +566,24 @@ class Saga:
             ),
         )
         return self._event(event)
+
+
+def _search_key(channel: Channel, index: int) -> str:
+    """`pending.command_ids` key of a search: the channel, `#index` for a further query."""
+    return channel.value if index == 0 else f"{channel.value}#{index}"
+
+
+def _parse_search_key(key: str) -> tuple[Channel, int]:
+    name, _, index = key.partition("#")
+    return Channel(name), int(index or 0)
+
+
+def _awaited_search(pending: PendingStep, result: StepResult) -> str | None:
+    """The pending key of the search `result` answers, or None when it answers none."""
+    for key, command_id in pending.command_ids.items():
+        if command_id == result.command_id and _parse_search_key(key)[0] == result.channel:
+            return key
+    return None
 
 
 def _rankings(state: RequestState) -> dict[str, object]:

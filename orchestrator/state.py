@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.enums import Channel, Intent, RequestStatus
 from contracts.envelope import TraceContext, utcnow
@@ -38,6 +38,8 @@ class AttemptRecord(BaseModel):
     documents: list[str] = Field(
         default_factory=list, description="the attempt's fused documents, best first"
     )
+    queries: list[str] = Field(default_factory=list, description="what the channels searched")
+    answer: str = Field(default="", description="the attempt's draft answer")
 
 
 class RequestState(BaseModel):
@@ -46,7 +48,11 @@ class RequestState(BaseModel):
     request_id: str
     status: RequestStatus = RequestStatus.SUBMITTED
     query: str
-    search_query: str = Field(description="the query the channels search; a rewrite may change it")
+    search_queries: list[str] = Field(
+        min_length=1,
+        description="what every channel searches this attempt: the question, a rewrite of it, "
+        "or a decomposition's follow-up queries",
+    )
     session_id: str | None = None
     namespaces: list[str]
     top_k: int
@@ -69,6 +75,12 @@ class RequestState(BaseModel):
     pending: PendingStep | None = None
     channel_results: dict[Channel, list[RetrievedChunk]] = Field(default_factory=dict)
     channel_reports: dict[Channel, ChannelReport] = Field(default_factory=dict)
+    sub_results: list[dict[Channel, list[RetrievedChunk]]] = Field(
+        default_factory=list, description="the channels' rankings for search_queries[1:]"
+    )
+    carried: list[RetrievedChunk] = Field(
+        default_factory=list, description="the fused list a follow-up attempt adds to"
+    )
     fused: list[RetrievedChunk] = Field(default_factory=list)
     effective_weights: dict[Channel, float] = Field(default_factory=dict)
     channel_counts: dict[Channel, int] = Field(default_factory=dict)
@@ -84,6 +96,15 @@ class RequestState(BaseModel):
     answer: AnswerData | None = None
     error: ErrorData | None = None
     finished_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_query_before(cls, data: Any) -> Any:
+        """States saved before attempts could search several queries had `search_query`."""
+        if isinstance(data, dict) and "search_query" in data:
+            data = dict(data)
+            data.setdefault("search_queries", [data.pop("search_query")])
+        return data
 
     def public_view(self) -> dict[str, Any]:
         """What `GET /v1/queries/{id}` shows: no internal bookkeeping."""

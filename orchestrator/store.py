@@ -97,7 +97,7 @@ def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> 
     return RequestState(
         request_id=submitted.request_id,
         query=submitted.query,
-        search_query=submitted.query,
+        search_queries=[submitted.query],
         session_id=submitted.session_id,
         namespaces=submitted.namespaces,
         top_k=submitted.top_k,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 Qrels = dict[str, dict[str, int]]
@@ -16,10 +16,22 @@ class BeirSet:
     root: Path
     queries: dict[str, str]
     qrels: Qrels
+    answers: dict[str, list[str]] = field(default_factory=dict)
+    """query id -> the reference answers, for the sets whose queries carry them (MuSiQue)."""
 
     @property
     def corpus_path(self) -> Path:
         return self.root / "corpus.jsonl"
+
+    def first(self, limit: int) -> BeirSet:
+        """The same set cut to its first `limit` queries by id, for quick runs."""
+        keep = sorted(self.queries)[:limit]
+        return BeirSet(
+            self.root,
+            {q: self.queries[q] for q in keep},
+            {q: self.qrels[q] for q in keep},
+            {q: self.answers[q] for q in keep if q in self.answers},
+        )
 
 
 def load_qrels(path: Path) -> Qrels:
@@ -42,10 +54,13 @@ def load_beir(root: Path, split: str = "test") -> BeirSet:
             raise FileNotFoundError(f"not a BEIR directory: {needed} is missing")
     qrels = load_qrels(qrels_path)
     queries: dict[str, str] = {}
+    answers: dict[str, list[str]] = {}
     with (root / "queries.jsonl").open(encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 row = json.loads(line)
                 if row["_id"] in qrels and str(row.get("text", "")).strip():
                     queries[row["_id"]] = row["text"]
-    return BeirSet(root, queries, {q: qrels[q] for q in queries})
+                    if row.get("answers"):
+                        answers[row["_id"]] = [str(a) for a in row["answers"]]
+    return BeirSet(root, queries, {q: qrels[q] for q in queries}, answers)

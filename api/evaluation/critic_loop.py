@@ -1,6 +1,7 @@
 """Does the critic's retry earn its cost? Asks a BEIR split through the full agentic loop and
 compares, for every request the critic sent round again, its first attempt with its last:
-retrieval recall against the qrels, the critic's support scores, and the time it cost.
+retrieval recall against the qrels (at the first attempt's depth), whether the answer holds a
+reference answer (for sets that have them), the critic's support scores, and the time it cost.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from statistics import mean
 from typing import Any
 
 from api.client import RagbusClient
-from api.evaluation.beir import BeirSet, Qrels
+from api.evaluation.beir import BeirSet
 
 
 @dataclass
@@ -33,55 +34,85 @@ def recall_at(documents: list[str], relevant: dict[str, int], k: int = 10) -> fl
     return len(wanted & set(documents[:k])) / len(wanted) if wanted else 0.0
 
 
+def answer_hit(answer: str, references: list[str]) -> float:
+    """1.0 when the answer contains one of the reference answers (case and spacing aside)."""
+    text = " ".join(answer.lower().split())
+    return float(any(" ".join(ref.lower().split()) in text for ref in references if ref.strip()))
+
+
 def _avg(values: list[float]) -> float | None:
     return round(mean(values), 4) if values else None
 
 
-def summarise(run: LoopRun, qrels: Qrels) -> dict[str, Any]:
+Measure = Callable[[str, LoopOutcome, int], float | None]
+"""(query id, outcome, attempt index) -> the attempt's value, None when it has none."""
+
+
+def _measures(beir: BeirSet) -> dict[str, Measure]:
+    def recall(qid: str, outcome: LoopOutcome, index: int) -> float:
+        """Both attempts cut to the first one's depth: more contexts alone must not count."""
+        depth = len(outcome.attempts[0].get("documents", [])) or 10
+        documents = outcome.attempts[index].get("documents", [])
+        return recall_at(documents, beir.qrels.get(qid, {}), k=depth)
+
+    def hit(qid: str, outcome: LoopOutcome, index: int) -> float | None:
+        if qid not in beir.answers:
+            return None
+        return answer_hit(str(outcome.attempts[index].get("answer", "")), beir.answers[qid])
+
+    def score(name: str) -> Measure:
+        return lambda _q, outcome, index: outcome.attempts[index].get("scores", {}).get(name)
+
+    return {
+        "recall@first_depth": recall,
+        "answer_hit": hit,
+        "grounding": score("grounding"),
+        "coverage": score("coverage"),
+        "retrieval": score("retrieval"),
+        "confidence": lambda _q, outcome, index: outcome.attempts[index].get("confidence"),
+    }
+
+
+def _first_vs_last(
+    outcomes: dict[str, LoopOutcome], measures: dict[str, Measure]
+) -> dict[str, Any]:
+    """Each measure's mean over the first and the last attempts, and how many rose or fell."""
+    out: dict[str, Any] = {"n": len(outcomes)}
+    for name, measure in measures.items():
+        pairs = [(measure(q, o, 0), measure(q, o, -1)) for q, o in outcomes.items()]
+        known = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if not known:
+            continue
+        out[name] = {
+            "first": _avg([a for a, _ in known]),
+            "last": _avg([b for _, b in known]),
+            "rose": sum(b > a for a, b in known),
+            "fell": sum(b < a for a, b in known),
+        }
+    return out
+
+
+def summarise(run: LoopRun, beir: BeirSet) -> dict[str, Any]:
+    """First vs last attempt of the retried requests: all of them, per strategy, and those
+    whose first attempt missed a relevant document (the weak ones the retry is for)."""
+    measures = _measures(beir)
     retried = {q: o for q, o in run.outcomes.items() if len(o.attempts) >= 2}
     single = {q: o for q, o in run.outcomes.items() if len(o.attempts) < 2}
-
-    def side(index: int, measure: Callable[[dict[str, Any], str], float | None]) -> float | None:
-        values = [measure(o.attempts[index], q) for q, o in retried.items()]
-        return _avg([v for v in values if v is not None])
-
-    def recall(attempt: dict[str, Any], qid: str) -> float:
-        return recall_at(attempt.get("documents", []), qrels.get(qid, {}))
-
-    def score(name: str) -> Callable[[dict[str, Any], str], float | None]:
-        return lambda attempt, _qid: attempt.get("scores", {}).get(name)
-
-    def confidence(attempt: dict[str, Any], _qid: str) -> float | None:
-        return attempt.get("confidence")
-
-    comparison = {
-        name: {"first": side(0, fn), "last": side(-1, fn)}
-        for name, fn in {
-            "recall@10": recall,
-            "grounding": score("grounding"),
-            "coverage": score("coverage"),
-            "retrieval": score("retrieval"),
-            "confidence": confidence,
-        }.items()
-    }
-    improved = sum(
-        1 for q, o in retried.items() if recall(o.attempts[-1], q) > recall(o.attempts[0], q)
-    )
-    worse = sum(
-        1 for q, o in retried.items() if recall(o.attempts[-1], q) < recall(o.attempts[0], q)
-    )
-    strategies: dict[str, int] = {}
-    for outcome in retried.values():
+    by_strategy: dict[str, dict[str, LoopOutcome]] = {}
+    for qid, outcome in retried.items():
         strategy = str(outcome.attempts[0].get("strategy"))
-        strategies[strategy] = strategies.get(strategy, 0) + 1
+        by_strategy.setdefault(strategy, {})[qid] = outcome
+    recall = measures["recall@first_depth"]
+    weak = {q: o for q, o in retried.items() if (recall(q, o, 0) or 0.0) < 1.0}
     return {
         "queries": len(run.outcomes) + len(run.failures),
         "failed": len(run.failures),
         "retried": len(retried),
-        "strategies": strategies,
-        "retried_first_vs_last": comparison,
-        "recall_improved": improved,
-        "recall_worse": worse,
+        "retried_first_vs_last": _first_vs_last(retried, measures),
+        "weak_first_attempts": _first_vs_last(weak, measures),
+        "by_strategy": {
+            name: _first_vs_last(group, measures) for name, group in sorted(by_strategy.items())
+        },
         "latency_ms": {
             "single_attempt_mean": _avg([o.latency_ms for o in single.values()]),
             "retried_mean": _avg([o.latency_ms for o in retried.values()]),

@@ -57,10 +57,7 @@ async def evaluate_beir(
 ) -> tuple[dict[str, Any], EvalRun]:
     beir = load_beir(root, split)
     if limit is not None:
-        keep = sorted(beir.queries)[:limit]
-        beir = BeirSet(
-            beir.root, {q: beir.queries[q] for q in keep}, {q: beir.qrels[q] for q in keep}
-        )
+        beir = beir.first(limit)
     namespace = namespace or default_namespace(root)
     ingested = await ingest_set(settings, beir, namespace, console) if ingest else None
     columns = (TextColumn("querying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -34,6 +34,7 @@ from infra.resources import Resources
 from infra.settings import Settings
 from tests.unit.fakes import FakeEncoder
 from workers import classify, critic, fuse, generate, tool
+from workers.fuse.follow_up import KEEP
 
 
 @dataclass
@@ -142,6 +143,33 @@ async def test_fuse_publishes_fused_chunks(harness_for: Any) -> None:
         assert result.effective_weights[Channel.VECTOR] == 0.5
         assert result.channel_counts[Channel.SPARSE] == 2
         assert h.events[-1]["data"]["metadata"]["counts"]["vector"] == 2
+
+
+async def test_fuse_adds_a_decomposed_retrys_findings_to_the_carried_list(
+    harness_for: Any,
+) -> None:
+    def ranked(*ids: str) -> list[RetrievedChunk]:
+        return [RetrievedChunk(chunk_id=cid, document_id="d-" + cid, text=cid) for cid in ids]
+
+    carried = ranked(*(f"c{i}" for i in range(1, 11)))
+    async with harness_for(fuse.create_router) as h:
+        cmd = FuseCommand(
+            request_id="req-2b",
+            attempt=2,
+            query="who founded it",
+            weights={Channel.VECTOR: 0.5, Channel.SPARSE: 0.5},
+            results={Channel.VECTOR: ranked("n1", "c1"), Channel.SPARSE: ranked("n1")},
+            sub_results=[{Channel.SPARSE: ranked("n2")}],
+            carried=carried,
+            top_k=8,
+        )
+        await h.send(cmd, sj.cmd_subject(Step.FUSE))
+        result = FuseResult.model_validate(h.results[0])
+        ids = [c.chunk_id for c in result.chunks]
+        assert ids[:KEEP] == [c.chunk_id for c in carried[:KEEP]]
+        assert ids[KEEP : KEEP + 2] == ["n1", "n2"]
+        assert len(ids) == 8
+        assert h.events[-1]["data"]["metadata"]["follow_up"] == 2
 
 
 async def test_generate_streams_tokens_then_publishes_a_cited_answer(harness_for: Any) -> None:

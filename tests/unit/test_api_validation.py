@@ -35,7 +35,7 @@ class FakeStore:
         state = RequestState(
             request_id=submitted.request_id,
             query=submitted.query,
-            search_query=submitted.query,
+            search_queries=[submitted.query],
             namespaces=submitted.namespaces,
             top_k=submitted.top_k,
             channel_top_k=20,

@@ -80,8 +80,18 @@ async def test_no_contexts_scores_zero_retrieval() -> None:
 
 def test_spent_attempts_accept_with_a_stated_reason() -> None:
     verdict = judge_answer(QUERY, Scores(0.1, 0.1, 0.1, 0.1), 5, attempts_left=0, accept_at=0.55)
-    assert verdict.verdict == "accept"
-    assert verdict.reasons == ["attempts spent: low confidence"]
+    assert verdict.verdict == "low_confidence"
+    assert verdict.strategy is None
+    assert verdict.reasons == ["retrieval was weak"]
+
+
+def test_a_confident_answer_that_leaves_part_of_the_question_open_follows_up() -> None:
+    incomplete = Scores(1.0, 1.0, 0.5, 0.8)  # confidence 0.825, a third of the terms missing
+    verdict = judge_answer(QUERY, incomplete, 5, 1, accept_at=0.55, sub_queries=["a b"])
+    assert (verdict.verdict, verdict.strategy) == ("retry", "decompose")
+    assert judge_answer(QUERY, incomplete, 5, 1, accept_at=0.55).verdict == "accept"
+    spent = judge_answer(QUERY, incomplete, 5, 0, accept_at=0.55, sub_queries=["a b"])
+    assert spent.verdict == "accept"
 
 
 @pytest.mark.parametrize(
@@ -103,6 +113,25 @@ def test_retry_strategy_follows_the_weakest_signal(
         assert verdict.rewritten_query == "jetstream store messages"
     else:
         assert verdict.rewritten_query is None
+
+
+def test_missing_terms_with_a_bridge_to_follow_decompose_the_question() -> None:
+    follow_ups = ["Judith Viorst university", "Ray Cruz university"]
+    for scores in (Scores(0.9, 1.0, 0.2, 0.6), Scores(0.6, 1.0, 0.6, 0.4)):
+        verdict = judge_answer(
+            QUERY, scores, 5, attempts_left=1, accept_at=0.95, sub_queries=follow_ups
+        )
+        assert (verdict.verdict, verdict.strategy) == ("retry", "decompose")
+        assert verdict.sub_queries == follow_ups
+        assert "follow up" in verdict.reasons[0]
+
+
+def test_weak_retrieval_broadens_even_with_bridges() -> None:
+    verdict = judge_answer(
+        QUERY, Scores(0.9, 1.0, 0.9, 0.1), 5, attempts_left=1, accept_at=0.95, sub_queries=["x y"]
+    )
+    assert verdict.strategy == "broaden"
+    assert verdict.sub_queries == []
 
 
 def test_keyword_query_dedupes_by_stem() -> None:

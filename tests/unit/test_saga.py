@@ -96,10 +96,9 @@ class Run:
 
     def search_all(self, chunks: list[RetrievedChunk] | None = None) -> list[Any]:
         out: list[Any] = []
-        pending = list(self.state.pending.command_ids) if self.state and self.state.pending else []
-        for cmd in [
-            m for m in self.sent if isinstance(m, SearchCommand) and m.channel.value in pending
-        ]:
+        pending = self.state.pending if self.state else None
+        awaited = set(pending.command_ids.values()) if pending else set()
+        for cmd in [m for m in self.sent if isinstance(m, SearchCommand) and m.event_id in awaited]:
             out += self.result(
                 SearchResult(
                     **self.corr(cmd),
@@ -280,6 +279,18 @@ def test_attempts_spent_answers_with_a_low_confidence_flag() -> None:
     assert sent[0].data.metadata["attempt_history"][0]["documents"] == ["d1"]
 
 
+def test_a_low_confidence_verdict_answers_with_the_note_and_its_reason() -> None:
+    run = Run(max_attempts=2)
+    run.to_critic()
+    sent = run.critic("low_confidence", confidence=0.31, reasons=["retrieval was weak"])
+    assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
+    metadata = sent[0].data.metadata
+    assert metadata["low_confidence"] is True
+    assert metadata["note"].startswith(
+        "Low confidence (0.31) after 1 attempt(s): retrieval was weak"
+    )
+
+
 def test_rewrite_strategy_changes_the_searched_query_and_drops_the_cached_vector() -> None:
     run = Run(max_attempts=2)
     run.submit()
@@ -397,6 +408,91 @@ def test_retrieve_mode_retrieves_even_for_a_tool_intent() -> None:
     run.submit(mode="retrieve")
     sent = run.classify(intent=Intent.TOOL, weights=EVEN)
     assert {m.channel for m in sent if isinstance(m, SearchCommand)} == set(Channel)
+
+
+def test_decompose_searches_every_follow_up_and_fuses_them_onto_the_first_attempt() -> None:
+    run = Run(max_attempts=2)
+    run.to_critic()
+    first_fused = list(run.state.fused)
+    follow_ups = ["Sostratus of Cnidus birthplace", "Ptolemy II reign"]
+    sent = run.critic("retry", strategy="decompose", sub_queries=follow_ups, confidence=0.3)
+    retry = next(m for m in sent if isinstance(m, PhaseEvent))
+    assert retry.data.metadata["search_queries"] == follow_ups
+    searches = [m for m in sent if isinstance(m, SearchCommand)]
+    searched = {(s.channel, s.query) for s in searches}
+    live = {c for c, w in FACTUAL.items() if w > 0}
+    assert searched == {(c, q) for c in live for q in follow_ups}
+    assert all(s.query_vector is None for s in searches)
+
+    answer = RetrievedChunk(chunk_id="c9", document_id="d9", text="Sostratus was born in Cnidus.")
+    for search in searches:  # the second follow-up's answers come in first: order is free
+        if search.query == follow_ups[1]:
+            run.result(SearchResult(**run.corr(search), channel=search.channel, chunks=[CHUNK]))
+    assert run.state.status is RequestStatus.SEARCHING
+    for search in searches:
+        if search.query == follow_ups[0]:
+            run.result(SearchResult(**run.corr(search), channel=search.channel, chunks=[answer]))
+    fuse = run.last(FuseCommand)
+    assert fuse.attempt == 2
+    assert fuse.carried == first_fused
+    assert set(fuse.results) == live and fuse.results[Channel.VECTOR] == [answer]
+    assert len(fuse.sub_results) == 1 and fuse.sub_results[0][Channel.VECTOR] == [CHUNK]
+
+    run.fuse()
+    run.generate()
+    sent = run.critic("accept")
+    history = sent[0].data.metadata["attempt_history"]
+    assert history[0]["queries"] == ["who built the lighthouse"]
+    assert history[0]["answer"] == "Sostratus built it [1]."
+    assert history[1]["queries"] == follow_ups
+
+
+def test_a_follow_up_search_that_misses_its_deadline_is_dropped_with_its_query() -> None:
+    run = Run(max_attempts=2)
+    run.to_critic()
+    follow_ups = ["Sostratus birthplace", "Pharos height"]
+    sent = run.critic("retry", strategy="decompose", sub_queries=follow_ups)
+    for search in [m for m in sent if isinstance(m, SearchCommand)]:
+        if not (search.channel is Channel.SPARSE and search.query == follow_ups[1]):
+            run.result(SearchResult(**run.corr(search), channel=search.channel, chunks=[CHUNK]))
+    sent = run.tick(run.settings.search_timeout_s + 1)
+    dropped = [m for m in sent if isinstance(m, PhaseEvent)]
+    assert [d.data.metadata["query"] for d in dropped] == ["Pharos height"]
+    assert run.state.channel_reports[Channel.SPARSE].status == "completed"
+    fuse = run.last(FuseCommand)
+    assert Channel.SPARSE not in fuse.sub_results[0]
+
+
+def test_a_search_result_for_a_query_not_awaited_is_stale() -> None:
+    run = Run(max_attempts=2)
+    run.to_critic()
+    sent = run.critic("retry", strategy="decompose", sub_queries=["a b", "c d"])
+    search = next(m for m in sent if isinstance(m, SearchCommand))
+    wrong_channel = next(c for c in Channel if c is not search.channel)
+    before = run.state.pending.model_copy(deep=True)
+    assert run.result(SearchResult(**run.corr(search), channel=wrong_channel)) == []
+    assert run.state.pending == before
+
+
+def test_other_retries_start_over_without_the_carried_list() -> None:
+    run = Run(max_attempts=3)
+    run.to_critic()
+    run.critic("retry", strategy="decompose", sub_queries=["Sostratus birthplace"])
+    assert run.state.carried
+    run.search_all()
+    run.fuse()
+    run.generate()
+    sent = run.critic("retry", strategy="rewrite", rewritten_query="lighthouse builder")
+    assert run.state.carried == []
+    assert {m.query for m in sent if isinstance(m, SearchCommand)} == {"lighthouse builder"}
+
+
+def test_a_state_saved_with_one_search_query_still_loads() -> None:
+    run = Run()
+    run.submit()
+    saved = run.state.model_dump(mode="json")
+    saved["search_query"] = saved.pop("search_queries")[0]
+    assert RequestState.model_validate(saved).search_queries == ["who built the lighthouse"]
 
 
 def test_rebalance_with_bridge_terms_searches_every_channel_with_the_expanded_query() -> None:

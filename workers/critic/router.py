@@ -24,7 +24,7 @@ from infra.worker_runtime import (
     step_result_fields,
     step_router,
 )
-from workers.critic.expansion import expanded_query
+from workers.critic.decompose import sub_queries
 from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
 
@@ -60,7 +60,7 @@ async def critique(
         len(cmd.contexts),
         cmd.attempts_left,
         resources.settings.critic_accept,
-        expansion=expanded_query(cmd.query, cmd.contexts),
+        sub_queries=sub_queries(cmd.query, cmd.contexts),
     )
     return verdict, scores.as_dict()
 
@@ -81,6 +81,8 @@ def create_router(resources: Resources) -> NatsRouter:
                 scores=scores,
                 strategy=verdict.strategy,
             )
+            if verdict.sub_queries:
+                run.metadata["sub_queries"] = verdict.sub_queries
         result = CriticResult(
             **step_result_fields(cmd, run),
             verdict=verdict.verdict,
@@ -88,6 +90,7 @@ def create_router(resources: Resources) -> NatsRouter:
             scores=scores,
             strategy=verdict.strategy,
             rewritten_query=verdict.rewritten_query,
+            sub_queries=verdict.sub_queries,
             reasons=verdict.reasons,
         )
         await publisher.publish(result)

@@ -8,6 +8,9 @@ With `RAGBUS_RERANKER_PATH` set, the best `RAGBUS_RERANK_TOP_N` fused chunks are
 a cross-encoder before the list is cut to the command's `top_k`; without it nothing changes
 and nothing heavy is imported. A reranker that cannot load or run is logged and skipped: the fused
 order is still a good answer.
+
+A decomposed retry (`carried` set) fuses each of its queries' channels alone and adds their
+best new chunks to the previous attempt's list (`workers.fuse.follow_up`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from infra.worker_runtime import (
     step_router,
 )
 from workers.fuse.bridge import bridge
+from workers.fuse.follow_up import FOLLOW_UP_CHANNEL, follow_up
 from workers.fuse.rerank import rerank
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
 
@@ -52,6 +56,16 @@ def create_router(resources: Resources) -> NatsRouter:
                     run.metadata["rerank_error"] = f"{type(exc).__name__}: {exc}"[:500]
             depth = max(cmd.top_k, settings.rerank_top_n) if reranker is not None else cmd.top_k
             chunks = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=depth)
+            if cmd.carried or cmd.sub_results:
+                rankings = [chunks] + [
+                    weighted_rrf(results, cmd.weights, k=cmd.rrf_k, top_k=depth)
+                    for results in cmd.sub_results
+                ]
+                base = cmd.carried or rankings.pop(0)
+                chunks = follow_up(base, rankings, depth)
+                run.metadata["follow_up"] = sum(
+                    FOLLOW_UP_CHANNEL in chunk.channels for chunk in chunks
+                )
             if settings.graph_bridge and chunks:
                 try:
                     chunks, run.metadata["bridged"] = await bridge(

@@ -1,0 +1,67 @@
+"""Follow-up queries for a multi-hop question, built from what its first attempt found.
+
+A multi-hop question ("the first president of the association that published X") names only
+its first hop. The passage that answers that hop names the bridge ("the American Psychological
+Association"), and the next hop is found by asking about the bridge the part of the question
+that passage did not answer ("American Psychological Association first president"). So each
+follow-up query is a bridge entity the best passages name and the question lacks, followed by
+the question's words the best passage does not contain.
+
+No language model: entities come from `infra.entities`, words from the question itself. The
+fuse step adds what the follow-ups find to the first attempt's list (`workers.fuse.follow_up`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Final
+
+from contracts.models import RetrievedChunk
+from contracts.queries import MAX_QUERY_CHARS
+from infra.entities import extract_entities, query_entities
+from infra.text import analyze
+
+FROM_CONTEXTS: Final = 2
+"""Passages whose named entities are bridge candidates, best first."""
+MAX_FOLLOW_UPS: Final = 2
+"""Each follow-up costs one search per channel; two found 25 of the 67 supporting documents
+the first attempts missed on MuSiQue train-100 (three found 25 too)."""
+
+
+def bridges(query: str, contexts: Sequence[RetrievedChunk]) -> list[str]:
+    """Named entities of the best passages that are not mostly the question's own, best first."""
+    asked = set(query_entities(query))
+    asked_words = {word for norm in asked for word in norm.split()}
+    weights: defaultdict[str, float] = defaultdict(float)
+    names: dict[str, str] = {}
+    for position, chunk in enumerate(contexts[:FROM_CONTEXTS]):
+        for entity in extract_entities(chunk.text):
+            words = entity.norm.split()
+            if entity.kind != "proper" or entity.norm in asked:
+                continue
+            if 2 * sum(word in asked_words for word in words) > len(words):
+                continue  # the question's own topic, not a bridge away from it
+            weights[entity.norm] += 1 / (1 + position)
+            names.setdefault(entity.norm, entity.name)
+    best = sorted(weights, key=lambda norm: (-weights[norm], norm))[:MAX_FOLLOW_UPS]
+    return [names[norm] for norm in best]
+
+
+def unanswered(query: str, passage: RetrievedChunk) -> str:
+    """The question's content words, as written, that the passage does not contain."""
+    known = set(analyze(f"{passage.title} {passage.text}"))
+    words = []
+    for word in query.rstrip("?!. ").split():
+        terms = set(analyze(word))
+        if terms and not terms & known:
+            words.append(word.strip(",;:'\"()"))
+    return " ".join(words)
+
+
+def sub_queries(query: str, contexts: Sequence[RetrievedChunk]) -> list[str]:
+    """One follow-up query per bridge: the bridge and what the best passage left unanswered."""
+    if not contexts:
+        return []
+    rest = unanswered(query, contexts[0])
+    return [f"{bridge} {rest}".strip()[:MAX_QUERY_CHARS] for bridge in bridges(query, contexts)]
