@@ -26,6 +26,11 @@ summaries):
 - `graph_partial`: entities for passage 1 only;
 - `graph_garbage`: prose instead of JSON, and an empty summary.
 
+The critic's follow-up planning (its system prompt plans "follow-up searches"):
+
+- `planner`: `{"queries": [...]}` in a fence, one per passage: the passage's first two-word
+  capitalised span the question lacks, and the question's last word.
+
 Every request body is kept in `requests` for assertions. Runs uvicorn in a thread so any
 event loop (or none) can use it.
 """
@@ -149,6 +154,19 @@ def _graph_reply(model: str, messages: list[dict[str, Any]]) -> list[str]:
     return _text_stream(model, ["Here you go:\n```json\n", raw[:cut], raw[cut:], "\n```"])
 
 
+def _plan_reply(model: str, messages: list[dict[str, Any]]) -> list[str]:
+    user = next((str(m["content"]) for m in messages if m.get("role") == "user"), "")
+    passages, _, question = user.partition("Question:")
+    last_word = question.strip().rstrip("?").split()[-1]
+    queries = []
+    for line in passages.splitlines():
+        spans = [s for s in _PROPER_SPAN.findall(line.split(":", 1)[-1]) if s not in question]
+        if spans:
+            queries.append(f"{spans[0]} {last_word}")
+    raw = json.dumps({"queries": queries})
+    return _text_stream(model, ["```json\n", raw, "\n```"])
+
+
 class FakeLLM:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -194,6 +212,8 @@ class FakeLLM:
     def _script(self, model: str, messages: list[dict[str, Any]], tools: bool) -> list[str]:
         if model in GRAPH_MODELS:
             return _graph_reply(model, messages)
+        if model == "planner" and "follow-up searches" in _system(messages):
+            return _plan_reply(model, messages)
         replies = _tool_replies(messages)
         question = _user_question(messages)
         if model in ("calculator", "greedy") and (model == "greedy" or (tools and not replies)):

@@ -78,7 +78,7 @@ async def test_no_contexts_scores_zero_retrieval() -> None:
     assert (verdict.verdict, verdict.strategy) == ("retry", "broaden")
 
 
-def test_spent_attempts_accept_with_a_stated_reason() -> None:
+def test_spent_attempts_give_a_low_confidence_verdict_with_its_reason() -> None:
     verdict = judge_answer(QUERY, Scores(0.1, 0.1, 0.1, 0.1), 5, attempts_left=0, accept_at=0.55)
     assert verdict.verdict == "low_confidence"
     assert verdict.strategy is None

@@ -4,10 +4,15 @@ With `RAGBUS_NLI_PATH` set, an NLI model's entailment joins the per-sentence sup
 `scoring`); the phase metadata names the model (`nli`) and the scores carry `nli`. A model that
 cannot load or run is logged and skipped (`nli_error` in the metadata): the critique is then the
 one without it, never a failed request.
+
+When the critic decomposes a question and an LLM is configured, the model rewrites the
+follow-up queries (`llm_decompose`); the phase metadata's `planner` says whose were sent
+(`llm` or `bridges`), and a model that fails leaves the bridge follow-ups (`plan_error`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -25,6 +30,7 @@ from infra.worker_runtime import (
     step_router,
 )
 from workers.critic.decompose import sub_queries
+from workers.critic.llm_decompose import llm_sub_queries
 from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
 
@@ -62,7 +68,31 @@ async def critique(
         resources.settings.critic_accept,
         sub_queries=sub_queries(cmd.query, cmd.contexts),
     )
+    if verdict.strategy == "decompose":
+        verdict = await _plan_with_llm(cmd, resources, verdict, metadata)
     return verdict, scores.as_dict()
+
+
+async def _plan_with_llm(
+    cmd: CriticCommand, resources: Resources, verdict: Verdict, metadata: dict[str, Any]
+) -> Verdict:
+    """The model's follow-up queries instead of the bridge ones, when a model is configured
+    and answers with some."""
+    metadata["planner"] = "bridges"
+    client = resources.llm()
+    if client is None:
+        return verdict
+    try:
+        planned = await llm_sub_queries(client, cmd.query, cmd.contexts)
+    except Exception as exc:  # the bridge follow-ups are still a good plan
+        log.exception("llm_plan_failed")
+        metadata["plan_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        return verdict
+    if not planned:
+        metadata["plan_error"] = "the model proposed no follow-up query"
+        return verdict
+    metadata["planner"] = "llm"
+    return dataclasses.replace(verdict, sub_queries=planned)
 
 
 def create_router(resources: Resources) -> NatsRouter:
