@@ -112,7 +112,11 @@ async def test_each_channel_answers_with_ranked_chunks(
         phases = [e["data"] for e in harness.on(sj.events_subject("req-1"))]
         assert [p["status"] for p in phases] == ["in_progress", "completed"]
         assert {p["phase"] for p in phases} == {CHANNEL_PHASE[channel].value}
-        assert phases[1]["metadata"] == {"channel": channel.value, "count": len(result.chunks)}
+        assert phases[1]["metadata"] == {
+            "channel": channel.value,
+            "query": cmd.query,
+            "count": len(result.chunks),
+        }
 
 
 async def test_vector_channel_reuses_the_query_vector(

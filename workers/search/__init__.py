@@ -29,6 +29,9 @@ from workers.search import channels
 
 log = get_logger(__name__)
 
+SHOWN_QUERY_CHARS = 200
+"""How much of the searched query a channel's phase event shows."""
+
 ChannelSearch = Callable[[Resources, SearchCommand], Awaitable[list[RetrievedChunk]]]
 
 CHANNEL_FUNCTIONS: dict[Channel, str] = {
@@ -64,7 +67,11 @@ def create_router(resources: Resources) -> NatsRouter:
             if cmd.channel is not channel:
                 raise PoisonMessage(f"a {cmd.channel} command on the {channel} subject")
             search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
-            async with phase(bus, cmd, CHANNEL_PHASE[channel], channel=channel.value) as run:
+            # the query is named: a rewritten or decomposed attempt searches other words
+            shown = cmd.query[:SHOWN_QUERY_CHARS]
+            async with phase(
+                bus, cmd, CHANNEL_PHASE[channel], channel=channel.value, query=shown
+            ) as run:
                 chunks = ranked(await search(resources, cmd), channel)[: cmd.top_k]
                 run.metadata["count"] = len(chunks)
             result = SearchResult(
