@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from contracts.models import RetrievedChunk
 from contracts.queries import MAX_QUERY_CHARS
-from workers.critic.decompose import MAX_FOLLOW_UPS, bridges, sub_queries, unanswered
+from workers.critic.decompose import (
+    MAX_FOLLOW_UPS,
+    bridges,
+    names_by_relation,
+    sub_queries,
+    unanswered,
+)
 
 QUESTION = (
     "Who was the first president of the association which published "
@@ -49,3 +57,28 @@ def test_follow_ups_fit_a_query() -> None:
     long_question = "Which " + "very " * 600 + "old record did it break?"
     hop = RetrievedChunk(chunk_id="x", document_id="d", text="It was set by Usain Bolt in Berlin.")
     assert all(len(q) <= MAX_QUERY_CHARS for q in sub_queries(long_question, [hop]))
+
+
+@pytest.mark.parametrize(
+    ("query", "hop"),
+    [
+        (QUESTION, True),
+        ("When was the author of Dune born?", True),
+        ("What currency predated the Euro in the country Signmark is from?", True),
+        ("How many Publix stores are in the state where Hello Love's performer died?", True),
+        ("Breast Cancer Cells Feed on Cholesterol", False),
+        ("Do Cholesterol Statin Drugs Cause Breast Cancer?", False),
+        ("vitamin d deficiency and depression", False),
+    ],
+)
+def test_only_questions_that_name_something_by_a_relation_are_decomposed(
+    query: str, hop: bool
+) -> None:
+    assert names_by_relation(query) is hop
+
+
+def test_a_topical_query_gets_no_follow_ups_even_when_its_passages_name_entities() -> None:
+    passage = RetrievedChunk(
+        chunk_id="x", document_id="d", text="Researchers at the Mayo Clinic measured LDL."
+    )
+    assert sub_queries("Breast Cancer Cells Feed on Cholesterol", [passage]) == []
