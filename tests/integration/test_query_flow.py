@@ -125,6 +125,42 @@ async def test_late_subscriber_gets_full_replay_and_last_event_id_resumes(
     assert [e.id for e in resumed] == [e.id for e in replay[cut + 1 :]]
 
 
+async def test_a_multi_hop_question_is_decomposed_and_followed_up_through_the_bus(
+    http: httpx.AsyncClient, stack: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The critic (made strict, so the first answer is never enough) sends follow-up queries;
+    every channel searches them on the real broker, fusion adds their findings to the first
+    attempt's list, and the answer's history shows both attempts."""
+    assert stack.resources is not None
+    monkeypatch.setattr(stack.resources.settings, "critic_accept", 1.0)
+    question = "Who was the pharaoh of the oldest of the Seven Wonders?"
+    _, events = await ask(http, query=question)
+    assert events[-1].data["data"]["status"] == "completed"
+
+    retry = next(e for e in events if phase_is("retry", "completed")(e)).data["data"]["metadata"]
+    assert retry["strategy"] == "decompose"
+    follow_ups = retry["search_queries"]
+    assert 1 <= len(follow_ups) <= 2 and question not in follow_ups
+    searched_again = {
+        e.data["data"]["metadata"]["query"]
+        for e in events
+        if phase_is(SEARCH_PHASES, "completed")(e) and e.data["attempt"] == 2
+    }
+    assert searched_again == set(follow_ups)
+
+    answer = next(e for e in events if e.event == "answer").data["data"]
+    metadata = answer["metadata"]
+    assert metadata["attempts"] == 2
+    first, second = metadata["attempt_history"]
+    assert (first["strategy"], first["queries"]) == ("decompose", [question])
+    assert second["queries"] == follow_ups
+    assert second["documents"][0] == first["documents"][0]  # the first hop stays first
+    assert set(first["documents"][:2]) <= set(second["documents"])
+    assert metadata["low_confidence"] is True  # the strict critic never accepts
+    assert "Low confidence" in metadata["note"]
+    assert answer["citations"]
+
+
 async def test_a_failing_channel_is_reported_and_its_weight_redistributed(
     http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
