@@ -59,6 +59,10 @@ class GenerateCommand(Envelope):
     contexts: list[RetrievedChunk]
     tool_results: list[ToolOutcome] = Field(default_factory=list)
     tool_rounds_left: int = Field(default=0, ge=0)
+    follow_ups: list[str] = Field(
+        default_factory=list,
+        description="a decomposed attempt's follow-up queries: what else the answer should say",
+    )
 
 
 class CriticCommand(Envelope):

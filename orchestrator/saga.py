@@ -384,6 +384,7 @@ class Saga:
             contexts=state.fused,
             tool_results=state.tool_results,
             tool_rounds_left=max(0, self.settings.max_tool_calls - state.tool_rounds),
+            follow_ups=state.search_queries if state.carried else [],  # a decomposed attempt
         )
         state.status = RequestStatus.GENERATING
         state.pending = self._pending(

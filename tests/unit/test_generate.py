@@ -137,3 +137,26 @@ async def test_a_pronoun_in_the_first_sentence_of_a_context_stands_alone() -> No
     contexts = [ctx("c-it", "It was founded in July 1892 at Clark University by psychologists.")]
     answer = await extractive_answer("founded Clark University", contexts, FakeEncoder())
     assert answer.text == "It was founded in July 1892 at Clark University by psychologists [1]."
+
+
+async def test_follow_up_queries_bring_the_second_hops_answer_into_the_answer() -> None:
+    contexts = [
+        ctx(
+            "c-book",
+            "The children's book Alexander was written by Judith Viorst. It sold well in "
+            "bookshops everywhere. The book has a sequel about moving house.",
+        ),
+        ctx(
+            "c-viorst",
+            "Judith Viorst graduated from Rutgers University in Newark. Her poems are "
+            "about family life.",
+        ),
+    ]
+    question = "Which book was written by Judith Viorst and sold in bookshops?"
+    plain = await extractive_answer(question, contexts, FakeEncoder())
+    assert "Rutgers" not in plain.text
+    followed = await extractive_answer(
+        question, contexts, FakeEncoder(), follow_ups=["Judith Viorst graduated university"]
+    )
+    assert "graduated from Rutgers University" in followed.text
+    assert followed.citations[2] == "c-viorst"

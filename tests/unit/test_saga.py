@@ -438,7 +438,8 @@ def test_decompose_searches_every_follow_up_and_fuses_them_onto_the_first_attemp
     assert set(fuse.results) == live and fuse.results[Channel.VECTOR] == [answer]
     assert len(fuse.sub_results) == 1 and fuse.sub_results[0][Channel.VECTOR] == [CHUNK]
 
-    run.fuse()
+    sent = run.fuse()
+    assert sent[0].follow_ups == follow_ups  # generation answers the follow-ups too
     run.generate()
     sent = run.critic("accept")
     history = sent[0].data.metadata["attempt_history"]
@@ -484,6 +485,8 @@ def test_other_retries_start_over_without_the_carried_list() -> None:
     run.generate()
     sent = run.critic("retry", strategy="rewrite", rewritten_query="lighthouse builder")
     assert run.state.carried == []
+    run.search_all()
+    assert run.fuse()[0].follow_ups == []
     assert {m.query for m in sent if isinstance(m, SearchCommand)} == {"lighthouse builder"}
 
 

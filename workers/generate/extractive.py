@@ -6,7 +6,8 @@ Sentences are scored by embedding cosine to the query blended with content-word
 overlap, picked with maximal marginal relevance (relevant, but not saying the same
 thing twice), and shown in the order of the contexts they came from. A picked sentence
 that opens with a pronoun ("It was founded ...") brings the sentence before it along, so
-the reader learns what "it" is.
+the reader learns what "it" is. After a decomposition, a sentence also counts for the follow-up
+queries (at `FOLLOW_UP_WEIGHT`), so the second hop's answer is picked, not only the first's.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ WEAK_SHARE: Final = 0.6
 """Past the minimum, stop adding sentences scoring below this share of the best one."""
 OFF_TOPIC_SHARE: Final = 0.35
 """Even to reach the minimum, never add a sentence scoring below this share of the best."""
+FOLLOW_UP_WEIGHT: Final = 0.8
+"""A sentence's relevance to a follow-up query counts this much of relevance to the question.
+Measured offline on the 96 MuSiQue train-100 questions with follow-ups: reference answers found
+0.344 with the question alone, 0.375 at 0.8 (0.365-0.375 anywhere from 0.5 to 0.85)."""
 NO_ANSWER_BELOW: Final = 0.15
 """If even the best sentence scores below this, the contexts do not answer the query."""
 
@@ -155,21 +160,30 @@ def compose(chosen: Sequence[Candidate], contexts: Sequence[RetrievedChunk]) -> 
 
 
 async def extractive_answer(
-    query: str, contexts: Sequence[RetrievedChunk], encoder: Encoder
+    query: str,
+    contexts: Sequence[RetrievedChunk],
+    encoder: Encoder,
+    follow_ups: Sequence[str] = (),
 ) -> Answer:
-    """The 2-4 sentences of the contexts that best answer the query, each cited.
+    """The 2-4 sentences of the contexts that best answer the query (or, discounted, its
+    follow-up queries), each cited.
 
     Fewer when only one sentence is on topic; none (an honest "not found") when nothing is.
     """
     pool = candidates(contexts)
     if not pool:
         return no_evidence_answer(query)
-    vectors = np.asarray(await encoder.aencode([query] + [c.text for c in pool]), np.float32)
-    query_vector, sentence_vectors = vectors[0], vectors[1:]
-    query_terms = frozenset(analyze(query))
-    semantic = np.clip(sentence_vectors @ query_vector, 0.0, 1.0)
-    lexical = np.array([_lexical(query_terms, c.terms) for c in pool])
-    relevance = SEMANTIC_WEIGHT * semantic + (1 - SEMANTIC_WEIGHT) * lexical
+    asked = [query, *follow_ups]
+    vectors = np.asarray(await encoder.aencode(asked + [c.text for c in pool]), np.float32)
+    sentence_vectors = vectors[len(asked) :]
+    relevance = np.zeros(len(pool))
+    for index, text in enumerate(asked):
+        semantic = np.clip(sentence_vectors @ vectors[index], 0.0, 1.0)
+        terms = frozenset(analyze(text))
+        lexical = np.array([_lexical(terms, c.terms) for c in pool])
+        weight = 1.0 if index == 0 else FOLLOW_UP_WEIGHT
+        blended = SEMANTIC_WEIGHT * semantic + (1 - SEMANTIC_WEIGHT) * lexical
+        relevance = np.maximum(relevance, weight * blended)
     if float(relevance.max()) < NO_ANSWER_BELOW:
         return no_evidence_answer(query)
     chosen = select(relevance, sentence_vectors @ sentence_vectors.T)

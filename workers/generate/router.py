@@ -47,7 +47,9 @@ async def answer_for(cmd: GenerateCommand, resources: Resources) -> Answer:
         return Answer(text=tool_answer(cmd.tool_results), citations={}, sentences=0)
     if not cmd.contexts:
         return no_evidence_answer(cmd.query)
-    return await extractive_answer(cmd.query, cmd.contexts, await resources.encoder())
+    return await extractive_answer(
+        cmd.query, cmd.contexts, await resources.encoder(), follow_ups=cmd.follow_ups
+    )
 
 
 async def _extractive(
