@@ -9,6 +9,8 @@ from rich.console import Console
 
 from api.client import RagbusClient
 
+LONG_VALUE = 40
+"""Metadata values longer than this are shown after the short ones, where the line is cut."""
 _MARKS = {"completed": "[green]✓[/green]", "failed": "[red]✗[/red]", "skipped": "[dim]–[/dim]"}
 
 
@@ -19,11 +21,13 @@ def _phase_line(data: dict[str, Any]) -> str | None:
         return None
     duration = data.get("duration_ms")
     took = f"{duration:>8.0f} ms" if isinstance(duration, int | float) else " " * 11
-    details = " ".join(
-        f"{key}={value}"
+    shown = [
+        (key, value)
         for key, value in (data.get("metadata") or {}).items()
         if isinstance(value, str | int | float | bool)
-    )
+    ]
+    shown.sort(key=lambda item: len(str(item[1])) > LONG_VALUE)  # long texts (a query) last
+    details = " ".join(f"{key}={value}" for key, value in shown)
     return f"{_MARKS[status]} {data.get('phase', '?'):<22}{took}  [dim]{details[:100]}[/dim]"
 
 
