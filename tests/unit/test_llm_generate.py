@@ -92,6 +92,16 @@ def test_prompt_numbers_the_contexts_and_replays_tool_turns() -> None:
     assert tool_turns([]) == []
 
 
+def test_a_decomposed_attempts_follow_ups_are_in_the_prompt_before_the_question() -> None:
+    plain = build_messages(command())[1]["content"]
+    assert "Also searched" not in plain
+    follow_ups = ["JetStream consumer acknowledgement", "Redis Lua scripts"]
+    prompt = build_messages(command(follow_ups=follow_ups))[1]["content"]
+    assert "- JetStream consumer acknowledgement\n- Redis Lua scripts" in prompt
+    assert prompt.index("Also searched") < prompt.index("Question:")
+    assert prompt.rsplit("Question:", 1)[1].strip() == command().query
+
+
 # ---------------------------------------------------------------- through the worker
 
 

@@ -64,8 +64,16 @@ def _context_block(contexts: Sequence[RetrievedChunk]) -> str:
     return "\n\n".join(lines)
 
 
-def user_prompt(query: str, contexts: Sequence[RetrievedChunk]) -> str:
-    return f"Context passages:\n\n{_context_block(contexts)}\n\nQuestion: {query.strip()}"
+def user_prompt(
+    query: str, contexts: Sequence[RetrievedChunk], follow_ups: Sequence[str] = ()
+) -> str:
+    """The numbered passages, the follow-up searches of a decomposed attempt (they say which
+    hops the passages were found for), and the question last."""
+    searched = ""
+    if follow_ups:
+        listed = "\n".join(f"- {q}" for q in follow_ups)
+        searched = f"\n\nAlso searched, for the question's later hops:\n{listed}"
+    return f"Context passages:\n\n{_context_block(contexts)}{searched}\n\nQuestion: {query.strip()}"
 
 
 def tool_turns(outcomes: Sequence[ToolOutcome]) -> list[dict[str, Any]]:
@@ -103,7 +111,7 @@ def tool_turns(outcomes: Sequence[ToolOutcome]) -> list[dict[str, Any]]:
 def build_messages(cmd: GenerateCommand) -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": user_prompt(cmd.query, cmd.contexts)},
+        {"role": "user", "content": user_prompt(cmd.query, cmd.contexts, cmd.follow_ups)},
         *tool_turns(cmd.tool_results),
     ]
 
