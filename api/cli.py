@@ -222,8 +222,7 @@ def bench(
         )
     )
     print_report(report, console)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _save_json(report, out)
     console.print(f"wrote {out}")
 
 
@@ -273,8 +272,7 @@ def bench_ingest(
     if report["documents_unchanged"]:
         errors.print("some documents were already indexed (unchanged): use a fresh --namespace")
     console.print_json(json.dumps(report))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _save_json(report, out)
 
 
 @app.command("bench-critic")
@@ -329,8 +327,7 @@ def bench_critic(
 
     report = asyncio.run(go())
     console.print_json(json.dumps(report))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _save_json(report, out)
 
 
 @app.command("eval")
@@ -376,8 +373,7 @@ def eval_command(
     report, result = asyncio.run(go())
     console.print_json(json.dumps(report))
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        _save_json(report, out)
     if run:
         write_trec_run(result.fused, str(run), "ragbus-fused")
     for spec in run_channel or []:
@@ -519,8 +515,7 @@ def eval_intent(
     report = asyncio.run(run())
     print_report(report, console)
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        _save_json(report, out)
         console.print(f"wrote {out}")
 
 
@@ -543,6 +538,12 @@ def demo(
 
 
 # -- specifications ----------------------------------------------------------------------
+
+
+def _save_json(report: dict[str, Any], out: Path) -> None:
+    """A command's report as indented JSON, its directory made when missing."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 def _write(text: str, out: Path | None) -> None:

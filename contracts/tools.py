@@ -20,6 +20,14 @@ INVALID_ARGUMENTS_KEY: Final = "__invalid_json__"
 `{INVALID_ARGUMENTS_KEY: "<raw text>"}`, so the tool worker can say so instead of guessing."""
 
 
+def openai_tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """One entry of the OpenAI `tools=[...]` list."""
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
 class ToolSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -29,14 +37,7 @@ class ToolSpec(BaseModel):
 
     def openai_schema(self) -> dict[str, Any]:
         """The OpenAI `tools=[...]` entry for this tool."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
+        return openai_tool(self.name, self.description, self.parameters)
 
 
 CALCULATOR: Final = ToolSpec(

@@ -250,14 +250,7 @@ async def test_documents_posted_over_http_are_indexed_and_answerable(
     }
     response = await http.post("/v1/documents", json={"documents": [document]})
     assert response.status_code == 202, response.text
-    job_id = response.json()["job_id"]
-    job: dict[str, Any] = {}
-    for _ in range(300):
-        job = (await http.get(f"/v1/ingest/{job_id}")).json()
-        if job["status"] != "running":
-            break
-        await asyncio.sleep(0.1)
-    assert job["status"] == "completed", job
+    job = await wait_for_job(http, response.json()["job_id"])
     assert job["documents_done"] == 1
     assert job["chunks"] >= 1
 

@@ -29,6 +29,7 @@ from infra.text import chunk_document
 from tests.fake_llm import FakeLLM
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
+from tests.unit.graph_corpus import DOCS
 from workers.ingest import create_router
 from workers.ingest.indexer import index_document
 
@@ -128,16 +129,6 @@ def test_merge_keeps_the_models_entities_and_adds_missing_acronyms() -> None:
 
 
 # ---------------------------------------------------------------- community summaries
-
-DOCS = {
-    "statin": "Statin therapy lowers LDL cholesterol in adults. "
-    "Statin therapy suits patients with high LDL cholesterol.",
-    "heart": "High LDL cholesterol raises the risk of myocardial infarction. "
-    "LDL cholesterol and myocardial infarction are linked.",
-    "vitd": "Vitamin D deficiency weakens bone density. Vitamin D deficiency is common in Finland.",
-    "bone": "Bone density drops with age. "
-    "Calcium supports bone density, and calcium intake matters.",
-}
 
 
 @pytest.fixture

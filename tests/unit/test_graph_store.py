@@ -16,16 +16,7 @@ from infra.entities import extract_entities, normalize, query_entities
 from infra.graph_store import EmbeddedGraphStore, GraphStore, open_graph_store
 from infra.settings import Settings
 from infra.text import chunk_document
-
-DOCS = {
-    "statin": "Statin therapy lowers LDL cholesterol in adults. "
-    "Statin therapy suits patients with high LDL cholesterol.",
-    "heart": "High LDL cholesterol raises the risk of myocardial infarction. "
-    "LDL cholesterol and myocardial infarction are linked.",
-    "vitd": "Vitamin D deficiency weakens bone density. Vitamin D deficiency is common in Finland.",
-    "bone": "Bone density drops with age. "
-    "Calcium supports bone density, and calcium intake matters.",
-}
+from tests.unit.graph_corpus import DOCS
 
 
 async def _put(graph: GraphStore, ns: str, doc_id: str, text: str) -> None:

@@ -23,7 +23,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from contracts.models import ToolCall, ToolOutcome
-from contracts.tools import INVALID_ARGUMENTS_KEY, ToolSpec
+from contracts.tools import INVALID_ARGUMENTS_KEY, ToolSpec, openai_tool
 from infra.logging import get_logger
 from workers.tool.schema import check_schema, validate
 
@@ -47,14 +47,7 @@ class Tool:
     handler: ToolHandler
 
     def openai_schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
+        return openai_tool(self.name, self.description, self.parameters)
 
 
 class ToolRegistry:
