@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import ops, routes
 from api.schemas import ErrorDetail, ErrorResponse
-from infra.bus import Bus, create_broker
 from infra.logging import get_logger
+from infra.runtime.bus import Bus, create_broker
 from infra.settings import Settings, get_settings
 from orchestrator.store import StateStore
 

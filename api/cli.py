@@ -18,7 +18,7 @@ from rich.console import Console
 from api.launcher import WORKER_KINDS, serve
 from contracts.enums import Intent
 from infra.logging import configure_logging
-from infra.services import ServiceError
+from infra.runtime.services import ServiceError
 from infra.settings import Settings
 
 app = typer.Typer(
@@ -136,7 +136,7 @@ def ingest(
 ) -> None:
     """Publish documents as an ingest job and follow it until it completes."""
     from api.ingest_job import describe, ingest_and_follow
-    from infra.ingest_producer import load_documents
+    from infra.runtime.ingest_producer import load_documents
 
     settings = Settings()
     _interactive_logging(settings, verbose)
@@ -244,7 +244,7 @@ def bench_ingest(
     from itertools import islice
 
     from api.ingest_job import ingest_and_follow
-    from infra.ingest_producer import load_documents
+    from infra.runtime.ingest_producer import load_documents
 
     settings = Settings()
     _interactive_logging(settings, verbose)
@@ -482,7 +482,7 @@ def eval_intent(
     (p50/p95) of the classification chain. Default data: the bundled held-out split."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from infra.encoder import Encoder, load_encoder
+    from infra.retrieval.encoder import Encoder, load_encoder
     from workers.classify.classifier import IntentClassifier
     from workers.classify.dataset import TEST_FILE, DatasetError, bundled_data_dir, load_examples
     from workers.classify.evaluation import evaluate, print_report
@@ -575,8 +575,8 @@ def asyncapi(
     from faststream.specification import AsyncAPI
 
     from api.launcher import build_broker
-    from infra.bus import Bus, create_broker
-    from infra.resources import Resources
+    from infra.runtime.bus import Bus, create_broker
+    from infra.runtime.resources import Resources
 
     settings = Settings()
     runtime = Resources(settings, Bus(create_broker(settings)))

@@ -16,8 +16,8 @@ from api.ask import ask_question
 from api.client import RagbusClient
 from api.ingest_job import describe, ingest_and_follow
 from api.launcher import WORKER_KINDS, serve
-from infra.ingest_producer import load_documents
-from infra.services import ensure_services
+from infra.runtime.ingest_producer import load_documents
+from infra.runtime.services import ensure_services
 from infra.settings import Settings
 
 READY_TIMEOUT_S = 180.0

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from infra.bus import Bus
+from infra.runtime.bus import Bus
 from infra.settings import Settings
 from orchestrator.store import StateStore
 

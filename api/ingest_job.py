@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from api.event_stream import ingest_events
 from contracts.ingest import DocumentIn
-from infra.bus import Bus, create_broker, declare_streams
-from infra.ingest_producer import JobReceipt, publish_job
+from infra.runtime.bus import Bus, create_broker, declare_streams
+from infra.runtime.ingest_producer import JobReceipt, publish_job
 from infra.settings import Settings
 
 

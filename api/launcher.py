@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
 
-from infra.bus import Bus, create_broker, declare_topology
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.services import Services, ensure_services
+from infra.runtime.bus import Bus, create_broker, declare_topology
+from infra.runtime.resources import Resources
+from infra.runtime.services import Services, ensure_services
 from infra.settings import Settings
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
 from api.schemas import Health, Readiness
-from infra.bus import stream_specs
+from infra.runtime.bus import stream_specs
 
 CHECK_TIMEOUT_S = 2.0
 

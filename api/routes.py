@@ -36,10 +36,10 @@ from api.schemas import (
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
-from infra.bus import Bus
-from infra.ingest_jobs import open_job, read_job
-from infra.ingest_producer import JobReceipt, publish_deletion, publish_job
 from infra.logging import get_logger
+from infra.runtime.bus import Bus
+from infra.runtime.ingest_jobs import open_job, read_job
+from infra.runtime.ingest_producer import JobReceipt, publish_deletion, publish_job
 from infra.settings import Settings
 from orchestrator.store import StateExists, StateStore
 

@@ -56,7 +56,7 @@ from contracts.results import (
     StepResult,
     ToolResult,
 )
-from infra.intent_profiles import EVEN, PRIOR
+from infra.retrieval.intent_profiles import EVEN, PRIOR
 from infra.settings import Settings
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition, initial_state

@@ -18,11 +18,11 @@ from faststream.nats import NatsRouter
 
 from contracts.queries import QuerySubmitted
 from contracts.results import AnyResult
-from infra.bus import ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, Bus, subscriber_kwargs
 from infra.logging import get_logger
 from infra.metrics import REQUEST_SECONDS, REQUESTS
-from infra.resources import Resources
-from infra.worker_runtime import error_policy
+from infra.runtime.bus import ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, Bus, subscriber_kwargs
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import error_policy
 from orchestrator.saga import Clock, Saga
 from orchestrator.state import RequestState
 from orchestrator.store import OutboxEntry, StateStore, Transition

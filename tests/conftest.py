@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.services import LocalService, free_port, start_redis
+from infra.runtime.services import LocalService, free_port, start_redis
 
 
 @pytest.fixture(scope="session")

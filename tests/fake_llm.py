@@ -50,7 +50,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from infra.services import free_port
+from infra.runtime.services import free_port
 
 CITE_PIECES = [
     "JetStream stores ",

@@ -14,7 +14,7 @@ from api.client import RagbusClient
 from api.evaluation.beir import BeirSet, load_beir
 from api.evaluation.runner import EvalRun, run_queries
 from api.ingest_job import ingest_and_follow
-from infra.ingest_producer import load_documents
+from infra.runtime.ingest_producer import load_documents
 from infra.settings import Settings
 
 

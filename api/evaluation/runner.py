@@ -18,7 +18,8 @@ from api.evaluation.beir import BeirSet
 from api.evaluation.metrics import Run, document_run, evaluate
 
 DENSE_SPARSE_WEIGHTS = {"vector": 0.55, "sparse": 0.35}
-"""The reliability prior's weights for the two text channels (`infra.intent_profiles.PRIOR`)."""
+"""The reliability prior's weights for the two text channels
+(`infra.retrieval.intent_profiles.PRIOR`)."""
 RRF_K = 60
 
 CHANNEL_PHASES = ("vector_search", "sparse_search", "graph_local_search", "graph_global_search")

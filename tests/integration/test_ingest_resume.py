@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from contracts.ingest import DocumentIn
-from infra.ingest_jobs import read_job
-from infra.ingest_producer import publish_job
-from infra.services import free_port, start_nats, start_redis
-from infra.text import chunk_document
-from infra.vector_store import open_vector_store
+from infra.retrieval.text import chunk_document
+from infra.retrieval.vector_store import open_vector_store
+from infra.runtime.ingest_jobs import read_job
+from infra.runtime.ingest_producer import publish_job
+from infra.runtime.services import free_port, start_nats, start_redis
 from tests.integration.conftest import running, stack_settings
 from tests.integration.test_worker_crash import spawn_worker, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 
 from api.launcher import Runtime
 from contracts.enums import Channel
-from infra.text import chunk_document
+from infra.retrieval.text import chunk_document
 from tests.integration.corpus import DOCUMENTS, EXPECTED_DOCUMENT, QUESTION
 from tests.integration.sse import SseEvent, read_events
 

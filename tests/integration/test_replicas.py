@@ -12,7 +12,7 @@ import pytest
 from nats.js.api import DeliverPolicy
 
 from api.launcher import WORKER_KINDS
-from infra.services import free_port, start_nats, start_redis
+from infra.runtime.services import free_port, start_nats, start_redis
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from faststream.nats import JStream, NatsBroker, NatsRouter, TestNatsBroker
 from faststream.nats.annotations import NatsMessage
 
 from contracts import subjects as sj
-from infra.bus import Bus
 from infra.llm import LLMClient
-from infra.resources import Resources
+from infra.runtime.bus import Bus
+from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.fake_llm import FakeLLM, fake_llm
 

@@ -7,13 +7,13 @@ import hashlib
 
 import numpy as np
 
-from infra.text import analyze
+from infra.retrieval.text import analyze
 
 
 class FakeEncoder:
     """A deterministic hashed bag-of-words encoder: texts sharing content words are close.
 
-    Same interface as `infra.encoder.Encoder`: L2-normalised float32 rows.
+    Same interface as `infra.retrieval.encoder.Encoder`: L2-normalised float32 rows.
     """
 
     name = "fake-bow"

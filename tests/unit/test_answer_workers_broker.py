@@ -29,8 +29,8 @@ from contracts.results import (
     GenerateResult,
     ToolResult,
 )
-from infra.bus import Bus
-from infra.resources import Resources
+from infra.runtime.bus import Bus
+from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.fakes import FakeEncoder
 from workers import classify, critic, fuse, generate, tool

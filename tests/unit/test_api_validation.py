@@ -14,7 +14,7 @@ from api.app import create_app
 from api.deps import get_bus, get_jetstream, get_redis, get_store
 from contracts import subjects as sj
 from contracts.queries import QuerySubmitted
-from infra.services import LocalService
+from infra.runtime.services import LocalService
 from infra.settings import Settings
 from orchestrator.state import RequestState
 
@@ -201,7 +201,7 @@ def test_bad_documents_are_refused_and_nothing_published(
 
 
 def test_good_documents_become_a_job(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from infra.ingest_producer import JobReceipt
+    from infra.runtime.ingest_producer import JobReceipt
 
     async def publish_job(bus: Any, documents: list[Any], **_: Any) -> JobReceipt:
         return JobReceipt(job_id="job-1", accepted=len(documents), duplicates=0)

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from infra.batching import CoalescingBatcher
+from infra.retrieval.batching import CoalescingBatcher
 
 
 class RecordingFunction:

@@ -16,11 +16,11 @@ from qdrant_client import models as qm
 from contracts.commands import SearchCommand
 from contracts.enums import Channel
 from contracts.ingest import DocumentIn
-from infra.bge_m3 import BgeM3Encoder, lexical_to_sparse, load_bge_m3
-from infra.bus import Bus
-from infra.resources import Resources
+from infra.retrieval.bge_m3 import BgeM3Encoder, lexical_to_sparse, load_bge_m3
+from infra.retrieval.sparse import Bm25Sparse, SparseModel
+from infra.runtime.bus import Bus
+from infra.runtime.resources import Resources
 from infra.settings import Settings
-from infra.sparse import Bm25Sparse, SparseModel
 from tests.unit.tiny_models import HIDDEN, build_bge_m3
 from workers.ingest.indexer import index_document
 from workers.search.channels import search_sparse, search_vector

@@ -9,7 +9,7 @@ import pytest
 from nats.js.api import PubAck
 
 from contracts.queries import QuerySubmitted
-from infra.bus import MSG_ID_HEADER, PUBLISH_ATTEMPTS, Bus
+from infra.runtime.bus import MSG_ID_HEADER, PUBLISH_ATTEMPTS, Bus
 
 
 class FlakyBroker:

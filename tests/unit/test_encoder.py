@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infra.encoder import load_encoder
+from infra.retrieval.encoder import load_encoder
 from infra.settings import Settings
 
 
@@ -43,7 +43,7 @@ def test_bf16_embeddings_match_fp32_ones(tmp_path: Path) -> None:
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from infra import encoder as module
+    from infra.retrieval import encoder as module
 
     monkeypatch.setattr(module, "cpu_has_bf16", lambda: True)
     assert module.resolve_precision("auto") == "bf16"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.entities import Entity, extract_entities, normalize, query_entities
+from infra.retrieval.entities import Entity, extract_entities, normalize, query_entities
 
 TEXT = (
     "The Mayo Clinic studied BRCA1 carriers. Patients with COVID-19 had high IL-6 levels. "

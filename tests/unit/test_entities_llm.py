@@ -13,19 +13,25 @@ import pytest
 from faststream.nats import NatsBroker
 
 from contracts.ingest import DocumentIn
-from infra.bus import Bus
-from infra.entities import Entity, entity_from_name, extract_entities, normalize, query_entities
-from infra.entities_llm import LLMEntityExtractor, merge, parse_answer
-from infra.graph.communities import MAX_SUMMARY_FAILURES, SUMMARY_CONCURRENCY, _summaries
-from infra.graph.embedded import EmbeddedGraphStore
-from infra.graph.llm_summaries import LLMCommunitySummariser
-from infra.graph.model import CommunityBrief
-from infra.ingest_jobs import read_job
-from infra.ingest_producer import publish_job
-from infra.resources import Resources
-from infra.services import LocalService
+from infra.retrieval.entities import (
+    Entity,
+    entity_from_name,
+    extract_entities,
+    normalize,
+    query_entities,
+)
+from infra.retrieval.entities_llm import LLMEntityExtractor, merge, parse_answer
+from infra.retrieval.graph.communities import MAX_SUMMARY_FAILURES, SUMMARY_CONCURRENCY, _summaries
+from infra.retrieval.graph.embedded import EmbeddedGraphStore
+from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
+from infra.retrieval.graph.model import CommunityBrief
+from infra.retrieval.text import chunk_document
+from infra.runtime.bus import Bus
+from infra.runtime.ingest_jobs import read_job
+from infra.runtime.ingest_producer import publish_job
+from infra.runtime.resources import Resources
+from infra.runtime.services import LocalService
 from infra.settings import Settings
-from infra.text import chunk_document
 from tests.fake_llm import FakeLLM
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder

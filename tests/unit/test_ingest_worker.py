@@ -15,11 +15,11 @@ from nats.js.api import PubAck
 from contracts import subjects as sj
 from contracts.ingest import DocumentIn, IngestDocument, IngestJobSealed, IngestProgress
 from infra.errors import TransientError
-from infra.ingest_jobs import read_job
-from infra.ingest_producer import load_documents, publish_job
-from infra.services import LocalService
+from infra.retrieval.text import SparseEncoder
+from infra.runtime.ingest_jobs import read_job
+from infra.runtime.ingest_producer import load_documents, publish_job
+from infra.runtime.services import LocalService
 from infra.settings import Settings
-from infra.text import SparseEncoder
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.ingest import create_router

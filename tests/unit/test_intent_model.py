@@ -56,7 +56,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def encoder() -> Any:
-    from infra.encoder import load_encoder
+    from infra.retrieval.encoder import load_encoder
 
     return load_encoder(Settings())
 

@@ -14,7 +14,7 @@ from contracts.commands import FuseCommand, SearchCommand
 from contracts.enums import Channel, Intent, RequestStatus
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult
-from infra.intent_profiles import EVEN, LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
+from infra.retrieval.intent_profiles import EVEN, LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
 from tests.unit.test_saga import Run
 from workers.critic.scoring import Scores
 from workers.critic.verdict import judge_answer

@@ -21,9 +21,9 @@ from contracts.commands import CriticCommand
 from contracts.enums import Intent, Step
 from contracts.models import RetrievedChunk
 from contracts.results import CriticResult
-from infra.bus import Bus
-from infra.nli import NliModel, entailment_index, load_nli
-from infra.resources import Resources
+from infra.retrieval.nli import NliModel, entailment_index, load_nli
+from infra.runtime.bus import Bus
+from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
@@ -233,7 +233,7 @@ async def test_an_nli_model_that_fails_is_skipped(tiny_nli: Path, tmp_path: Path
 
 def test_the_critic_imports_no_model_library_until_asked() -> None:
     code = (
-        "import sys, workers.critic, infra.resources, infra.nli; "
+        "import sys, workers.critic, infra.runtime.resources, infra.retrieval.nli; "
         "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

@@ -12,9 +12,9 @@ from faststream.nats import JStream, NatsBroker, TestNatsBroker
 from contracts.enums import Channel, Intent
 from contracts.queries import QuerySubmitted
 from contracts.results import ClassifyResult
-from infra.bus import Bus
-from infra.resources import Resources
-from infra.services import LocalService
+from infra.runtime.bus import Bus
+from infra.runtime.resources import Resources
+from infra.runtime.services import LocalService
 from infra.settings import Settings
 from orchestrator.service import Orchestrator, create_router
 from orchestrator.store import StateStore, outbox_key

@@ -16,9 +16,9 @@ from contracts.commands import FuseCommand
 from contracts.enums import Channel, Step
 from contracts.models import RetrievedChunk
 from contracts.results import FuseResult
-from infra.bus import Bus
-from infra.reranker import Reranker, load_reranker
-from infra.resources import Resources
+from infra.retrieval.reranker import Reranker, load_reranker
+from infra.runtime.bus import Bus
+from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from workers.fuse import create_router
@@ -168,7 +168,8 @@ async def test_a_broken_reranker_leaves_the_fused_order(tmp_path: Path) -> None:
 
 def test_the_fuse_worker_imports_no_model_library() -> None:
     code = (
-        "import sys, workers.fuse, infra.resources, infra.reranker, infra.bge_m3, infra.sparse; "
+        "import sys, workers.fuse, infra.runtime.resources, infra.retrieval.reranker, "
+        "infra.retrieval.bge_m3, infra.retrieval.sparse; "
         "heavy = [m for m in ('FlagEmbedding', 'torch', 'transformers') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )

@@ -27,7 +27,7 @@ from contracts.results import (
     StepFailure,
     ToolResult,
 )
-from infra.intent_profiles import EVEN
+from infra.retrieval.intent_profiles import EVEN
 from infra.settings import Settings
 from orchestrator.saga import FALLBACK_WEIGHTS, Clock, Saga
 from orchestrator.state import RequestState

@@ -14,10 +14,10 @@ from contracts.enums import CHANNEL_PHASE, Channel, Step
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult, StepResult
-from infra.entities import extract_entities
-from infra.resources import Resources
+from infra.retrieval.entities import extract_entities
+from infra.retrieval.text import SparseEncoder, chunk_document
+from infra.runtime.resources import Resources
 from infra.settings import Settings
-from infra.text import SparseEncoder, chunk_document
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.search import create_router

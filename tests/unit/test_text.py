@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from contracts.ingest import DocumentIn
-from infra.text import (
+from infra.retrieval.text import (
     SparseEncoder,
     analyze,
     chunk_document,

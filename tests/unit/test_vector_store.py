@@ -18,9 +18,9 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
 from contracts.ingest import DocumentIn
+from infra.retrieval.text import SparseEncoder, chunk_document
+from infra.retrieval.vector_store import VectorStore, open_vector_store
 from infra.settings import Settings
-from infra.text import SparseEncoder, chunk_document
-from infra.vector_store import VectorStore, open_vector_store
 
 DIM = 8
 SPARSE = SparseEncoder()

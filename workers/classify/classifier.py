@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Final, Literal
 import numpy as np
 
 from contracts.enums import Channel, Intent
-from infra.intent_profiles import weights_for
 from infra.logging import get_logger
+from infra.retrieval.intent_profiles import weights_for
 from workers.classify.intent_model import IntentModel, ModelSlot
 from workers.classify.rules import STRONG, RuleMatch, has_calculation_cue, match_rules
 from workers.classify.zero_shot import ZeroShotClassifier
 
 if TYPE_CHECKING:
-    from infra.encoder import Encoder
+    from infra.retrieval.encoder import Encoder
 
 log = get_logger(__name__)
 

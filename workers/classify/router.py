@@ -7,9 +7,9 @@ from faststream.nats import NatsRouter
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase, Step
 from contracts.results import ClassifyResult
-from infra.bus import step_consumer, subscriber_kwargs
-from infra.resources import Resources
-from infra.worker_runtime import (
+from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import (
     ResultPublisher,
     phase,
     step_result_fields,

@@ -44,7 +44,7 @@ def _offline() -> None:
 
 
 def shared_body(settings: Settings) -> tuple[Path, str]:
-    """The dense encoder's model directory and name, as `infra.encoder.load_encoder` picks
+    """The dense encoder's model directory and name, as `infra.retrieval.encoder.load_encoder` picks
     them: the head is fitted on exactly the embeddings the worker will hand it."""
     if settings.encoder_path is not None:
         return settings.encoder_path, settings.encoder_path.name

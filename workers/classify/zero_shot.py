@@ -16,7 +16,7 @@ import numpy as np
 from contracts.enums import Intent
 
 if TYPE_CHECKING:
-    from infra.encoder import Encoder
+    from infra.retrieval.encoder import Encoder
 
 TEMPERATURE: Final = 0.05
 """Cosine gaps between intents are small (~0.05-0.2); a low temperature makes them count."""

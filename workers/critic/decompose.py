@@ -14,8 +14,9 @@ passages name entities: on NFCorpus dev, following those up retried 20 of 150 qu
 recall gained. The pattern matches 96 of MuSiQue train-100's questions and 1.5% of NFCorpus's
 queries (5 of 324 dev, 32 of 2,590 train).
 
-No language model: entities come from `infra.entities`, words from the question itself. The
-fuse step adds what the follow-ups find to the first attempt's list (`workers.fuse.follow_up`).
+No language model: entities come from `infra.retrieval.entities`, words from the question
+itself. The fuse step adds what the follow-ups find to the first attempt's list
+(`workers.fuse.follow_up`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import Final
 
 from contracts.models import RetrievedChunk
 from contracts.queries import MAX_QUERY_CHARS
-from infra.entities import extract_entities, query_entities
-from infra.text import analyze, split_sentences
+from infra.retrieval.entities import extract_entities, query_entities
+from infra.retrieval.text import analyze, split_sentences
 
 FROM_CONTEXTS: Final = 2
 """Passages whose named entities are bridge candidates, best first."""

@@ -20,10 +20,10 @@ from faststream.nats import NatsRouter
 from contracts.commands import CriticCommand
 from contracts.enums import Phase, Step
 from contracts.results import CriticResult
-from infra.bus import step_consumer, subscriber_kwargs
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.worker_runtime import (
+from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import (
     ResultPublisher,
     phase,
     step_result_fields,

@@ -31,10 +31,10 @@ import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
-from infra.text import analyze, split_sentences
+from infra.retrieval.text import analyze, split_sentences
 
 if TYPE_CHECKING:
-    from infra.encoder import Encoder
+    from infra.retrieval.encoder import Encoder
 
 WEIGHTS: Final = {"grounding": 0.35, "citation_validity": 0.15, "coverage": 0.25, "retrieval": 0.25}
 RETRIEVAL_TOP: Final = 3
@@ -47,7 +47,7 @@ _ONLY_MARKERS = re.compile(r"^(?:\s*\[\d+(?:\s*,\s*\d+)*\]\s*[.,;:]?)+$")
 
 
 class Entailment(Protocol):
-    """An NLI model as the critic uses it (`infra.nli.NliModel`)."""
+    """An NLI model as the critic uses it (`infra.retrieval.nli.NliModel`)."""
 
     async def aentailment(
         self, premises: Sequence[str], hypotheses: Sequence[str]

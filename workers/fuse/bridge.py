@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contracts.models import RetrievedChunk
-from infra.entities import extract_entities
-from infra.graph.model import GraphStore
+from infra.retrieval.entities import extract_entities
+from infra.retrieval.graph.model import GraphStore
 
 BRIDGE_CHANNEL = "graph_bridge"
 BRIDGE_FROM = 3

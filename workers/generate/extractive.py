@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from contracts.models import RetrievedChunk
-from infra.text import analyze, split_sentences
+from infra.retrieval.text import analyze, split_sentences
 
 if TYPE_CHECKING:
-    from infra.encoder import Encoder
+    from infra.retrieval.encoder import Encoder
 
 MAX_SENTENCES: Final = 4
 MIN_SENTENCES: Final = 2

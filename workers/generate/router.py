@@ -18,11 +18,11 @@ from contracts.commands import GenerateCommand
 from contracts.enums import Intent, Phase, Step
 from contracts.models import ToolCall
 from contracts.results import GenerateResult
-from infra.bus import step_consumer, subscriber_kwargs
 from infra.llm import LLMClient, LLMStreamBroken, describe
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.worker_runtime import (
+from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import (
     PhaseRun,
     ResultPublisher,
     phase,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from contracts.envelope import Envelope
 from contracts.events import TokenData, TokenEvent
-from infra.bus import Bus
+from infra.runtime.bus import Bus
 
 WORDS_PER_TOKEN = 4
 

@@ -25,13 +25,13 @@ from contracts.ingest import (
     IngestProgress,
     IngestProgressData,
 )
-from infra.bus import INGEST_WORKER, subscriber_kwargs
 from infra.errors import is_transient
-from infra.graph.llm_summaries import LLMCommunitySummariser
-from infra.ingest_jobs import COUNTERS, JobTracker, read_job
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.worker_runtime import delivery_count, step_router
+from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
+from infra.runtime.bus import INGEST_WORKER, subscriber_kwargs
+from infra.runtime.ingest_jobs import COUNTERS, JobTracker, read_job
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import delivery_count, step_router
 from workers.ingest.indexer import index_document, remove_document
 
 __all__ = ["create_router"]

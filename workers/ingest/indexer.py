@@ -1,6 +1,6 @@
 """Index one document: chunk, embed (dense + sparse), extract entities, write both stores.
 
-Entities come from the LLM (`infra.entities_llm`, batches of chunks per request) when
+Entities come from the LLM (`infra.retrieval.entities_llm`, batches of chunks per request) when
 `RAGBUS_LLM_BASE_URL` is set and `RAGBUS_LLM_ENTITIES` is on, else from the offline extractor.
 A failing model never fails a document: its chunks are extracted offline and counted
 (`entity_fallbacks` in the `entities_extracted` log line).
@@ -24,13 +24,13 @@ import neo4j.exceptions
 from qdrant_client.http.exceptions import ResponseHandlingException
 
 from contracts.ingest import DocumentIn
-from infra.entities import Entity, extract_entities
-from infra.entities_llm import LLMEntityExtractor
 from infra.errors import TransientError
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.sparse import encode_documents
-from infra.text import Chunk, chunk_document
+from infra.retrieval.entities import Entity, extract_entities
+from infra.retrieval.entities_llm import LLMEntityExtractor
+from infra.retrieval.sparse import encode_documents
+from infra.retrieval.text import Chunk, chunk_document
+from infra.runtime.resources import Resources
 
 log = get_logger(__name__)
 

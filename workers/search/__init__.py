@@ -15,11 +15,11 @@ from contracts.commands import SearchCommand
 from contracts.enums import CHANNEL_PHASE, Channel, Step
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult
-from infra.bus import step_consumer, subscriber_kwargs
 from infra.errors import PoisonMessage
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.worker_runtime import (
+from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import (
     ResultPublisher,
     phase,
     step_result_fields,

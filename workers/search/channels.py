@@ -10,8 +10,8 @@ import asyncio
 
 from contracts.commands import SearchCommand
 from contracts.models import RetrievedChunk
-from infra.entities import query_entities
-from infra.resources import Resources
+from infra.retrieval.entities import query_entities
+from infra.runtime.resources import Resources
 
 
 async def _query_vector(resources: Resources, cmd: SearchCommand) -> list[float]:

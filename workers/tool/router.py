@@ -8,16 +8,16 @@ from contracts.commands import ToolCommand
 from contracts.enums import Phase, Step
 from contracts.models import ToolOutcome
 from contracts.results import ToolResult
-from infra.bus import step_consumer, subscriber_kwargs
 from infra.logging import get_logger
-from infra.resources import Resources
-from infra.settings import Settings
-from infra.worker_runtime import (
+from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.resources import Resources
+from infra.runtime.worker_runtime import (
     ResultPublisher,
     phase,
     step_result_fields,
     step_router,
 )
+from infra.settings import Settings
 from workers.tool.calculator import register_calculator
 from workers.tool.planner import plan_calls
 from workers.tool.python_tool import register_python

@@ -13,7 +13,7 @@ import asyncio
 from typing import Final
 
 from contracts.tools import SEARCH
-from infra.resources import Resources
+from infra.runtime.resources import Resources
 from workers.tool.registry import ToolRegistry
 
 DEFAULT_TOP_K: Final = 5

@@ -30,11 +30,11 @@ from contracts.envelope import Envelope, is_valid_request_id, utcnow
 from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo
 from contracts.results import StepFailure, StepResult
-from infra.bus import MSG_ID_HEADER, Bus, acked
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.metrics import DEAD_LETTERS, MESSAGES, STEP_SECONDS
-from infra.resources import Resources
+from infra.runtime.bus import MSG_ID_HEADER, Bus, acked
+from infra.runtime.resources import Resources
 from infra.settings import Settings
 
 log = get_logger(__name__)

@@ -3,8 +3,8 @@
 Per-namespace collections instead of a `namespace` payload filter: in local mode a filter
 costs ~70 ms per query (FINDINGS.md), and a namespace is what every query filters on.
 
-A document's chunks have deterministic ids (`infra.text.chunk_id_for`), and its first chunk
-carries the content hash and chunk count. So reading a document's version, replacing it or
+A document's chunks have deterministic ids (`infra.retrieval.text.chunk_id_for`), and its first
+chunk carries the content hash and chunk count. So reading a document's version, replacing it or
 deleting it are lookups by id, never filtered scans, and chunk 0 is written last: it is the
 commit marker of a re-ingested document.
 
@@ -25,8 +25,8 @@ from qdrant_client import models as qm
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
+from infra.retrieval.text import Chunk, SparseVec, chunk_id_for
 from infra.settings import Settings
-from infra.text import Chunk, SparseVec, chunk_id_for
 
 log = get_logger(__name__)
 

@@ -6,20 +6,21 @@ shared chunks}]->(:Entity), and Louvain communities of that co-occurrence graph,
 summary — extractive, or the LLM's when a summariser was given — and a summary embedding when
 an encoder was given.
 
-The ranking lives once (`infra.graph.ranking`), over a small read interface (`GraphView`) that
-each backend implements: the embedded store (`infra.graph.embedded`) answers from dictionaries,
-Neo4j (`infra.graph.neo4j_store`) with Cypher. So both backends rank the same graph the same
-way, and the contract tests hold them to it. This module is the interface and the factory.
+The ranking lives once (`infra.retrieval.graph.ranking`), over a small read interface
+(`GraphView`) that each backend implements: the embedded store (`infra.retrieval.graph.embedded`)
+answers from dictionaries, Neo4j (`infra.retrieval.graph.neo4j_store`) with Cypher. So both
+backends rank the same graph the same way, and the contract tests hold them to it. This module
+is the interface and the factory.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from infra.graph.embedded import EmbeddedGraphStore
-from infra.graph.model import Community, GraphStore
-from infra.graph.neo4j_store import Neo4jGraphStore
 from infra.logging import get_logger
+from infra.retrieval.graph.embedded import EmbeddedGraphStore
+from infra.retrieval.graph.model import Community, GraphStore
+from infra.retrieval.graph.neo4j_store import Neo4jGraphStore
 from infra.settings import Settings
 
 __all__ = ["Community", "EmbeddedGraphStore", "GraphStore", "Neo4jGraphStore", "open_graph_store"]

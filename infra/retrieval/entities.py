@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from infra.text import STOP_WORDS, split_sentences, stem
+from infra.retrieval.text import STOP_WORDS, split_sentences, stem
 
 EntityKind = Literal["acronym", "proper", "term"]
 

@@ -1,6 +1,6 @@
 """Louvain communities of the entity co-occurrence graph, and their summaries: extractive, or
-written by a summariser (the LLM's, `infra.graph.llm_summaries`) with the extractive text kept
-wherever it fails."""
+written by a summariser (the LLM's, `infra.retrieval.graph.llm_summaries`) with the extractive
+text kept wherever it fails."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from collections import Counter, defaultdict
 
 import networkx as nx
 
-from infra.graph.model import (
+from infra.logging import get_logger
+from infra.retrieval.graph.model import (
     BRIEF_CHUNKS,
     BRIEF_ENTITIES,
     BRIEF_SENTENCES_PER_CHUNK,
@@ -24,8 +25,7 @@ from infra.graph.model import (
     Embed,
     Summarise,
 )
-from infra.logging import get_logger
-from infra.text import split_sentences
+from infra.retrieval.text import split_sentences
 
 log = get_logger(__name__)
 

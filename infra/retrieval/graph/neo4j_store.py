@@ -9,9 +9,10 @@ from dataclasses import asdict
 from typing import Any
 
 from contracts.models import RetrievedChunk
-from infra.entities import Entity, title_norms
-from infra.graph.communities import brief_chunk_ids, detect_communities, summarise_all
-from infra.graph.model import (
+from infra.logging import get_logger
+from infra.retrieval.entities import Entity, title_norms
+from infra.retrieval.graph.communities import brief_chunk_ids, detect_communities, summarise_all
+from infra.retrieval.graph.model import (
     BRIEF_ENTITIES,
     MIN_PREFIX,
     SUMMARY_ENTITIES,
@@ -21,9 +22,8 @@ from infra.graph.model import (
     Summarise,
     entity_key,
 )
-from infra.graph.ranking import match_weight, rank_global, rank_local
-from infra.logging import get_logger
-from infra.text import Chunk
+from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
+from infra.retrieval.text import Chunk
 
 log = get_logger(__name__)
 

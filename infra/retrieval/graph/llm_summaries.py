@@ -16,9 +16,9 @@ import json
 from collections import OrderedDict
 from typing import Final
 
-from infra.graph.model import CommunityBrief
 from infra.llm import LLMClient
 from infra.llm_tasks import ask
+from infra.retrieval.graph.model import CommunityBrief
 
 CACHE_SIZE: Final = 4_096
 MAX_SENTENCE_CHARS: Final = 400

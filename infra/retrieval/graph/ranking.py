@@ -13,7 +13,8 @@ import networkx as nx
 import numpy as np
 
 from contracts.models import RetrievedChunk
-from infra.graph.model import (
+from infra.logging import get_logger
+from infra.retrieval.graph.model import (
     COMMUNITIES_PER_QUERY,
     EXACT,
     EXPAND_FROM,
@@ -31,7 +32,6 @@ from infra.graph.model import (
     Community,
     Hit,
 )
-from infra.logging import get_logger
 
 log = get_logger(__name__)
 

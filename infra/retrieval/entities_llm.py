@@ -6,8 +6,8 @@ ingestion affordable; the model answers
 `{"chunks": [{"index": n, "entities": [{"name": ..., "kind": ...}]}]}`.
 
 The answer is read defensively. Anything unusable falls back to the offline extractor
-(`infra.entities`) for the chunks it concerns, and is counted: a failed request or an answer
-that is not JSON → the whole batch; a chunk missing from the answer → that chunk. An answer
+(`infra.retrieval.entities`) for the chunks it concerns, and is counted: a failed request or an
+answer that is not JSON → the whole batch; a chunk missing from the answer → that chunk. An answer
 cut short by the token limit is asked again as two halves. Names are keyed with the offline
 extractor's own tokenizer and `normalize`, so "Breast Cancers" from the model and "breast
 cancer" from a query (or from a document ingested offline) are one graph entity. Names not
@@ -23,7 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, get_args
 
-from infra.entities import (
+from infra.llm import LLMClient, describe
+from infra.llm_tasks import ask, parse_json_object
+from infra.logging import get_logger
+from infra.retrieval.entities import (
     MAX_ENTITIES,
     Entity,
     EntityKind,
@@ -32,9 +35,6 @@ from infra.entities import (
     normalize,
     tokenize,
 )
-from infra.llm import LLMClient, describe
-from infra.llm_tasks import ask, parse_json_object
-from infra.logging import get_logger
 
 log = get_logger(__name__)
 

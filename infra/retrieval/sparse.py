@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from infra.text import SparseEncoder, SparseVec
+from infra.retrieval.text import SparseEncoder, SparseVec
 
 
 @runtime_checkable
@@ -37,7 +37,8 @@ class JointEncoder(Protocol):
 
 
 class Bm25Sparse:
-    """`infra.text.SparseEncoder` (stemmed terms, BM25 term frequency) as a `SparseModel`."""
+    """`infra.retrieval.text.SparseEncoder` (stemmed terms, BM25 term frequency) as a
+    `SparseModel`."""
 
     name = "bm25"
     idf_modifier = True

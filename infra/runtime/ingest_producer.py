@@ -15,8 +15,8 @@ from pathlib import Path
 from contracts import subjects as sj
 from contracts.envelope import new_request_id
 from contracts.ingest import DocumentIn, IngestDeletion, IngestDocument, IngestJobSealed
-from infra.bus import Bus
 from infra.logging import get_logger
+from infra.runtime.bus import Bus
 
 log = get_logger(__name__)
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from contracts.models import RetrievedChunk
-from infra.entities import Entity, title_norms
-from infra.graph.communities import brief_chunk_ids, detect_communities, summarise_all
-from infra.graph.model import MIN_PREFIX, Community, Embed, Hit, Summarise, entity_key
-from infra.graph.ranking import match_weight, rank_global, rank_local
 from infra.logging import get_logger
-from infra.text import Chunk
+from infra.retrieval.entities import Entity, title_norms
+from infra.retrieval.graph.communities import brief_chunk_ids, detect_communities, summarise_all
+from infra.retrieval.graph.model import MIN_PREFIX, Community, Embed, Hit, Summarise, entity_key
+from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
+from infra.retrieval.text import Chunk
 
 log = get_logger(__name__)
 

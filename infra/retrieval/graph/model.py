@@ -9,9 +9,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from contracts.models import RetrievedChunk
-from infra.entities import Entity
 from infra.logging import get_logger
-from infra.text import Chunk
+from infra.retrieval.entities import Entity
+from infra.retrieval.text import Chunk
 
 log = get_logger(__name__)
 
@@ -94,8 +94,8 @@ class GraphStore(Protocol):
         self, namespaces: Sequence[str], norms: Sequence[str]
     ) -> list[RetrievedChunk]:
         """The first chunk of each document whose title names one of `norms` (see
-        `infra.entities.title_norms`), in the order of `norms`: what the graph knows *about* an
-        entity, as opposed to where it is merely mentioned."""
+        `infra.retrieval.entities.title_norms`), in the order of `norms`: what the graph knows
+        *about* an entity, as opposed to where it is merely mentioned."""
 
     async def recompute_communities(
         self, embed: Embed | None = None, summarise: Summarise | None = None

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from infra.batching import CoalescingBatcher
 from infra.logging import get_logger
 from infra.metrics import ENCODER_PASS_TEXTS
+from infra.retrieval.batching import CoalescingBatcher
 from infra.settings import Settings
 
 log = get_logger(__name__)

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from infra.encoder import Encoder
 from infra.logging import get_logger
+from infra.retrieval.encoder import Encoder
+from infra.retrieval.text import SparseVec
 from infra.settings import Settings
-from infra.text import SparseVec
 
 log = get_logger(__name__)
 

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
-from infra.bus import Bus
+from infra.runtime.bus import Bus
 from infra.settings import Settings
 
 if TYPE_CHECKING:
-    from infra.encoder import Encoder
-    from infra.graph_store import GraphStore
     from infra.llm import LLMClient
-    from infra.nli import NliModel
-    from infra.reranker import Reranker
-    from infra.sparse import SparseModel
-    from infra.vector_store import VectorStore
+    from infra.retrieval.encoder import Encoder
+    from infra.retrieval.graph.store import GraphStore
+    from infra.retrieval.nli import NliModel
+    from infra.retrieval.reranker import Reranker
+    from infra.retrieval.sparse import SparseModel
+    from infra.retrieval.vector_store import VectorStore
 
 
 class Resources:
@@ -49,11 +49,11 @@ class Resources:
         async with self._lock:
             if self._encoder is None:
                 if self.settings.bge_m3_path is not None:
-                    from infra.bge_m3 import load_bge_m3
+                    from infra.retrieval.bge_m3 import load_bge_m3
 
                     self._encoder = await asyncio.to_thread(load_bge_m3, self.settings)
                 else:
-                    from infra.encoder import load_encoder
+                    from infra.retrieval.encoder import load_encoder
 
                     self._encoder = await asyncio.to_thread(load_encoder, self.settings)
             return self._encoder
@@ -62,14 +62,14 @@ class Resources:
         """BM25 (no model to load) unless BGE-M3 is configured: then the encoder's own
         lexical weights, from the same loaded model."""
         if self.settings.bge_m3_path is not None:
-            from infra.sparse import SparseModel
+            from infra.retrieval.sparse import SparseModel
 
             encoder = await self.encoder()
             if not isinstance(encoder, SparseModel):
                 raise TypeError(f"encoder {encoder.name} makes no sparse vectors")
             return encoder
         if self._sparse is None:
-            from infra.sparse import Bm25Sparse
+            from infra.retrieval.sparse import Bm25Sparse
 
             self._sparse = Bm25Sparse()
         return self._sparse
@@ -80,7 +80,7 @@ class Resources:
             return None
         async with self._lock:
             if self._reranker is None:
-                from infra.reranker import load_reranker
+                from infra.retrieval.reranker import load_reranker
 
                 self._reranker = await asyncio.to_thread(load_reranker, self.settings)
             return self._reranker
@@ -91,7 +91,7 @@ class Resources:
             return None
         async with self._lock:
             if self._nli is None:
-                from infra.nli import load_nli
+                from infra.retrieval.nli import load_nli
 
                 self._nli = await asyncio.to_thread(load_nli, self.settings)
             return self._nli
@@ -101,7 +101,7 @@ class Resources:
         sparse = await self.sparse()
         async with self._lock:
             if self._vectors is None:
-                from infra.vector_store import open_vector_store
+                from infra.retrieval.vector_store import open_vector_store
 
                 self._vectors = await asyncio.to_thread(
                     open_vector_store, self.settings, encoder.dim, sparse_idf=sparse.idf_modifier
@@ -111,7 +111,7 @@ class Resources:
     async def graph(self) -> GraphStore:
         async with self._lock:
             if self._graph is None:
-                from infra.graph_store import open_graph_store
+                from infra.retrieval.graph.store import open_graph_store
 
                 self._graph = await open_graph_store(self.settings)
             return self._graph
