@@ -17,8 +17,8 @@ from rich.console import Console
 
 from api.launcher import WORKER_KINDS, serve
 from contracts.enums import Intent
+from infra.errors import StartupError
 from infra.logging import configure_logging
-from infra.runtime.services import ServiceError
 from infra.settings import Settings
 
 app = typer.Typer(
@@ -74,7 +74,7 @@ def _serve(*, api: bool, orchestrator: bool, workers: tuple[str, ...]) -> None:
     _server_logging(settings)
     try:
         asyncio.run(serve(settings, api=api, orchestrator=orchestrator, workers=workers))
-    except ServiceError as exc:  # a missing or broken local service: say so, no traceback
+    except StartupError as exc:  # a missing service, an unmigrated store: say so, no traceback
         typer.secho(f"ragbus: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from exc
 
@@ -200,6 +200,9 @@ def bench(
     ),
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
     duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
+    warmup: Annotated[
+        float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
+    ] = 0.0,
     timeout: Annotated[float, typer.Option(help="Per-request seconds before `unfinished`.")] = 60.0,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
@@ -208,7 +211,7 @@ def bench(
     ),
 ) -> None:
     """Drive the running API with C concurrent loops for S seconds; report latencies."""
-    from api.bench import load_queries, print_report, run_bench
+    from bench.load import load_queries, print_report, run_bench
 
     _interactive_logging(Settings(), verbose=False)
     report = asyncio.run(
@@ -217,9 +220,38 @@ def bench(
             load_queries(queries),
             concurrency=concurrency,
             duration_s=duration,
+            warmup_s=warmup,
             token=token,
             timeout_s=timeout,
         )
+    )
+    print_report(report, console)
+    _save_json(report, out)
+    console.print(f"wrote {out}")
+
+
+@app.command("bench-bus")
+def bench_bus(
+    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
+        Path("bench/queries.txt")
+    ),
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
+    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
+    warmup: Annotated[
+        float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
+    ] = 5.0,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/bus.json"
+    ),
+) -> None:
+    """The broker path's own cost: the real API, saga, workers, nats-server and Redis, with
+    instant engines (no model, no store), started on free ports and stopped afterwards."""
+    from bench.bus import bench_bus as run
+    from bench.load import load_queries, print_report
+
+    _interactive_logging(Settings(), verbose=False)
+    report = asyncio.run(
+        run(load_queries(queries), concurrency=concurrency, duration_s=duration, warmup_s=warmup)
     )
     print_report(report, console)
     _save_json(report, out)
@@ -517,6 +549,49 @@ def eval_intent(
     if out:
         _save_json(report, out)
         console.print(f"wrote {out}")
+
+
+@app.command("migrate-vectors")
+def migrate_vectors(verbose: Verbose = False) -> None:
+    """Move vectors kept by qdrant-client's local mode (`<data dir>/qdrant`, before Qdrant
+    Edge) into the embedded store: every point kept, each chunk's sentence vectors added, the
+    old directory renamed, not deleted."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from infra.retrieval.encoder import load_encoder
+    from infra.retrieval.vectors import open_vector_store
+    from infra.retrieval.vectors.legacy import legacy_namespaces, migrate
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+    if settings.qdrant_url:
+        errors.print("RAGBUS_QDRANT_URL is set: the vectors live in that server, nothing to move")
+        raise typer.Exit(1)
+    found = legacy_namespaces(settings)
+    if not found:
+        console.print(f"nothing to migrate: no local-mode vectors in {settings.qdrant_path}")
+        return
+    console.print(f"migrating {', '.join(found)} from {settings.qdrant_path}")
+    encoder = load_encoder(settings)
+    store = open_vector_store(settings, encoder.dim, migrating=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    try:
+        with Progress(*columns, console=console) as progress:
+            tasks: dict[str, Any] = {}
+
+            def advance(namespace: str, done: int, total: int) -> None:
+                if namespace not in tasks:
+                    tasks[namespace] = progress.add_task(namespace, total=total)
+                progress.update(tasks[namespace], completed=done)
+
+            report = migrate(settings, store, encoder, progress=advance)
+    finally:
+        store.close()
+    moved = ", ".join(f"{ns}: {n} chunks" for ns, n in report.namespaces.items())
+    console.print(
+        f"migrated {moved} ({report.sentences} sentence vectors) in {report.seconds:g} s; "
+        f"the old directory is kept at {report.kept_at}"
+    )
 
 
 @app.command()

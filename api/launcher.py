@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import importlib
 import signal
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from orchestrator.service import Orchestrator
 
 log = get_logger(__name__)
+
+STORE_OWNERS = frozenset({"search", "fuse", "ingest", "tool"})
+"""Worker kinds that read or write the vector store (the embedded one belongs to their process)."""
+
+ResourcesFactory = Callable[[Settings, Bus], Resources]
+"""Makes a process's resources; `Resources` itself, or engines of another kind (the bus
+benchmark's instant ones)."""
 
 WORKER_KINDS: tuple[str, ...] = (
     "classify",
@@ -72,8 +79,10 @@ class Runtime:
         *,
         orchestrator: bool = True,
         workers: Sequence[str] = WORKER_KINDS,
+        resources_factory: ResourcesFactory = Resources,
     ) -> None:
         self.requested = settings
+        self.resources_factory = resources_factory
         self.run_orchestrator = orchestrator
         self.workers = list(workers)
         self.services: Services | None = None
@@ -83,10 +92,14 @@ class Runtime:
         self.orchestrator: Orchestrator | None = None
 
     async def start(self) -> None:
+        if STORE_OWNERS.intersection(self.workers) and not self.requested.qdrant_url:
+            from infra.retrieval.vectors.legacy import refuse_unmigrated
+
+            refuse_unmigrated(self.requested)  # before anything starts: a clear message
         self.services = await ensure_services(self.requested)
         self.settings = self.services.settings
         self.broker = create_broker(self.settings)
-        self.resources = Resources(self.settings, Bus(self.broker))
+        self.resources = self.resources_factory(self.settings, Bus(self.broker))
         self.orchestrator = build_broker(
             self.resources, orchestrator=self.run_orchestrator, workers=self.workers
         )
@@ -137,9 +150,12 @@ async def serve(
     orchestrator: bool,
     workers: Sequence[str],
     ready: asyncio.Event | None = None,
+    resources_factory: ResourcesFactory = Resources,
 ) -> None:
     """Run until SIGINT / SIGTERM (or cancellation)."""
-    runtime = Runtime(settings, orchestrator=orchestrator, workers=workers)
+    runtime = Runtime(
+        settings, orchestrator=orchestrator, workers=workers, resources_factory=resources_factory
+    )
     await runtime.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

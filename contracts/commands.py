@@ -12,7 +12,7 @@ from pydantic import Field
 
 from contracts.enums import Channel, Intent
 from contracts.envelope import Envelope
-from contracts.models import RetrievedChunk, ToolCall, ToolOutcome
+from contracts.models import PackedVector, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import MAX_QUERY_CHARS
 
 
@@ -28,8 +28,8 @@ class SearchCommand(Envelope):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     namespaces: list[str] = Field(min_length=1)
     top_k: int = Field(ge=1, le=200)
-    query_vector: list[float] | None = Field(
-        default=None, description="the query embedding from classify, reused by dense search"
+    query_vector: PackedVector | None = Field(
+        default=None, description="the query's embedding from classify, reused by dense search"
     )
 
 
@@ -50,6 +50,11 @@ class FuseCommand(Envelope):
         default_factory=list,
         description="the previous attempt's fused list, which a follow-up search adds to",
     )
+    hydrate: bool = Field(
+        default=True,
+        description="fetch the fused chunks' text and stored vectors (off when only the "
+        "rankings are wanted)",
+    )
 
 
 class GenerateCommand(Envelope):
@@ -63,6 +68,12 @@ class GenerateCommand(Envelope):
         default_factory=list,
         description="a decomposed attempt's follow-up queries: what else the answer should say",
     )
+    query_vectors: dict[str, PackedVector] = Field(
+        default_factory=dict,
+        description="embeddings of the query and the follow-ups, by text, as the request made "
+        "them: generation compares them with the contexts' stored sentence vectors",
+        max_length=16,
+    )
 
 
 class CriticCommand(Envelope):
@@ -74,6 +85,9 @@ class CriticCommand(Envelope):
     contexts: list[RetrievedChunk]
     tool_results: list[ToolOutcome] = Field(default_factory=list)
     attempts_left: int = Field(ge=0)
+    query_vector: PackedVector | None = Field(
+        default=None, description="the query's embedding: the critic encodes no query itself"
+    )
 
 
 class ToolCommand(Envelope):

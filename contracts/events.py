@@ -23,10 +23,14 @@ class PhaseData(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+MAX_TOKEN_CHARS = 2000
+"""Text one `token` event carries at most (generation coalesces its text into few events)."""
+
+
 class TokenData(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str
+    text: str = Field(max_length=MAX_TOKEN_CHARS)
     index: int = Field(ge=0)
 
 

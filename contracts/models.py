@@ -2,15 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.enums import Channel
 
+MAX_DIM = 4096
+MAX_SENTENCES = 512
+
+PackedVector = Annotated[
+    str,
+    Field(
+        max_length=4 * MAX_DIM * 4 // 3 + 4,
+        description="a vector packed for the wire: little-endian float32, base64",
+    ),
+]
+
+
+class ChunkVectors(BaseModel):
+    """A chunk's vectors as ingestion made and stored them, packed for the wire.
+
+    `dense` is the chunk's own embedding (what dense retrieval compares); `sentences` holds one
+    embedding per span of `spans`, the character offsets of the chunk's sentences in its
+    `text`, as ingestion split it. Both are little-endian float16 rows of `dim` columns, base64:
+    a generator or critic compares against them without running an encoder.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    dim: int = Field(ge=1, le=MAX_DIM)
+    dense: str = Field(max_length=2 * MAX_DIM * 4 // 3 + 4)
+    spans: list[tuple[int, int]] = Field(default_factory=list, max_length=MAX_SENTENCES)
+    sentences: str = Field(default="", max_length=2 * MAX_DIM * MAX_SENTENCES * 4 // 3 + 4)
+
 
 class RetrievedChunk(BaseModel):
-    """A chunk as a search channel or the fusion step ranks it."""
+    """A chunk as a search channel or the fusion step ranks it.
+
+    Channels return references (no `text`): fusion only needs ids and ranks. The fused list is
+    hydrated from the store with the text and the stored `vectors` that generation and the
+    critic read.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -19,7 +52,8 @@ class RetrievedChunk(BaseModel):
     title: str = ""
     source: str = ""
     namespace: str = "default"
-    text: str
+    text: str = ""
+    vectors: ChunkVectors | None = None
     score: float = 0.0
     rank: int = Field(default=0, ge=0)
     channels: dict[str, int] = Field(

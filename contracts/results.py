@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, TypeAdapter
 
 from contracts.enums import Channel, Intent, StepStatus
 from contracts.envelope import Envelope
-from contracts.models import ErrorInfo, RetrievedChunk, ToolCall, ToolOutcome
+from contracts.models import ErrorInfo, PackedVector, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import MAX_QUERY_CHARS
 
 
@@ -37,7 +37,7 @@ class ClassifyResult(StepResult):
     confidence: float = Field(ge=0.0, le=1.0)
     method: str
     weights: dict[Channel, float]
-    query_vector: list[float] | None = None
+    query_vector: PackedVector | None = None
 
 
 class SearchResult(StepResult):
@@ -46,6 +46,11 @@ class SearchResult(StepResult):
     type: Literal["res.search"] = "res.search"
     step: Literal["search"] = "search"
     chunks: list[RetrievedChunk] = Field(default_factory=list)
+    query_vector: PackedVector | None = Field(
+        default=None,
+        description="the embedding a dense channel made for a query classify did not encode "
+        "(a follow-up), so later steps need not encode it again",
+    )
 
 
 class FuseResult(StepResult):

@@ -16,6 +16,11 @@ class PoisonMessage(Exception):
     """The message can never be processed: dead-letter it at once."""
 
 
+class StartupError(RuntimeError):
+    """This process cannot start with this configuration or data; the message says what to do
+    (the CLI prints it without a traceback)."""
+
+
 _TRANSIENT: tuple[type[BaseException], ...] = (
     TransientError,
     ConnectionError,

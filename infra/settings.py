@@ -22,7 +22,9 @@ class Settings(BaseSettings):
     start_services: bool = Field(
         True, description="Start nats-server / redis-server when the URLs are unreachable."
     )
-    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode.")
+    qdrant_url: str | None = Field(
+        None, description="Qdrant server URL; unset = the embedded Qdrant Edge store."
+    )
     qdrant_api_key: str | None = Field(None, description="API key for a Qdrant server.")
     qdrant_collection_prefix: str = Field(
         "ragbus_", description="Collection name prefix (one collection per namespace)."
@@ -72,6 +74,14 @@ class Settings(BaseSettings):
     encoder_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
         description="Dense encoder arithmetic; auto = bf16 where the CPU has bf16 instructions.",
+    )
+    encoder_runtime: Literal["auto", "onnx", "torch"] = Field(
+        "auto",
+        description="Dense encoder runtime; auto = torch where it runs bf16, ONNX Runtime (fp32) "
+        "elsewhere.",
+    )
+    encoder_threads: int = Field(
+        0, ge=0, le=64, description="Encoder intra-op threads; 0 = one per core, at most 4."
     )
     bge_m3_path: Path | None = Field(
         None,
@@ -138,7 +148,18 @@ class Settings(BaseSettings):
 
     @property
     def qdrant_path(self) -> Path:
+        """Where qdrant-client's local mode kept vectors before Qdrant Edge (legacy)."""
         return self.data_dir / "qdrant"
+
+    @property
+    def vectors_path(self) -> Path:
+        """The embedded Qdrant Edge store: one shard per namespace."""
+        return self.data_dir / "vectors"
+
+    @property
+    def models_path(self) -> Path:
+        """Models ragbus derives from installed ones (the encoder's ONNX export)."""
+        return self.data_dir / "models"
 
     @property
     def graph_path(self) -> Path:

@@ -302,7 +302,7 @@ class Saga:
                     query=query,
                     namespaces=state.namespaces,
                     top_k=state.channel_top_k,
-                    query_vector=state.query_vector if query == state.query else None,
+                    query_vector=self._vector_of(state, query),
                 )
                 awaited[_search_key(channel, index)] = cmd.event_id
                 messages.append(self._cmd(cmd, Step.SEARCH, channel))
@@ -330,6 +330,8 @@ class Saga:
         if report.status == "completed":
             results = state.channel_results if index == 0 else state.sub_results[index - 1]
             results[channel] = chunks
+        if isinstance(result, SearchResult) and result.query_vector:
+            state.query_vectors[state.search_queries[index]] = result.query_vector
         if state.pending.command_ids:
             return self._moved(state, [])
         return self._start_fuse(state, clock, [])
@@ -369,6 +371,7 @@ class Saga:
             rrf_k=self.settings.rrf_k,
             sub_results=state.sub_results,
             carried=state.carried,
+            hydrate=state.mode != "retrieve",
         )
         state.status = RequestStatus.FUSING
         state.pending = self._pending(
@@ -377,6 +380,7 @@ class Saga:
         return self._moved(state, [*messages, self._cmd(cmd, Step.FUSE)])
 
     def _start_generate(self, state: RequestState, clock: Clock) -> Transition:
+        follow_ups = state.search_queries if state.carried else []  # a decomposed attempt
         cmd = GenerateCommand(
             **self._corr(state),
             query=state.query,
@@ -384,7 +388,12 @@ class Saga:
             contexts=state.fused,
             tool_results=state.tool_results,
             tool_rounds_left=max(0, self.settings.max_tool_calls - state.tool_rounds),
-            follow_ups=state.search_queries if state.carried else [],  # a decomposed attempt
+            follow_ups=follow_ups,
+            query_vectors={
+                text: vector
+                for text in [state.query, *follow_ups]
+                if (vector := self._vector_of(state, text)) is not None
+            },
         )
         state.status = RequestStatus.GENERATING
         state.pending = self._pending(
@@ -414,6 +423,7 @@ class Saga:
             contexts=state.fused,
             tool_results=state.tool_results,
             attempts_left=max(0, self.settings.max_attempts - state.attempt),
+            query_vector=state.query_vector,
         )
         state.status = RequestStatus.CRITIQUING
         state.pending = self._pending(
@@ -530,6 +540,14 @@ class Saga:
         return self._moved(state, [self._event(error), self._event(done)])
 
     # ----------------------------------------------------------------- helpers
+    @staticmethod
+    def _vector_of(state: RequestState, text: str) -> str | None:
+        """The request's embedding of a query text: classify's for the question, a dense
+        channel's for a follow-up."""
+        if text == state.query and state.query_vector:
+            return state.query_vector
+        return state.query_vectors.get(text)
+
     @staticmethod
     def _corr(state: RequestState) -> dict[str, object]:
         return {"request_id": state.request_id, "attempt": state.attempt, "trace": state.trace}

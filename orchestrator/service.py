@@ -70,13 +70,19 @@ class Orchestrator:
         await self._publish(request_id, applied.outbox)
 
     async def _publish(self, request_id: str, entries: list[OutboxEntry]) -> None:
+        """Publish a transition's messages: one subject's messages in their order (a request's
+        `answer` before its `done`), different subjects' side by side."""
+        by_subject: dict[str, list[OutboxEntry]] = {}
         for entry in entries:
-            await self.bus.broker.publish(
-                entry.body,
-                entry.subject,
-                headers={"Nats-Msg-Id": entry.event_id},
-                stream=entry.stream,
-            )
+            by_subject.setdefault(entry.subject, []).append(entry)
+
+        async def in_order(queue: list[OutboxEntry]) -> None:
+            for entry in queue:
+                await self.bus.publish_raw(
+                    entry.body.encode(), entry.subject, entry.stream, entry.event_id
+                )
+
+        await asyncio.gather(*(in_order(queue) for queue in by_subject.values()))
         await self.store.outbox_sent(request_id, [e.event_id for e in entries])
 
     @staticmethod

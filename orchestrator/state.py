@@ -70,7 +70,13 @@ class RequestState(BaseModel):
     intent_confidence: float | None = None
     intent_method: str | None = None
     weights: dict[Channel, float] = Field(default_factory=dict)
-    query_vector: list[float] | None = None
+    query_vector: str | None = Field(
+        default=None, description="the query's embedding from classify (packed float32)"
+    )
+    query_vectors: dict[str, str] = Field(
+        default_factory=dict,
+        description="embeddings a dense channel made for follow-up queries, by text (packed)",
+    )
 
     pending: PendingStep | None = None
     channel_results: dict[Channel, list[RetrievedChunk]] = Field(default_factory=dict)

@@ -1,12 +1,15 @@
 """Saga state in Redis, changed only by atomic transitions.
 
-One transition = WATCH the request's keys, read its state, decide in Python, then in
-one MULTI: write the new state, remember the inbound `event_id` (so a redelivered
-event changes nothing), queue the outbound messages in an outbox, and move the
-request's next deadline. Messages are published after the commit and then removed
-from the outbox; if the process dies in between, the redelivered inbound event finds
-its id already seen and publishes what is still in the outbox (the broker drops the
-copies that did go out, by `Nats-Msg-Id`).
+One transition = one round trip to read the request's state, its version and whether the
+inbound `event_id` was seen; a decision in Python; then one atomic Lua script that checks the
+version is still the one read (optimistic concurrency: when another replica got there first,
+we read and decide again), writes the new state and bumps the version, remembers the inbound
+`event_id` (so a redelivered event changes nothing), queues the outbound messages in an
+outbox, and moves the request's next deadline. Messages are published after the commit and
+then removed from the outbox; if the process dies in between, the redelivered inbound event
+finds its id already seen and publishes what is still in the outbox (the broker drops the
+copies that did go out, by `Nats-Msg-Id`). Three round trips a transition, where WATCH/MULTI
+took five.
 
 Keys are hash-tagged by request (`{id}`), so on Redis Cluster a request's keys share a slot.
 """
@@ -17,10 +20,8 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import WatchError
 
 from contracts.envelope import Envelope
 from contracts.queries import QuerySubmitted
@@ -46,22 +47,64 @@ def outbox_key(request_id: str) -> str:
     return f"ragbus:req:{{{request_id}}}:outbox"
 
 
+def version_key(request_id: str) -> str:
+    return f"ragbus:req:{{{request_id}}}:version"
+
+
+COMMIT = """
+local version = redis.call('GET', KEYS[2])
+if version and version ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then
+  if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 1 then return -1 end
+  redis.call('SADD', KEYS[3], ARGV[2])
+  redis.call('EXPIRE', KEYS[3], ARGV[7])
+end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
+  redis.call('SET', KEYS[2], tonumber(ARGV[1]) + 1, 'EX', ARGV[4])
+end
+if ARGV[5] == '-' then
+  redis.call('ZREM', KEYS[5], ARGV[6])
+elseif ARGV[5] ~= '' then
+  redis.call('ZADD', KEYS[5], ARGV[5], ARGV[6])
+end
+local entries = tonumber(ARGV[8])
+if entries > 0 then
+  for i = 0, entries - 1 do
+    redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i])
+  end
+  redis.call('EXPIRE', KEYS[4], ARGV[7])
+end
+return 1
+"""
+"""KEYS: state, version, seen, outbox, deadlines. ARGV: the version read, the inbound event id
+(or ''), the new state (or ''), its TTL, the next deadline ('' keep, '-' none), the request id,
+the bookkeeping TTL, the outbox entry count, then (event id, entry) pairs. Returns 1 when
+committed, 0 when the version moved, -1 when the event was applied meanwhile. A state saved
+before versions had a key of their own has no version key: it is taken as read."""
+
+
 @dataclass(frozen=True)
 class OutboxEntry:
-    """A message waiting to be published, in the form it is kept in Redis."""
+    """A message waiting to be published: its body is the JSON it will be published as,
+    serialised once. Kept in Redis as `subject`, `stream` and body on three lines (neither
+    a subject nor a stream name holds a line break, and the body's JSON is one line)."""
 
     event_id: str
     subject: str
     stream: str
-    body: dict[str, Any]
+    body: str
 
     def to_json(self) -> str:
-        return json.dumps({"subject": self.subject, "stream": self.stream, "body": self.body})
+        return f"{self.subject}\n{self.stream}\n{self.body}"
 
     @classmethod
     def from_json(cls, event_id: str, text: str) -> OutboxEntry:
-        data = json.loads(text)
-        return cls(event_id, data["subject"], data["stream"], data["body"])
+        if text.startswith("{"):  # kept by a version that stored the entry as one JSON object
+            data = json.loads(text)
+            return cls(event_id, data["subject"], data["stream"], json.dumps(data["body"]))
+        subject, stream, body = text.split("\n", 2)
+        return cls(event_id, subject, stream, body)
 
 
 @dataclass(frozen=True)
@@ -74,7 +117,7 @@ class Outgoing:
 
     def entry(self) -> OutboxEntry:
         return OutboxEntry(
-            self.message.event_id, self.subject, self.stream, self.message.model_dump(mode="json")
+            self.message.event_id, self.subject, self.stream, self.message.model_dump_json()
         )
 
 
@@ -118,10 +161,16 @@ def next_due(state: RequestState) -> float | None:
     return due
 
 
+def _version(state: RequestState | None) -> int:
+    """The version of a state saved before versions had a key of their own (or 0)."""
+    return state.version if state is not None else 0
+
+
 class StateStore:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
+        self._commit_script = redis.register_script(COMMIT)
 
     def _ttl(self, state: RequestState) -> int:
         if state.status.is_terminal:
@@ -154,61 +203,66 @@ class StateStore:
         decide: Callable[[RequestState | None], Transition],
     ) -> Applied:
         """Run `decide` on the current state and commit its outcome atomically."""
-        skey, dkey = state_key(request_id), seen_key(request_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(skey, dkey)
-                    if event_id is not None and await pipe.sismember(dkey, event_id):
-                        return Applied(None, await self.pending_outbox(request_id), duplicate=True)
-                    raw = await pipe.get(skey)
-                    current = RequestState.model_validate_json(raw) if raw else None
-                    transition = decide(current)
-                    entries = [m.entry() for m in transition.messages]
-                    pipe.multi()
-                    self._stage(pipe, request_id, event_id, current, transition.state, entries)
-                    await pipe.execute()
-                    return Applied(transition, entries)
-                except WatchError:
-                    continue  # another replica changed this request first: decide again
+        skey, vkey, dkey = state_key(request_id), version_key(request_id), seen_key(request_id)
+        while True:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.get(skey)
+                pipe.get(vkey)
+                pipe.sismember(dkey, event_id or "")
+                raw, stored_version, seen = await pipe.execute()
+            if event_id is not None and seen:
+                return Applied(None, await self.pending_outbox(request_id), duplicate=True)
+            current = RequestState.model_validate_json(raw) if raw else None
+            version = int(stored_version) if stored_version is not None else _version(current)
+            transition = decide(current)
+            entries = [m.entry() for m in transition.messages]
+            outcome = await self._commit(
+                request_id, event_id, version, current, transition.state, entries
+            )
+            if outcome == 1:
+                return Applied(transition, entries)
+            if outcome == -1:  # another replica applied this very event first
+                return Applied(None, await self.pending_outbox(request_id), duplicate=True)
+            # another replica changed this request first: read and decide again
 
-    def _stage(
+    async def _commit(
         self,
-        pipe: Any,
         request_id: str,
         event_id: str | None,
+        version: int,
         current: RequestState | None,
         new: RequestState | None,
         entries: list[OutboxEntry],
-    ) -> None:
-        """Queue one transition's writes inside the MULTI."""
+    ) -> int:
+        state_json, due = "", ""
         if new is not None:
-            new.version = (current.version if current else 0) + 1
-            pipe.set(state_key(request_id), new.model_dump_json(), ex=self._ttl(new))
-            due = next_due(new)
-            if due is None:
-                pipe.zrem(DEADLINES_KEY, request_id)
-            else:
-                pipe.zadd(DEADLINES_KEY, {request_id: due})
+            new.version = version + 1
+            state_json = new.model_dump_json()
+            next_at = next_due(new)
+            due = "-" if next_at is None else repr(next_at)
         elif current is None:
-            pipe.zrem(DEADLINES_KEY, request_id)  # a tick for a request that no longer exists
-        if event_id is not None:
-            pipe.sadd(seen_key(request_id), event_id)
-            pipe.expire(seen_key(request_id), self.settings.state_ttl_s)
-        if entries:
-            okey = outbox_key(request_id)
-            pipe.hset(okey, mapping={e.event_id: e.to_json() for e in entries})
-            pipe.expire(okey, self.settings.state_ttl_s)
-
-    async def _outbox(self, okey: str) -> list[OutboxEntry]:
-        raw = await self.redis.hgetall(okey)
-        entries = []
-        for event_id, text in raw.items():
-            data = json.loads(text)
-            entries.append(
-                OutboxEntry(str(event_id), data["subject"], data["stream"], data["body"])
-            )
-        return entries
+            due = "-"  # a tick for a request that no longer exists
+        ttl = self._ttl(new) if new is not None else self.settings.state_ttl_s
+        keys = [
+            state_key(request_id),
+            version_key(request_id),
+            seen_key(request_id),
+            outbox_key(request_id),
+            DEADLINES_KEY,
+        ]
+        args: list[str | int] = [
+            version,
+            event_id or "",
+            state_json,
+            ttl,
+            due,
+            request_id,
+            self.settings.state_ttl_s,
+            len(entries),
+        ]
+        for entry in entries:
+            args += [entry.event_id, entry.to_json()]
+        return int(await self._commit_script(keys=keys, args=args))
 
     async def outbox_sent(self, request_id: str, event_ids: list[str]) -> None:
         if event_ids:

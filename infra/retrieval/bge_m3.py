@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class BgeM3Encoder(Encoder):
     """
 
     idf_modifier = False
+    runtime = "flagembedding"
     coalesce_max_texts = BATCH_SIZE * 2
 
     def __init__(self, model: Any, name: str) -> None:  # no super().__init__: no ST model here
@@ -76,7 +77,7 @@ class BgeM3Encoder(Encoder):
 
     # ---------------------------------------------------------------- dense (Encoder)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._dense(self._run(list(texts), dense=True, sparse=False)["dense_vecs"])

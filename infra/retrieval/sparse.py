@@ -9,11 +9,14 @@ they are, so their collections are created without it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from infra.retrieval.text import SparseEncoder, SparseVec
+from infra.retrieval.encoder import Encoding, sentence_embeddings
+from infra.retrieval.text import Chunk, SparseEncoder, SparseVec
+from infra.retrieval.vectors.base import Sentences
 
 
 @runtime_checkable
@@ -53,16 +56,16 @@ class Bm25Sparse:
         return self._encoder.encode_query(text)
 
 
-class _DenseEncoder(Protocol):
-    async def aencode(self, texts: list[str]) -> np.ndarray: ...
-
-
 async def encode_documents(
-    encoder: _DenseEncoder, sparse: SparseModel, texts: list[str]
-) -> tuple[np.ndarray, list[SparseVec]]:
-    """Dense and sparse vectors of the same texts, in one model pass when one model makes both
-    (BGE-M3), otherwise the dense encoder and the sparse model each on their own."""
+    encoder: Encoding, sparse: SparseModel, chunks: Sequence[Chunk]
+) -> tuple[np.ndarray, list[SparseVec], list[Sentences]]:
+    """Dense, sparse and sentence vectors of a document's chunks. Dense and sparse come from
+    one model pass when one model makes both (BGE-M3), otherwise from the dense encoder and the
+    sparse model each on their own; the sentences from the dense encoder."""
+    texts = [chunk.embedding_text for chunk in chunks]
     if sparse is encoder and isinstance(encoder, JointEncoder):
-        return await asyncio.to_thread(encoder.encode_dense_sparse, texts)
-    dense = await encoder.aencode(texts)
-    return dense, await asyncio.to_thread(sparse.documents, texts)
+        dense, sparse_vectors = await asyncio.to_thread(encoder.encode_dense_sparse, texts)
+    else:
+        dense = await encoder.aencode(texts)
+        sparse_vectors = await asyncio.to_thread(sparse.documents, texts)
+    return dense, sparse_vectors, await sentence_embeddings(encoder, chunks)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -323,6 +324,39 @@ def split_sentences(text: str) -> list[str]:
     return sentences
 
 
+_MARKER = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+
+
+def clean_sentence(sentence: str) -> str:
+    """A sentence as an answer shows it: one line, and none of the source's own citation
+    markers ("[12]"), which would point nowhere."""
+    return " ".join(_MARKER.sub("", sentence).split())
+
+
+_NON_SPACE = re.compile(r"\S+")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of `split_sentences(text)` in `text`, in order.
+
+    A sentence is made of the text's next words (the splitter only joins lines and cuts
+    between words), so `" ".join(text[a:b].split())` is the sentence; a sentence that does not
+    line up that way (a splitter change) is skipped rather than mislocated.
+    """
+    words = [(m.group(), m.start(), m.end()) for m in _NON_SPACE.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for sentence in split_sentences(text):
+        parts = sentence.split()
+        taken = words[at : at + len(parts)]
+        if len(taken) == len(parts) and all(
+            w == p for (w, _, _), p in zip(taken, parts, strict=True)
+        ):
+            spans.append((taken[0][1], taken[-1][2]))
+            at += len(parts)
+    return spans
+
+
 # --------------------------------------------------------------------------- chunks
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -445,9 +479,17 @@ def chunk_document(
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-@lru_cache(maxsize=1)
+_local = threading.local()
+
+
 def _stemmer() -> snowballstemmer.stemmer:
-    return snowballstemmer.stemmer("english")
+    """This thread's stemmer: a snowball stemmer keeps the word it works on in its own state,
+    so two threads sharing one get each other's stems (ingestion extracts entities and
+    sparse terms in threads side by side)."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 @lru_cache(maxsize=65_536)

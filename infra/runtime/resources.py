@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+import numpy as np
 import redis.asyncio as aioredis
 
 from infra.runtime.bus import Bus
@@ -23,7 +24,15 @@ if TYPE_CHECKING:
     from infra.retrieval.nli import NliModel
     from infra.retrieval.reranker import Reranker
     from infra.retrieval.sparse import SparseModel
-    from infra.retrieval.vector_store import VectorStore
+    from infra.retrieval.vectors import VectorStore
+
+
+class OnDemandEncoder:
+    def __init__(self, resources: Resources) -> None:
+        self._resources = resources
+
+    async def aencode(self, texts: list[str]) -> np.ndarray:
+        return await (await self._resources.encoder()).aencode(texts)
 
 
 class Resources:
@@ -57,6 +66,11 @@ class Resources:
 
                     self._encoder = await asyncio.to_thread(load_encoder, self.settings)
             return self._encoder
+
+    def encoding(self) -> OnDemandEncoder:
+        """Something with `aencode` that loads the encoder only when it is called: for steps
+        that carry their vectors and encode only what came without them."""
+        return OnDemandEncoder(self)
 
     async def sparse(self) -> SparseModel:
         """BM25 (no model to load) unless BGE-M3 is configured: then the encoder's own
@@ -101,7 +115,7 @@ class Resources:
         sparse = await self.sparse()
         async with self._lock:
             if self._vectors is None:
-                from infra.retrieval.vector_store import open_vector_store
+                from infra.retrieval.vectors import open_vector_store
 
                 self._vectors = await asyncio.to_thread(
                     open_vector_store, self.settings, encoder.dim, sparse_idf=sparse.idf_modifier

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.settings import Settings
 
 log = get_logger(__name__)
 
 
-class ServiceError(RuntimeError):
+class ServiceError(StartupError):
     """A local service could not be found or started."""
 
 

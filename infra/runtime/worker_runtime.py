@@ -33,7 +33,7 @@ from contracts.results import StepFailure, StepResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.metrics import DEAD_LETTERS, MESSAGES, STEP_SECONDS
-from infra.runtime.bus import MSG_ID_HEADER, Bus, acked
+from infra.runtime.bus import Bus, acked, json_headers
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 
@@ -296,6 +296,6 @@ class ResultPublisher:
         )
 
     async def publish(self, result: StepResult) -> None:
-        body = result.model_dump(mode="json")
-        headers = {MSG_ID_HEADER: result.event_id}
+        body = result.model_dump_json().encode()
+        headers = json_headers(result.event_id)
         await acked(lambda: self._publisher.publish(body, headers=headers))

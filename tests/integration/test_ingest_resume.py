@@ -11,7 +11,7 @@ import pytest
 
 from contracts.ingest import DocumentIn
 from infra.retrieval.text import chunk_document
-from infra.retrieval.vector_store import open_vector_store
+from infra.retrieval.vectors import open_vector_store
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job
 from infra.runtime.services import free_port, start_nats, start_redis

@@ -7,7 +7,9 @@ import hashlib
 
 import numpy as np
 
-from infra.retrieval.text import analyze
+from contracts.models import RetrievedChunk
+from infra.retrieval.text import analyze, clean_sentence, sentence_spans
+from infra.retrieval.vectors.codec import chunk_vectors
 
 
 class FakeEncoder:
@@ -51,3 +53,17 @@ class BrokenEncoder:
 
     async def aencode(self, texts: list[str]) -> np.ndarray:
         return self.encode(texts)
+
+
+def with_stored_vectors(chunk: RetrievedChunk, encoder: FakeEncoder) -> RetrievedChunk:
+    """The chunk as fusion hands it on after hydration: with the vectors ingestion stores
+    (its own embedding, and one per sentence span of the sentence as an answer shows it)."""
+    spans = sentence_spans(chunk.text)
+    shown = [clean_sentence(chunk.text[a:b]) for a, b in spans]
+    kept = [(span, text) for span, text in zip(spans, shown, strict=True) if text]
+    vectors = chunk_vectors(
+        encoder.encode([chunk.text])[0],
+        [span for span, _ in kept],
+        encoder.encode([text for _, text in kept]),
+    )
+    return chunk.model_copy(update={"vectors": vectors})

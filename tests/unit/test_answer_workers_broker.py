@@ -29,6 +29,7 @@ from contracts.results import (
     GenerateResult,
     ToolResult,
 )
+from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
@@ -118,7 +119,7 @@ async def test_classify_publishes_intent_weights_and_vector(harness_for: Any) ->
             cmd.event_id,
         )
         assert result.query_vector is not None
-        assert len(result.query_vector) == 256
+        assert len(unpack_query(result.query_vector)) == 256
         assert h.phases() == [
             ("intent_classification", "in_progress"),
             ("intent_classification", "completed"),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from api.bench import Outcome, load_queries, percentile, summarize
 from api.client import SSEMessage, parse_sse
+from bench.load import Outcome, load_queries, percentile, summarize
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from faststream.nats import NatsBroker
-from qdrant_client import models as qm
 
 from contracts.commands import SearchCommand
 from contracts.enums import Channel
 from contracts.ingest import DocumentIn
 from infra.retrieval.bge_m3 import BgeM3Encoder, lexical_to_sparse, load_bge_m3
 from infra.retrieval.sparse import Bm25Sparse, SparseModel
+from infra.retrieval.vectors.edge import _stored_kind
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
@@ -118,11 +118,9 @@ async def test_index_and_search_with_learned_sparse_vectors(
         assert (await index_document(resources, DOCS[0])).status == "unchanged"
 
         vectors = await resources.vectors()
-        name = vectors.collection_name("default")
-        params = vectors._client.get_collection(name).config.params
-        assert params.sparse_vectors is not None
-        assert params.sparse_vectors["sparse"].modifier in (None, qm.Modifier.NONE)
-        assert params.vectors["dense"].size == HIDDEN  # type: ignore[index]
+        assert (vectors.dim, vectors.sparse_idf) == (HIDDEN, False)
+        # the shard was made for learned weights: no IDF modifier, BGE-M3's dense size
+        assert _stored_kind(settings.vectors_path / "default") == (HIDDEN, False)
 
         def command(query: str) -> SearchCommand:
             return SearchCommand(
@@ -131,11 +129,12 @@ async def test_index_and_search_with_learned_sparse_vectors(
 
         # random weights, but every weight is positive and only shared tokens count: the
         # document that holds the query's words comes first
-        hits = await search_sparse(resources, command("Knead the dough, bake the bread"))
+        hits = (await search_sparse(resources, command("Knead the dough, bake the bread"))).chunks
         assert hits and hits[0].document_id == "bread"
-        hits = await search_sparse(resources, command("LDL cholesterol statins"))
+        hits = (await search_sparse(resources, command("LDL cholesterol statins"))).chunks
         assert hits and hits[0].document_id == "statins"
-        dense_hits = await search_vector(resources, command("LDL cholesterol statins"))
-        assert {h.document_id for h in dense_hits} == {"statins", "vitd", "bread"}
+        dense = await search_vector(resources, command("LDL cholesterol statins"))
+        assert {h.document_id for h in dense.chunks} == {"statins", "vitd", "bread"}
+        assert dense.query_vector is not None  # no classify here: the channel encoded it
     finally:
         await resources.aclose()

@@ -6,6 +6,7 @@ import pytest
 
 from contracts.enums import Channel, Intent
 from infra.retrieval.intent_profiles import LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
+from infra.retrieval.vectors.codec import unpack_query
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
 from workers.classify.classifier import IntentClassifier
 from workers.classify.rules import DEFAULT_CONFIDENCE, STRONG, has_calculation_cue, match_rules
@@ -96,7 +97,7 @@ async def test_override_wins_and_still_returns_the_query_vector() -> None:
     assert (result.intent, result.confidence, result.method) == (Intent.SUMMARY, 1.0, "override")
     assert result.weights == dict(PROFILES[Intent.SUMMARY])
     assert result.query_vector is not None
-    assert len(result.query_vector) == 256
+    assert len(unpack_query(result.query_vector)) == 256
 
 
 async def test_a_strong_rule_beats_zero_shot() -> None:
@@ -157,4 +158,4 @@ async def test_zero_shot_with_the_real_encoder() -> None:
         result = await classifier.classify(query)
         assert result.intent is intent, (query, result)
         assert result.query_vector is not None
-        assert len(result.query_vector) == 384
+        assert len(unpack_query(result.query_vector)) == 384

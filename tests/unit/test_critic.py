@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.models import RetrievedChunk, ToolOutcome
-from tests.unit.fakes import FakeEncoder
+from tests.unit.fakes import BrokenEncoder, FakeEncoder, with_stored_vectors
 from workers.critic.scoring import WEIGHTS, Scores, claims, score_answer
 from workers.critic.verdict import judge_answer, judge_tools, keyword_query
 
@@ -149,3 +149,23 @@ def test_tool_answers_are_judged_by_their_outcomes() -> None:
     final = judge_tools(failed, attempt=2, attempts_left=1)
     assert final.verdict == "accept"
     assert "calculator failed" in final.reasons[0]
+
+
+async def test_stored_vectors_score_as_encoding_would_without_an_encoder() -> None:
+    encoder = FakeEncoder()
+    answer = (  # extractive: every claim is a sentence of the context it cites
+        "JetStream stores messages in streams on disk [1]. "
+        "Redis keeps the saga state of every request in one JSON document [2]."
+    )
+    citations = {1: "a", 2: "b"}
+    encoded = await score_answer(QUERY, answer, citations, CONTEXTS, encoder)
+    stored = await score_answer(
+        QUERY,
+        answer,
+        citations,
+        [with_stored_vectors(c, encoder) for c in CONTEXTS],
+        BrokenEncoder(),
+        query_vector=encoder.encode([QUERY])[0],
+    )
+    for name, value in encoded.as_dict().items():
+        assert stored.as_dict()[name] == pytest.approx(value, abs=2e-3), name

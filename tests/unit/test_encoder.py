@@ -51,4 +51,50 @@ def test_auto_precision_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
     assert module.resolve_precision("auto") == "fp32"
     with pytest.raises(ValueError, match="precision"):
-        module.Encoder(object(), "x", precision="int4")
+        module.TorchEncoder(object(), "x", precision="int4")
+    assert module.resolve_runtime("auto", "bf16") == "torch"
+    assert module.resolve_runtime("auto", "fp32") == "onnx"
+    assert module.resolve_runtime("torch", "fp32") == "torch"
+
+
+def test_onnx_runtime_matches_the_torch_reference(tmp_path: Path) -> None:
+    """The exported model must embed as sentence-transformers does in fp32: the index,
+    the queries and the stored sentence vectors all compare with each other."""
+    texts = [
+        "Omega-3 fatty acids lower triglyceride levels in adults.",
+        "who designed the gatun locks",
+        "Statins reduce LDL cholesterol and cardiovascular events " * 20,  # truncated at 256
+        "x",
+    ]
+    reference = load_encoder(
+        Settings(data_dir=tmp_path, encoder_runtime="torch", encoder_precision="fp32")
+    )
+    onnx = load_encoder(Settings(data_dir=tmp_path, encoder_runtime="onnx"))
+    assert (reference.runtime, onnx.runtime) == ("torch", "onnx")
+    exported = list((tmp_path / "models").glob("all-MiniLM-L6-v2-*.onnx"))
+    assert len(exported) == 1
+    assert np.min(np.sum(reference.encode(texts) * onnx.encode(texts), axis=1)) > 0.999
+    again = load_encoder(Settings(data_dir=tmp_path, encoder_runtime="onnx"))  # no new export
+    assert list((tmp_path / "models").glob("*.onnx")) == exported
+    assert np.allclose(again.encode(texts), onnx.encode(texts), atol=1e-6)
+
+
+async def test_sentence_embeddings_are_the_shown_sentences_encoded(tmp_path: Path) -> None:
+    from contracts.ingest import DocumentIn
+    from infra.retrieval.encoder import sentence_embeddings
+    from infra.retrieval.text import chunk_document, clean_sentence
+
+    encoder = load_encoder(Settings(data_dir=tmp_path))
+    text = (
+        "The Gatun Locks raise ships 26 metres [3]. They were designed by engineers of the\n"
+        "Isthmian Canal Commission. Work began in 1909."
+    )
+    [chunk] = chunk_document(DocumentIn(id="d", title="Locks", text=text))
+    [found] = await sentence_embeddings(encoder, [chunk])
+    shown = [clean_sentence(chunk.text[a:b]) for a, b in found.spans]
+    assert shown == [
+        "The Gatun Locks raise ships 26 metres.",
+        "They were designed by engineers of the Isthmian Canal Commission.",
+        "Work began in 1909.",
+    ]
+    assert np.allclose(found.vectors, encoder.encode(shown), atol=1e-5)

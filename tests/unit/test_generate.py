@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import re
 
+from contracts.commands import GenerateCommand
+from contracts.enums import Intent
+from contracts.events import TokenEvent
 from contracts.models import RetrievedChunk, ToolOutcome
-from tests.unit.fakes import FakeEncoder
+from tests.unit.fakes import BrokenEncoder, FakeEncoder, with_stored_vectors
 from workers.generate.extractive import candidates, extractive_answer, no_evidence_answer
-from workers.generate.streaming import pieces
+from workers.generate.streaming import TokenEmitter, pieces, stream_answer
 from workers.generate.tools import tool_answer
 
 MARKER = re.compile(r"\[(\d+)\]")
@@ -101,9 +104,38 @@ def test_tool_answers_state_results_and_failures() -> None:
 
 def test_token_pieces_rebuild_the_text() -> None:
     text = "One two three four five six seven eight nine [1]. Ten."
-    parts = list(pieces(text, words=4))
+    parts = list(pieces(text, max_chars=20))
     assert "".join(parts) == text
-    assert len(parts) == 3
+    assert all(len(p) <= 20 for p in parts) and len(parts) == 3
+    assert parts[0] == "One two three four "  # cut after a space
+    assert list(pieces("x" * 45, max_chars=20)) == ["x" * 20, "x" * 20, "x" * 5]
+    assert list(pieces("short")) == ["short"] and list(pieces("")) == []
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[TokenEvent] = []
+
+    async def emit(self, event: TokenEvent) -> None:
+        self.events.append(event)
+
+
+async def test_tokens_are_coalesced_a_few_times_a_second() -> None:
+    now = [100.0]
+    bus = _Recorder()
+    cmd = GenerateCommand(request_id="r", query="q", intent=Intent.FACTUAL, contexts=[])
+    emitter = TokenEmitter(bus, cmd, clock=lambda: now[0])  # type: ignore[arg-type]
+    await emitter.emit("The ")  # the first text goes out at once
+    for word in ("answer ", "comes ", "word ", "by ", "word"):
+        now[0] += 0.05
+        await emitter.emit(word)
+    now[0] += 0.2  # past FLUSH_S since the last event: all that was held goes together
+    await emitter.emit(".")
+    await emitter.flush()
+    texts = [e.data.text for e in bus.events]
+    assert texts == ["The ", "answer comes word by word."]
+    assert [e.data.index for e in bus.events] == [0, 1] and emitter.count == 2
+    assert await stream_answer(bus, cmd, "A whole extractive answer [1].") == 1  # type: ignore[arg-type]
 
 
 async def test_off_topic_contexts_give_the_honest_answer() -> None:
@@ -160,3 +192,27 @@ async def test_follow_up_queries_bring_the_second_hops_answer_into_the_answer() 
     )
     assert "graduated from Rutgers University" in followed.text
     assert followed.citations[2] == "c-viorst"
+
+
+async def test_stored_vectors_answer_without_running_an_encoder() -> None:
+    """What ingestion stored and classify carried is all generation needs: the answer is the
+    one an encoder would have given, and no encoder runs."""
+    encoder = FakeEncoder()
+    query = "How does a durable consumer remember its stream position?"
+    encoded = await extractive_answer(query, CONTEXTS, encoder)
+    stored = [with_stored_vectors(c, encoder) for c in CONTEXTS]
+    carried = {query: encoder.encode([query])[0]}
+    answer = await extractive_answer(query, stored, BrokenEncoder(), query_vectors=carried)
+    assert (answer.text, answer.citations) == (encoded.text, encoded.citations)
+    assert (answer.encoded, encoded.encoded) == (0, len(candidates(CONTEXTS)) + 1)
+
+
+async def test_only_what_came_without_vectors_is_encoded() -> None:
+    encoder = FakeEncoder()
+    query = "Redis saga state Lua script"
+    mixed = [with_stored_vectors(CONTEXTS[0], encoder), *CONTEXTS[1:]]
+    answer = await extractive_answer(
+        query, mixed, encoder, query_vectors={query: encoder.encode([query])[0]}
+    )
+    assert answer.encoded == sum(c.vector is None for c in candidates(mixed)) > 0
+    assert "Lua script" in answer.text

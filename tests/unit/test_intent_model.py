@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
 from contracts.enums import Intent
+from infra.retrieval.vectors.codec import unpack_query
 from infra.settings import Settings
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
 from workers.classify import intent_model
@@ -149,8 +150,9 @@ async def test_setfit_answers_and_the_query_is_encoded_once(tiny_model: Path, en
     assert result.method == "setfit"
     assert 0.0 < result.confidence <= 1.0
     assert result.query_vector is not None
-    assert len(result.query_vector) == 384
-    assert np.allclose(result.query_vector, encoder.encode(["difference between tcp and udp"])[0])
+    vector = unpack_query(result.query_vector)
+    assert len(vector) == 384
+    assert np.allclose(vector, encoder.encode(["difference between tcp and udp"])[0])
     assert counting.calls == 1
 
 

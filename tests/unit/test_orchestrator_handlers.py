@@ -17,7 +17,7 @@ from infra.runtime.resources import Resources
 from infra.runtime.services import LocalService
 from infra.settings import Settings
 from orchestrator.service import Orchestrator, create_router
-from orchestrator.store import StateStore, outbox_key
+from orchestrator.store import StateStore, Transition, outbox_key
 
 WEIGHTS = {
     Channel.VECTOR: 0.5,
@@ -119,3 +119,46 @@ def _clock() -> Any:
     from orchestrator.saga import Clock
 
     return Clock.system()
+
+
+async def test_a_replica_that_loses_the_race_reads_and_decides_again(
+    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Optimistic concurrency: a commit whose version moved since the read is refused, and the
+    loser decides again on the winner's state; nothing is lost or applied twice."""
+    _, orchestrator, _ = harness
+    store: StateStore = orchestrator.store
+    await store.create(QuerySubmitted(request_id="unit-3", query="who built the pharos"))
+    real_commit = store._commit
+    seen_by_loser: list[str] = []
+
+    async def racing_commit(*args: Any) -> int:
+        if len(seen_by_loser) == 1:  # between the loser's read and its commit, a winner commits
+            await real_commit_once_by_winner()
+        return await real_commit(*args)
+
+    async def real_commit_once_by_winner() -> None:
+        monkeypatch.setattr(store, "_commit", real_commit)
+        winner = await store.get("unit-3")
+        assert winner is not None
+        winner.query = "changed by the winner"
+        await store.apply("unit-3", "winner-event", lambda _: Transition(winner))
+        monkeypatch.setattr(store, "_commit", racing_commit)
+
+    def loser(state: Any) -> Transition:
+        seen_by_loser.append(state.query)
+        return Transition(state.model_copy(update={"intent_method": "loser"}))
+
+    monkeypatch.setattr(store, "_commit", racing_commit)
+    applied = await store.apply("unit-3", "loser-event", loser)
+    final = await store.get("unit-3")
+    assert applied.transition is not None and final is not None
+    assert seen_by_loser == ["who built the pharos", "changed by the winner"]
+    assert (final.query, final.intent_method, final.version) == (
+        "changed by the winner",
+        "loser",
+        2,
+    )
+    again = await store.apply("unit-3", "loser-event", loser)  # redelivered: changes nothing
+    assert again.duplicate and len(seen_by_loser) == 2

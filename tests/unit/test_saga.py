@@ -28,6 +28,7 @@ from contracts.results import (
     ToolResult,
 )
 from infra.retrieval.intent_profiles import EVEN
+from infra.retrieval.vectors.codec import pack_query
 from infra.settings import Settings
 from orchestrator.saga import FALLBACK_WEIGHTS, Clock, Saga
 from orchestrator.state import RequestState
@@ -302,10 +303,12 @@ def test_rewrite_strategy_changes_the_searched_query_and_drops_the_cached_vector
             confidence=0.9,
             method="setfit",
             weights=FACTUAL,
-            query_vector=[0.1, 0.2],
+            query_vector=pack_query([0.1, 0.2]),
         )
     )
-    assert all(m.query_vector == [0.1, 0.2] for m in run.sent if isinstance(m, SearchCommand))
+    assert all(
+        m.query_vector == pack_query([0.1, 0.2]) for m in run.sent if isinstance(m, SearchCommand)
+    )
     run.search_all()
     run.fuse()
     run.generate()

@@ -16,11 +16,13 @@ from contracts.models import RetrievedChunk
 from contracts.results import SearchResult, StepResult
 from infra.retrieval.entities import extract_entities
 from infra.retrieval.text import SparseEncoder, chunk_document
+from infra.retrieval.vectors.codec import pack_query
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.search import create_router
+from workers.search.channels import Found
 
 DOCS = [
     DocumentIn(
@@ -124,7 +126,7 @@ async def test_vector_channel_reuses_the_query_vector(
 ) -> None:
     async with worker_harness(create_router, settings, encoder) as harness:
         await _index(harness.resources)
-        vector = encoder.encode(["Vitamin D and bones"])[0].tolist()
+        vector = pack_query(encoder.encode(["Vitamin D and bones"])[0])
         cmd = _command(Channel.VECTOR, "bake bread", query_vector=vector)
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
         result = SearchResult.model_validate(harness.on("rag.res.search.vector")[0])
@@ -144,8 +146,10 @@ async def test_empty_namespace_is_an_empty_result(settings: Settings, encoder: F
 async def test_channel_function_is_looked_up_at_call_time(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def fake(resources: Resources, cmd: SearchCommand) -> list[RetrievedChunk]:
-        return [RetrievedChunk(chunk_id=f"c{i}", document_id="d", text="t") for i in range(5)]
+    async def fake(resources: Resources, cmd: SearchCommand) -> Found:
+        return Found(
+            [RetrievedChunk(chunk_id=f"c{i}", document_id="d", text="t") for i in range(5)]
+        )
 
     async with worker_harness(create_router, settings) as harness:
         # patched after the router exists: the subscriber must not hold the old function
@@ -155,12 +159,13 @@ async def test_channel_function_is_looked_up_at_call_time(
         result = SearchResult.model_validate(harness.on("rag.res.search.graph_local")[0])
         assert [c.chunk_id for c in result.chunks] == ["c0", "c1"]  # cut to top_k
         assert [c.rank for c in result.chunks] == [1, 2]
+        assert all(c.text == "" for c in result.chunks)  # references: fusion hydrates
 
 
 async def test_a_failing_channel_is_dead_lettered_and_reported(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(resources: Resources, cmd: SearchCommand) -> list[RetrievedChunk]:
+    async def broken(resources: Resources, cmd: SearchCommand) -> Found:
         raise ValueError("index corrupted")
 
     monkeypatch.setattr("workers.search.channels.search_sparse", broken)

@@ -134,3 +134,37 @@ def test_bm25_query_weights_are_one_per_unique_term() -> None:
 def test_chunk_chars_lower_bound(bad: int) -> None:
     with pytest.raises(ValueError, match="chunk_chars"):
         chunk_document(_doc("x."), chunk_chars=bad)
+
+
+def test_stemming_from_several_threads_gives_every_word_its_own_stem() -> None:
+    """Ingestion stems in threads side by side (entities, sparse terms); a stemmer shared
+    between them handed out other words' stems and raised IndexError."""
+    import threading
+
+    import snowballstemmer
+
+    from infra.retrieval.text import stem
+
+    reference = snowballstemmer.stemmer("english")
+    words = [
+        f"{root}{suffix}"
+        for root in ("adequate", "allergen", "antacid", "nation", "relat")
+        for suffix in ("", "s", "ly", "ing", "ions", "ional", "ed", "ness", "ment", "ive")
+    ]
+    words = [w + "x" * n for n in range(40) for w in words]  # many distinct, uncached words
+    expected = {w: reference.stemWord(w) for w in words}
+    stem.cache_clear()
+    wrong: list[str] = []
+
+    def work(part: list[str]) -> None:
+        try:
+            wrong.extend(w for w in part if stem(w) != expected[w])
+        except Exception as exc:  # what a shared stemmer raised
+            wrong.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(words[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []

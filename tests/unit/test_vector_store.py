@@ -1,7 +1,10 @@
-"""The vector store: dense + sparse, namespaces as collections, replace, delete, reopen.
+"""The vector store contract: dense + sparse + sentence vectors, namespaces, references and
+hydration, replace, delete, reopen, the encoder-kind check.
 
-Runs against Qdrant local mode always, and against a Qdrant server when
-`RAGBUS_TEST_QDRANT_URL` points at one (collections get a unique prefix and are removed).
+Every test runs against every backend this machine can run: the embedded default (Qdrant Edge),
+qdrant-client against its local mode (the server API's code path, without a server), and a
+Qdrant server when `RAGBUS_TEST_QDRANT_URL` points at one (collections get a unique prefix and
+are removed).
 """
 
 from __future__ import annotations
@@ -9,21 +12,24 @@ from __future__ import annotations
 import os
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient
-from qdrant_client import models as qm
 
 from contracts.ingest import DocumentIn
-from infra.retrieval.text import SparseEncoder, chunk_document
-from infra.retrieval.vector_store import VectorStore, open_vector_store
+from infra.retrieval.text import SparseEncoder, chunk_document, clean_sentence, sentence_spans
+from infra.retrieval.vectors import Sentences, StoreMismatch, VectorStore, open_vector_store
+from infra.retrieval.vectors.codec import dense_of, sentences_of
+from infra.retrieval.vectors.qdrant import QdrantVectorStore
 from infra.settings import Settings
 
 DIM = 8
 SPARSE = SparseEncoder()
+
+Opener = Callable[..., VectorStore]
 
 
 def _vectors(texts: list[str]) -> np.ndarray:
@@ -36,18 +42,36 @@ def _vectors(texts: list[str]) -> np.ndarray:
     return rows
 
 
+def _sentences(text: str) -> Sentences:
+    spans = sentence_spans(text)
+    return Sentences(spans, _vectors([clean_sentence(text[a:b]) for a, b in spans]))
+
+
 def _index(store: VectorStore, doc: DocumentIn, chunk_chars: int = 200) -> int:
     chunks = chunk_document(doc, chunk_chars=chunk_chars, overlap_chars=0)
     texts = [c.text for c in chunks]
     sparse = [SPARSE.encode_document(t) for t in texts]
-    store.upsert_chunks(doc.namespace, chunks, _vectors(texts), sparse, doc.content_hash())
+    sentences = [_sentences(t) for t in texts]
+    store.upsert_chunks(
+        doc.namespace, chunks, _vectors(texts), sparse, doc.content_hash(), sentences
+    )
     return len(chunks)
 
 
-@pytest.fixture(params=["local", "server"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    if request.param == "local":
-        yield Settings(data_dir=tmp_path)
+@pytest.fixture(params=["edge", "qdrant-local", "qdrant-server"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens a store of one backend over the same place each time (for reopening)."""
+    if request.param == "edge":
+        settings = Settings(data_dir=tmp_path)
+        yield lambda dim=DIM, sparse_idf=True: open_vector_store(
+            settings, dim, sparse_idf=sparse_idf
+        )
+        return
+    if request.param == "qdrant-local":
+        path = str(tmp_path / "qdrant-local")
+        yield lambda dim=DIM, sparse_idf=True: QdrantVectorStore(
+            QdrantClient(path=path), dim, sparse_idf=sparse_idf
+        )
         return
     url = os.environ.get("RAGBUS_TEST_QDRANT_URL")
     if not url:
@@ -58,7 +82,8 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setting
         client.get_collections()
     except Exception as exc:
         pytest.skip(f"Qdrant at {url} is not reachable: {exc}")
-    yield Settings(data_dir=tmp_path, qdrant_url=url, qdrant_collection_prefix=prefix)
+    settings = Settings(data_dir=tmp_path, qdrant_url=url, qdrant_collection_prefix=prefix)
+    yield lambda dim=DIM, sparse_idf=True: open_vector_store(settings, dim, sparse_idf=sparse_idf)
     for collection in client.get_collections().collections:
         if collection.name.startswith(prefix):
             client.delete_collection(collection.name)
@@ -66,8 +91,8 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setting
 
 
 @pytest.fixture
-def store(settings: Settings) -> Iterator[VectorStore]:
-    vs = open_vector_store(settings, DIM)
+def store(opener: Opener) -> Iterator[VectorStore]:
+    vs = opener()
     yield vs
     vs.close()
 
@@ -85,9 +110,10 @@ def test_missing_namespace_is_empty_not_an_error(store: VectorStore) -> None:
     assert store.count("nowhere") == 0
     assert store.document_hash("nowhere", "x") is None
     assert store.delete_document("nowhere", "x") == 0
+    assert store.namespaces() == []
 
 
-def test_dense_and_sparse_search(store: VectorStore) -> None:
+def test_searches_return_references_that_hydrate(store: VectorStore) -> None:
     _index(store, STATINS)
     _index(store, VITAMIN)
     query = _vectors(["Statins query"])[0]
@@ -95,9 +121,38 @@ def test_dense_and_sparse_search(store: VectorStore) -> None:
     assert dense[0].document_id == "statins"
     assert dense[0].title == "Statins" and dense[0].namespace == "default"
     assert dense[0].score > dense[1].score
+    assert all(hit.text == "" and hit.vectors is None for hit in dense)  # references
     sparse = store.search_sparse(["default"], *SPARSE.encode_query("bones vitamin"), 5)
     assert [c.document_id for c in sparse] == ["vitd"]
-    assert sparse[0].text == "Vitamin deficiency weakens bones."
+
+    [hydrated] = store.hydrate(sparse)
+    assert hydrated.text == "Vitamin deficiency weakens bones."
+    assert hydrated.score == sparse[0].score and hydrated.chunk_id == sparse[0].chunk_id
+    assert hydrated.vectors is not None and hydrated.vectors.dim == DIM
+    assert np.allclose(dense_of(hydrated.vectors), _vectors([hydrated.text])[0], atol=1e-3)
+    assert hydrated.vectors.spans == [(0, len(hydrated.text))]
+    stored = sentences_of(hydrated.vectors)
+    assert np.allclose(stored, _vectors([hydrated.text]), atol=1e-3)  # float16 on the wire
+    assert store.hydrate([hydrated]) == [hydrated]  # already hydrated: kept as it is
+    assert store.namespaces() == ["default"]
+
+
+def test_hydration_keeps_the_order_and_drops_what_is_gone(store: VectorStore) -> None:
+    _index(store, STATINS)
+    _index(store, VITAMIN)
+    hits = store.search_dense(["default"], _vectors(["Vitamin"])[0], 2)
+    assert [h.document_id for h in store.hydrate(hits)] == [h.document_id for h in hits]
+    store.delete_document("default", "vitd")
+    assert [h.document_id for h in store.hydrate(hits)] == ["statins"]
+
+
+def test_a_chunk_stored_without_sentences_hydrates_without_them(store: VectorStore) -> None:
+    chunks = chunk_document(STATINS, chunk_chars=200, overlap_chars=0)
+    texts = [c.text for c in chunks]
+    sparse = [SPARSE.encode_document(t) for t in texts]
+    store.upsert_chunks("default", chunks, _vectors(texts), sparse, STATINS.content_hash())
+    [hydrated] = store.hydrate(store.search_dense(["default"], _vectors(["Statins"])[0], 1))
+    assert hydrated.text and hydrated.vectors is not None and hydrated.vectors.spans == []
 
 
 def test_namespaces_are_separate_and_merge_by_score(store: VectorStore) -> None:
@@ -109,6 +164,7 @@ def test_namespaces_are_separate_and_merge_by_score(store: VectorStore) -> None:
     both = store.search_sparse(["default", "other"], *SPARSE.encode_query("statins"), 5)
     assert {c.namespace for c in both} == {"default", "other"}
     assert [c.score for c in both] == sorted((c.score for c in both), reverse=True)
+    assert {h.namespace for h in store.hydrate(both)} == {"default", "other"}
 
 
 def test_hash_replace_and_delete(store: VectorStore) -> None:
@@ -126,15 +182,18 @@ def test_hash_replace_and_delete(store: VectorStore) -> None:
     assert store.document_hash("default", "statins") is None
 
 
-def test_reopen_keeps_points(settings: Settings) -> None:
-    first = open_vector_store(settings, DIM)
+def test_reopen_keeps_points(opener: Opener) -> None:
+    first = opener()
     _index(first, STATINS)
+    first.optimize()
     first.close()
-    again = open_vector_store(settings, DIM)
+    again = opener()
     try:
         assert again.count("default") == 1
         assert again.document_hash("default", "statins") == STATINS.content_hash()
         assert again.ping()
+        [hit] = again.hydrate(again.search_dense(["default"], _vectors(["Statins"])[0], 1))
+        assert hit.text == STATINS.text and hit.vectors is not None and hit.vectors.spans
     finally:
         again.close()
 
@@ -144,25 +203,19 @@ def test_dimension_is_checked(store: VectorStore) -> None:
         store.search_dense(["default"], [1.0, 0.0], 3)
 
 
-def test_learned_sparse_collections_skip_idf_and_a_mismatch_is_refused(
-    settings: Settings,
-) -> None:
-    learned = open_vector_store(settings, DIM, sparse_idf=False)
+def test_learned_sparse_collections_skip_idf_and_a_mismatch_is_refused(opener: Opener) -> None:
+    learned = opener(sparse_idf=False)
     try:
         _index(learned, STATINS)
-        name = learned.collection_name("default")
-        params = learned._client.get_collection(name).config.params
-        assert params.sparse_vectors is not None
-        assert params.sparse_vectors["sparse"].modifier in (None, qm.Modifier.NONE)
         hits = learned.search_sparse(["default"], *SPARSE.encode_query("statins"), 3)
         assert [h.document_id for h in hits] == ["statins"]
     finally:
         learned.close()
     # BM25 wants IDF; another encoder has another dense size
     for dim, idf in ((DIM, True), (DIM * 2, False)):
-        other = open_vector_store(settings, dim, sparse_idf=idf)
+        other = opener(dim=dim, sparse_idf=idf)
         try:
-            with pytest.raises(ValueError, match="re-ingest"):
+            with pytest.raises(StoreMismatch, match="re-ingest"):
                 other.count("default")
         finally:
             other.close()

@@ -21,6 +21,7 @@ import numpy as np
 from contracts.enums import Channel, Intent
 from infra.logging import get_logger
 from infra.retrieval.intent_profiles import weights_for
+from infra.retrieval.vectors.codec import pack_query
 from workers.classify.intent_model import IntentModel, ModelSlot
 from workers.classify.rules import STRONG, RuleMatch, has_calculation_cue, match_rules
 from workers.classify.zero_shot import ZeroShotClassifier
@@ -42,7 +43,8 @@ class Classification:
     confidence: float
     method: Method
     weights: dict[Channel, float]
-    query_vector: list[float] | None
+    query_vector: str | None
+    """The query's embedding, packed for the wire (`infra.retrieval.vectors.codec`)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class IntentClassifier:
             confidence=round(confidence, 4),
             method=method,
             weights=weights_for(intent, confidence),
-            query_vector=vector.astype(float).tolist() if vector is not None else None,
+            query_vector=pack_query(vector) if vector is not None else None,
         )
 
     async def model(self) -> IntentModel | None:

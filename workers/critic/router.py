@@ -21,6 +21,7 @@ from contracts.commands import CriticCommand
 from contracts.enums import Phase, Step
 from contracts.results import CriticResult
 from infra.logging import get_logger
+from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
@@ -56,7 +57,13 @@ async def critique(
                 nli = model
                 metadata["nli"] = model.name
     scores = await score_answer(
-        cmd.query, cmd.answer, cmd.citations, cmd.contexts, await resources.encoder(), nli=nli
+        cmd.query,
+        cmd.answer,
+        cmd.citations,
+        cmd.contexts,
+        resources.encoding(),
+        nli=nli,
+        query_vector=unpack_query(cmd.query_vector),
     )
     if scores.nli_error is not None:
         metadata["nli_error"] = scores.nli_error

@@ -25,16 +25,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
 from infra.retrieval.text import analyze, split_sentences
+from infra.retrieval.vectors.codec import chunk_sentences, dense_of
 
-if TYPE_CHECKING:
-    from infra.retrieval.encoder import Encoder
+
+class Encoding(Protocol):
+    async def aencode(self, texts: list[str]) -> np.ndarray: ...
+
 
 WEIGHTS: Final = {"grounding": 0.35, "citation_validity": 0.15, "coverage": 0.25, "retrieval": 0.25}
 RETRIEVAL_TOP: Final = 3
@@ -179,22 +182,71 @@ async def _entailment(
     return entailed, float(np.mean(best)) if best else 0.0
 
 
+def _key(sentence: str) -> str:
+    """A sentence compared as an answer may end it: the marker `[n].` can add a period."""
+    return sentence.rstrip(" .!?…:;").lower()
+
+
+def _stored(
+    found: Sequence[Claim], contexts: Sequence[RetrievedChunk], targets: Mapping[int, int]
+) -> tuple[list[np.ndarray | None], list[np.ndarray | None]]:
+    """Vectors ingestion stored: each claim's when it is a sentence of a context it cites (an
+    extractive answer's always are), each context's own."""
+    claim_vecs: list[np.ndarray | None] = []
+    sentence_tables: dict[int, dict[str, np.ndarray]] = {}
+    for claim in found:
+        vector = None
+        for i in _cited(claim, targets):
+            if i not in sentence_tables:
+                sentence_tables[i] = {
+                    _key(text): row for text, row in chunk_sentences(contexts[i]) if row is not None
+                }
+            vector = sentence_tables[i].get(_key(claim.text))
+            if vector is not None:
+                break
+        claim_vecs.append(vector)
+    context_vecs = [dense_of(c.vectors) if c.vectors is not None else None for c in contexts]
+    return claim_vecs, context_vecs
+
+
 async def score_answer(
     query: str,
     answer: str,
     citations: Mapping[int, str],
     contexts: Sequence[RetrievedChunk],
-    encoder: Encoder,
+    encoder: Encoding,
     nli: Entailment | None = None,
+    query_vector: np.ndarray | None = None,
 ) -> Scores:
-    """The four signals; with `nli`, entailment joins the per-sentence support (see above)."""
+    """The four signals; with `nli`, entailment joins the per-sentence support (see above).
+
+    The query's, the claims' and the contexts' vectors come with the request where it has them
+    (`query_vector`, the contexts' stored vectors); `encoder` makes only the rest (an LLM's
+    sentences, contexts stored without vectors) in one call."""
     found = [c for c in claims(answer) if analyze(c.text)]  # sentences that claim something
     targets = resolve(citations, contexts)
 
-    texts = [query] + [c.text for c in found] + [chunk.text for chunk in contexts]
-    vectors = np.asarray(await encoder.aencode(texts), dtype=np.float32)
-    query_vec, claim_vecs = vectors[0], vectors[1 : 1 + len(found)]
-    context_vecs = vectors[1 + len(found) :]
+    claim_stored, context_stored = _stored(found, contexts, targets)
+    missing = [] if query_vector is not None else [query]
+    missing += [c.text for c, v in zip(found, claim_stored, strict=True) if v is None]
+    missing += [c.text for c, v in zip(contexts, context_stored, strict=True) if v is None]
+    made: dict[str, np.ndarray] = {}
+    if missing:
+        distinct = list(dict.fromkeys(missing))
+        made = dict(zip(distinct, np.asarray(await encoder.aencode(distinct)), strict=True))
+    query_vec = query_vector if query_vector is not None else made[query]
+    dim = len(query_vec)
+    claim_vecs = np.asarray(
+        [v if v is not None else made[c.text] for c, v in zip(found, claim_stored, strict=True)],
+        dtype=np.float32,
+    ).reshape(len(found), dim)
+    context_vecs = np.asarray(
+        [
+            v if v is not None else made[c.text]
+            for c, v in zip(contexts, context_stored, strict=True)
+        ],
+        dtype=np.float32,
+    ).reshape(len(contexts), dim)
     context_terms = [set(analyze(chunk.text)) for chunk in contexts]
 
     entailed: dict[tuple[int, int], float] | None = None

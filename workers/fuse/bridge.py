@@ -3,7 +3,8 @@
 A multi-hop question names its first hop ("the author of *Alexander and the Terrible …*"), so
 every channel finds that chunk; the second hop ("Judith Viorst") is named only inside it, and
 no channel searching with the question's words can reach it. The graph can: the entities the
-best fused chunks mention lead to the documents titled by them (`GraphStore.documents_about`).
+best fused chunks mention (as ingestion found them: `GraphStore.chunk_entities`) lead to the
+documents titled by them (`GraphStore.documents_about`).
 Up to `MAX_BRIDGED` such chunks are placed right after the first `INSERT_AT` fused ones, and
 carry `channels["graph_bridge"]` so an answer's sources say how they were found.
 
@@ -13,10 +14,9 @@ against 0.692 for vector+sparse alone; NFCorpus nDCG@10 unchanged (0.354).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from contracts.models import RetrievedChunk
-from infra.retrieval.entities import extract_entities
 from infra.retrieval.graph.model import GraphStore
 
 BRIDGE_CHANNEL = "graph_bridge"
@@ -34,13 +34,16 @@ of multi-hop questions. Terms ("vitamin d") name topics, and following them to t
 titled by a topic pushed relevant chunks down on NFCorpus (nDCG@10 0.355 -> 0.341)."""
 
 
-def bridge_norms(chunks: Sequence[RetrievedChunk]) -> list[str]:
-    """Named-entity norms of the best chunks' texts, best chunk first, each once."""
+def bridge_norms(
+    chunks: Sequence[RetrievedChunk], entities: Mapping[str, Sequence[tuple[str, str]]]
+) -> list[str]:
+    """Named-entity norms of the best chunks, best chunk first, each once; `entities` are the
+    `(norm, kind)` pairs ingestion found in each chunk (`GraphStore.chunk_entities`)."""
     norms: list[str] = []
     for chunk in chunks[:BRIDGE_FROM]:
-        for entity in extract_entities(chunk.text):
-            if entity.kind in BRIDGE_KINDS and entity.norm not in norms:
-                norms.append(entity.norm)
+        for norm, kind in entities.get(chunk.chunk_id, ()):
+            if kind in BRIDGE_KINDS and norm not in norms:
+                norms.append(norm)
     return norms
 
 
@@ -49,7 +52,8 @@ async def bridge(
 ) -> tuple[list[RetrievedChunk], int]:
     """The fused list with bridged chunks inserted (re-ranked, cut to `top_k`), and how many
     were inserted."""
-    norms = bridge_norms(chunks)
+    entities = await graph.chunk_entities([chunk.chunk_id for chunk in chunks[:BRIDGE_FROM]])
+    norms = bridge_norms(chunks, entities)
     if not norms:  # also when there are no chunks
         return chunks[:top_k], 0
     namespaces = sorted({chunk.namespace for chunk in chunks[:BRIDGE_FROM]})

@@ -11,6 +11,10 @@ order is still a good answer.
 
 A decomposed retry (`carried` set) fuses each of its queries' channels alone and adds their
 best new chunks to the previous attempt's list (`workers.fuse.follow_up`).
+
+The channels send references; the fused list is hydrated from the vector store (text, the
+chunk's stored vector and its sentences' vectors) in one lookup, unless the request only wants
+rankings (`hydrate` off, the `retrieve` mode).
 """
 
 from __future__ import annotations
@@ -74,6 +78,12 @@ def create_router(resources: Resources) -> NatsRouter:
                 except Exception as exc:  # the fused list alone is still a good answer
                     log.exception("graph_bridge_failed")
                     run.metadata["bridge_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            if cmd.hydrate:
+                store = await resources.vectors()
+                fused = len(chunks)
+                chunks = await store.read(store.hydrate, chunks)
+                if len(chunks) < fused:  # deleted since a channel found them
+                    run.metadata["gone"] = fused - len(chunks)
             if reranker is not None:
                 try:
                     chunks, run.metadata["reranked"] = await rerank(

@@ -2,28 +2,29 @@
 
 No language model, so nothing is made up: every sentence of the answer is a sentence of
 a context, followed by `[n]`, the number of that context in the order it was given.
-Sentences are scored by embedding cosine to the query blended with content-word
-overlap, picked with maximal marginal relevance (relevant, but not saying the same
-thing twice), and shown in the order of the contexts they came from. A picked sentence
-that opens with a pronoun ("It was founded ...") brings the sentence before it along, so
-the reader learns what "it" is. After a decomposition, a sentence also counts for the follow-up
-queries (at `FOLLOW_UP_WEIGHT`), so the second hop's answer is picked, not only the first's.
+Sentences are scored by embedding cosine to the query blended with content-word overlap. The
+embeddings are the sentence vectors ingestion stored with each chunk and the query vector
+classify made: no encoder runs here unless a context or a query came without them. Sentences
+are picked with maximal marginal relevance (relevant, but not saying the same thing twice),
+and shown in the order of the contexts they came from. A picked sentence that opens with a
+pronoun ("It was founded ...") brings the sentence before it along, so the reader learns what
+"it" is. After a decomposition, a sentence also counts for the follow-up queries (at
+`FOLLOW_UP_WEIGHT`), so the second hop's answer is picked, not only the first's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
 
 import numpy as np
 
 from contracts.models import RetrievedChunk
-from infra.retrieval.text import analyze, split_sentences
-
-if TYPE_CHECKING:
-    from infra.retrieval.encoder import Encoder
+from infra.retrieval.text import analyze
+from infra.retrieval.vectors.codec import chunk_sentences
 
 MAX_SENTENCES: Final = 4
 MIN_SENTENCES: Final = 2
@@ -49,7 +50,6 @@ _ANAPHOR = re.compile(
     r"the (?:latter|former|same))\b",
     re.IGNORECASE,
 )
-_MARKER = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 _TRAILING_PUNCT = re.compile(r"([.!?…:;]+)([\"'”’)]*)$")
 
 
@@ -60,6 +60,12 @@ class Candidate:
     position: int
     text: str
     terms: frozenset[str]
+    vector: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """Its stored embedding, when the context came with its sentences' vectors."""
+
+
+class Encoding(Protocol):
+    async def aencode(self, texts: list[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class Answer:
     citations: dict[int, str]
     """citation number -> chunk_id, for the numbers that appear in `text` only."""
     sentences: int
+    encoded: int = 0
+    """Texts the encoder had to embed (0 when the request and the contexts carried vectors)."""
 
 
 def no_evidence_answer(query: str) -> Answer:
@@ -78,24 +86,18 @@ def no_evidence_answer(query: str) -> Answer:
     )
 
 
-def _clean(sentence: str) -> str:
-    """One line, and no citation markers of the source's own that would point nowhere."""
-    return " ".join(_MARKER.sub("", sentence).split())
-
-
 def candidates(contexts: Sequence[RetrievedChunk]) -> list[Candidate]:
     """The contexts' sentences, numbered by context; too-short fragments and repeats go."""
     found: list[Candidate] = []
     fallback: list[Candidate] = []
     seen: set[str] = set()
     for number, chunk in enumerate(contexts, start=1):
-        for position, raw in enumerate(split_sentences(chunk.text)):
-            text = _clean(raw)
+        for position, (text, vector) in enumerate(chunk_sentences(chunk)):
             key = text.lower()
             if not text or key in seen:
                 continue
             seen.add(key)
-            candidate = Candidate(number, position, text, frozenset(analyze(text)))
+            candidate = Candidate(number, position, text, frozenset(analyze(text)), vector)
             (found if len(text.split()) >= 4 and candidate.terms else fallback).append(candidate)
     return (found or fallback)[:MAX_CANDIDATES]
 
@@ -145,7 +147,7 @@ def with_antecedents(
         before = (candidate.context, candidate.position - 1)
         if candidate.position == 0 or before in taken or not _ANAPHOR.match(candidate.text):
             continue
-        text = _clean(split_sentences(contexts[candidate.context - 1].text)[before[1]])
+        text = chunk_sentences(contexts[candidate.context - 1])[before[1]][0]
         if text:
             taken.add(before)
             out.append(Candidate(*before, text, frozenset(analyze(text))))
@@ -159,26 +161,50 @@ def compose(chosen: Sequence[Candidate], contexts: Sequence[RetrievedChunk]) -> 
     return Answer(text=text, citations=dict(sorted(citations.items())), sentences=len(ordered))
 
 
+async def embeddings(
+    pool: Sequence[Candidate],
+    asked: Sequence[str],
+    known: Mapping[str, np.ndarray],
+    encoder: Encoding,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Vectors of the asked queries and of the candidates: the ones that came with the request
+    or the contexts, and one encoder call for whatever did not; also how many were encoded."""
+    missing = [q for q in asked if q not in known]
+    missing += [c.text for c in pool if c.vector is None]
+    made: dict[str, np.ndarray] = {}
+    if missing:
+        distinct = list(dict.fromkeys(missing))
+        rows = np.asarray(await encoder.aencode(distinct), dtype=np.float32)
+        made = dict(zip(distinct, rows, strict=True))
+    queries = np.stack([known[q] if q in known else made[q] for q in asked])
+    sentences = np.stack([c.vector if c.vector is not None else made[c.text] for c in pool])
+    return queries, sentences.astype(np.float32, copy=False), len(made)
+
+
 async def extractive_answer(
     query: str,
     contexts: Sequence[RetrievedChunk],
-    encoder: Encoder,
+    encoder: Encoding,
     follow_ups: Sequence[str] = (),
+    query_vectors: Mapping[str, np.ndarray] | None = None,
 ) -> Answer:
     """The 2-4 sentences of the contexts that best answer the query (or, discounted, its
     follow-up queries), each cited.
 
     Fewer when only one sentence is on topic; none (an honest "not found") when nothing is.
+    `query_vectors` are the request's embeddings of the query and the follow-ups, by text;
+    `encoder` makes only what neither they nor the contexts' stored vectors provide.
     """
     pool = candidates(contexts)
     if not pool:
         return no_evidence_answer(query)
     asked = [query, *follow_ups]
-    vectors = np.asarray(await encoder.aencode(asked + [c.text for c in pool]), np.float32)
-    sentence_vectors = vectors[len(asked) :]
+    query_rows, sentence_vectors, encoded = await embeddings(
+        pool, asked, query_vectors or {}, encoder
+    )
     relevance = np.zeros(len(pool))
     for index, text in enumerate(asked):
-        semantic = np.clip(sentence_vectors @ vectors[index], 0.0, 1.0)
+        semantic = np.clip(sentence_vectors @ query_rows[index], 0.0, 1.0)
         terms = frozenset(analyze(text))
         lexical = np.array([_lexical(terms, c.terms) for c in pool])
         weight = 1.0 if index == 0 else FOLLOW_UP_WEIGHT
@@ -187,4 +213,5 @@ async def extractive_answer(
     if float(relevance.max()) < NO_ANSWER_BELOW:
         return no_evidence_answer(query)
     chosen = select(relevance, sentence_vectors @ sentence_vectors.T)
-    return compose([pool[i] for i in chosen], contexts)
+    answer = compose([pool[i] for i in chosen], contexts)
+    return dataclasses.replace(answer, encoded=encoded)

@@ -10,8 +10,10 @@ answers instead and the generation phase says so (`generator: extractive`,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from faststream.nats import NatsRouter
 
 from contracts.commands import GenerateCommand
@@ -20,6 +22,7 @@ from contracts.models import ToolCall
 from contracts.results import GenerateResult
 from infra.llm import LLMClient, LLMStreamBroken, describe
 from infra.logging import get_logger
+from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
@@ -48,8 +51,16 @@ async def answer_for(cmd: GenerateCommand, resources: Resources) -> Answer:
     if not cmd.contexts:
         return no_evidence_answer(cmd.query)
     return await extractive_answer(
-        cmd.query, cmd.contexts, await resources.encoder(), follow_ups=cmd.follow_ups
+        cmd.query,
+        cmd.contexts,
+        resources.encoding(),
+        follow_ups=cmd.follow_ups,
+        query_vectors=query_vectors(cmd.query_vectors),
     )
+
+
+def query_vectors(packed: Mapping[str, str]) -> dict[str, np.ndarray]:
+    return {text: vector for text, p in packed.items() if (vector := unpack_query(p)) is not None}
 
 
 async def _extractive(
@@ -62,6 +73,7 @@ async def _extractive(
         citations=len(answer.citations),
         tokens=tokens,
         generator=GENERATOR,
+        encoded=answer.encoded,
     )
     return answer
 
@@ -76,6 +88,7 @@ async def _with_llm(
     """The model's answer, or the extractive one with the reason the model gave none."""
     try:
         got = await llm_answer(cmd, client, emitter.emit)
+        await emitter.flush()
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -86,6 +99,7 @@ async def _with_llm(
             if not isinstance(exc, LLMStreamBroken):
                 reason = f"{reason} (after {client.max_retries + 1} attempts at most)"
         log.warning("llm_fallback", reason=reason, error_type=type(exc).__name__)
+        await emitter.flush()  # what the model did say stays said
         partial = emitter.count
         answer = await _extractive(cmd, resources, emitter, run)
         run.metadata.update(fallback_from=LLM_GENERATOR, reason=reason, model=client.model)

@@ -1,60 +1,82 @@
-"""Streams an answer to the caller as token events, a few words at a time.
+"""Streams an answer to the caller as `token` events, coalesced.
 
-The extractive answer exists whole before it is sent; streaming it anyway gives every
-generator the same event shape, so callers render LLM and extractive answers alike.
+Every event is a message stored in JetStream and relayed to each reader, so text is sent a
+few times a second, not once per word: the first text goes out at once (the reader sees the
+answer start), later text gathers for `FLUSH_S` or up to `MAX_TOKEN_CHARS` before it is sent.
+An extractive answer exists whole before it is sent, so it is one event (or a few, for a very
+long one); an LLM's stream becomes a handful per second. Joined in order, the events give the
+answer exactly.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from contracts.envelope import Envelope
-from contracts.events import TokenData, TokenEvent
+from contracts.events import MAX_TOKEN_CHARS, TokenData, TokenEvent
 from infra.runtime.bus import Bus
 
-WORDS_PER_TOKEN = 4
+FLUSH_S = 0.25
+"""Held text goes out once this long has passed since the last event."""
 
-_WORD = re.compile(r"\S+\s*")
 
-
-def pieces(text: str, words: int = WORDS_PER_TOKEN) -> Iterator[str]:
-    """`text` in pieces of `words` words each; joined back they give `text` exactly."""
-    tokens = _WORD.findall(text)
-    lead = text[: len(text) - len(text.lstrip())]
-    for start in range(0, len(tokens), words):
-        yield (lead if start == 0 else "") + "".join(tokens[start : start + words])
+def pieces(text: str, max_chars: int = MAX_TOKEN_CHARS) -> Iterator[str]:
+    """`text` in pieces of at most `max_chars`, cut after a space where there is one; joined
+    back they give `text` exactly."""
+    while len(text) > max_chars:
+        cut = text.rfind(" ", 0, max_chars) + 1 or max_chars
+        yield text[:cut]
+        text = text[cut:]
+    if text:
+        yield text
 
 
 class TokenEmitter:
     """Sends `token` events for one request with consecutive indexes, however many sources
-    (an LLM stream, then perhaps a fallback answer) contribute to them."""
+    (an LLM stream, then perhaps a fallback answer) contribute to them. `emit` gathers text,
+    `flush` sends what is held; a step calls `flush` when its text is complete."""
 
-    def __init__(self, bus: Bus, cmd: Envelope) -> None:
+    def __init__(
+        self, bus: Bus, cmd: Envelope, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.bus = bus
         self.cmd = cmd
         self.count = 0
+        """Events sent so far."""
+        self._held = ""
+        self._clock = clock
+        self._last = float("-inf")
 
     async def emit(self, text: str) -> None:
         if not text:
             return
-        await self.bus.emit(
-            TokenEvent(
-                request_id=self.cmd.request_id,
-                attempt=self.cmd.attempt,
-                trace=self.cmd.trace,
-                data=TokenData(text=text, index=self.count),
+        self._held += text
+        if len(self._held) >= MAX_TOKEN_CHARS or self._clock() - self._last >= FLUSH_S:
+            await self.flush()
+
+    async def flush(self) -> None:
+        held, self._held = self._held, ""
+        for piece in pieces(held):
+            await self.bus.emit(
+                TokenEvent(
+                    request_id=self.cmd.request_id,
+                    attempt=self.cmd.attempt,
+                    trace=self.cmd.trace,
+                    data=TokenData(text=piece, index=self.count),
+                )
             )
-        )
-        self.count += 1
+            self.count += 1
+        if held:
+            self._last = self._clock()
 
 
 async def stream_answer(
     bus: Bus, cmd: Envelope, text: str, emitter: TokenEmitter | None = None
 ) -> int:
-    """Emit the answer as `token` events on the request's subject; returns how many."""
+    """Send a whole answer as `token` events on the request's subject; returns how many."""
     emitter = emitter or TokenEmitter(bus, cmd)
     start = emitter.count
-    for piece in pieces(text):
-        await emitter.emit(piece)
+    await emitter.emit(text)
+    await emitter.flush()
     return emitter.count - start

@@ -11,6 +11,7 @@ wherever the model fails.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -72,7 +73,12 @@ def create_router(resources: Resources) -> NatsRouter:
     async def on_completed(job_id: str, state: dict[str, Any]) -> None:
         log.info("ingest_job_finished", job_id=job_id, status=state.get("status"))
         if not state.get("documents_done"):
-            return  # nothing new in the graph
+            return  # nothing new in the stores
+        try:  # index what the job appended; the store answers searches meanwhile
+            store = await resources.vectors()
+            await asyncio.to_thread(store.optimize)
+        except Exception:  # unindexed segments are still searched, by a full scan
+            log.exception("vectors_optimize_failed", job_id=job_id)
         try:
             encoder = await resources.encoder()
             graph = await resources.graph()

@@ -123,12 +123,11 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         chunks = chunk_document(doc, settings.chunk_chars, settings.chunk_overlap_chars)
         if not chunks:
             raise DocumentRejected("the document has no text to index")
-        texts = [chunk.embedding_text for chunk in chunks]
-        dense, sparse = await encode_documents(encoder, sparse_model, texts)
+        dense, sparse, sentences = await encode_documents(encoder, sparse_model, chunks)
         entities, extractor, fallbacks = await extract_chunk_entities(resources, doc, chunks)
         await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
         await asyncio.to_thread(
-            vectors.upsert_chunks, doc.namespace, chunks, dense, sparse, content_hash
+            vectors.upsert_chunks, doc.namespace, chunks, dense, sparse, content_hash, sentences
         )
     except STORE_HICCUPS as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc

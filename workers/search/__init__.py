@@ -32,7 +32,7 @@ log = get_logger(__name__)
 SHOWN_QUERY_CHARS = 200
 """How much of the searched query a channel's phase event shows."""
 
-ChannelSearch = Callable[[Resources, SearchCommand], Awaitable[list[RetrievedChunk]]]
+ChannelSearch = Callable[[Resources, SearchCommand], Awaitable[channels.Found]]
 
 CHANNEL_FUNCTIONS: dict[Channel, str] = {
     Channel.VECTOR: "search_vector",
@@ -49,9 +49,12 @@ def result_event_id(cmd: SearchCommand) -> str:
 
 
 def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChunk]:
-    """1-based ranks, recorded under the channel's name for fusion."""
+    """1-based ranks, recorded under the channel's name for fusion; references only (fusion
+    hydrates the chunks it keeps), so a store that answered with text does not ship it."""
     return [
-        chunk.model_copy(update={"rank": rank, "channels": {channel.value: rank}})
+        chunk.model_copy(
+            update={"rank": rank, "channels": {channel.value: rank}, "text": "", "vectors": None}
+        )
         for rank, chunk in enumerate(chunks, start=1)
     ]
 
@@ -72,13 +75,15 @@ def create_router(resources: Resources) -> NatsRouter:
             async with phase(
                 bus, cmd, CHANNEL_PHASE[channel], channel=channel.value, query=shown
             ) as run:
-                chunks = ranked(await search(resources, cmd), channel)[: cmd.top_k]
+                found = await search(resources, cmd)
+                chunks = ranked(found.chunks, channel)[: cmd.top_k]
                 run.metadata["count"] = len(chunks)
             result = SearchResult(
                 **step_result_fields(cmd, run),
                 event_id=result_event_id(cmd),
                 channel=channel,
                 chunks=chunks,
+                query_vector=found.query_vector,
             )
             await publisher.publish(result)
 

@@ -2,14 +2,13 @@
 
 It queries the vector store through `Resources` in this process (encoder + Qdrant) rather
 than going round the bus or the HTTP API: no second request, no saga inside a saga, and
-no deadline of its own to juggle. With Qdrant in local mode the store belongs to one
-process, so the tool worker must then run in the same process as search and ingest
-(`ragbus up`); with `RAGBUS_QDRANT_URL` set it runs anywhere.
+no deadline of its own to juggle. The embedded store (Qdrant Edge) belongs to one process,
+so the tool worker then runs in the store's process (`ragbus up` puts it there); with
+`RAGBUS_QDRANT_URL` set it runs anywhere.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 
 from contracts.tools import SEARCH
@@ -26,7 +25,8 @@ def register_search(registry: ToolRegistry, resources: Resources) -> None:
         encoder = await resources.encoder()
         vector = [float(x) for x in (await encoder.aencode([query]))[0]]
         store = await resources.vectors()
-        chunks = await asyncio.to_thread(store.search_dense, [namespace], vector, top_k)
+        found = await store.read(store.search_dense, [namespace], vector, top_k)
+        chunks = await store.read(store.hydrate, found)
         if not chunks:
             return f"no passages found for {query!r} in namespace {namespace!r}"
         lines = []

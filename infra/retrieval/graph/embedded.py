@@ -53,6 +53,8 @@ class EmbeddedGraphStore:
         self._documents: dict[str, dict[str, Any]] = {}
         self._chunks: dict[str, RetrievedChunk] = {}
         self._chunk_entities: dict[str, list[str]] = {}
+        self._chunk_at: dict[str, tuple[str, int]] = {}
+        """chunk id -> (document key, position among its chunks), for `chunk_entities`."""
         self._entities: dict[str, EntityRecord] = {}
         self._tokens: dict[tuple[str, str], set[str]] = defaultdict(set)
         self._sorted: dict[str, list[str]] = {}
@@ -161,8 +163,11 @@ class EmbeddedGraphStore:
         self._documents[document_key] = record
         for norm in title_norms(record["title"]):
             self._titles[(namespace, norm)].append(document_key)
-        for chunk, entities in zip(record["chunks"], record["entities"], strict=True):
+        for position, (chunk, entities) in enumerate(
+            zip(record["chunks"], record["entities"], strict=True)
+        ):
             chunk_id = chunk["chunk_id"]
+            self._chunk_at[chunk_id] = (document_key, position)
             self._chunks[chunk_id] = RetrievedChunk(
                 chunk_id=chunk_id,
                 document_id=document_id,
@@ -203,6 +208,7 @@ class EmbeddedGraphStore:
         for chunk in record["chunks"]:
             chunk_id = chunk["chunk_id"]
             self._chunks.pop(chunk_id, None)
+            self._chunk_at.pop(chunk_id, None)
             self._totals[namespace] -= 1
             for key in self._chunk_entities.pop(chunk_id, []):
                 entity = self._entities.get(key)
@@ -282,6 +288,15 @@ class EmbeddedGraphStore:
                     if document_key not in seen and chunks:
                         seen.add(document_key)
                         found.append(self._chunks[chunks[0]["chunk_id"]])
+        return found
+
+    async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for chunk_id in chunk_ids:
+            at = self._chunk_at.get(chunk_id)
+            if at is not None:
+                entities = self._documents[at[0]]["entities"][at[1]]
+                found[chunk_id] = [(e["norm"], e["kind"]) for e in entities]
         return found
 
     async def communities(self, namespaces: Sequence[str]) -> list[Community]:

@@ -97,6 +97,10 @@ class GraphStore(Protocol):
         `infra.retrieval.entities.title_norms`), in the order of `norms`: what the graph knows
         *about* an entity, as opposed to where it is merely mentioned."""
 
+    async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """The entities ingestion found in each chunk, as `(norm, kind)` in the order they were
+        found: what the query path reads instead of extracting them again."""
+
     async def recompute_communities(
         self, embed: Embed | None = None, summarise: Summarise | None = None
     ) -> int:

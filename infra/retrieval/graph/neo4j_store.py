@@ -75,7 +75,8 @@ WITH d
 UNWIND $chunks AS ch
 MERGE (c:Chunk {chunk_id: ch.chunk_id})
 SET c.namespace = $ns, c.document_id = $doc, c.title = $title, c.text = ch.text,
-    c.source = ch.source, c.index = ch.index
+    c.source = ch.source, c.index = ch.index, c.mention_norms = ch.mention_norms,
+    c.mention_kinds = ch.mention_kinds
 MERGE (d)-[:HAS_CHUNK]->(c)
 """
 _WRITE_MENTIONS = """
@@ -157,8 +158,15 @@ class Neo4jGraphStore:
             "title": title,
             "title_norms": title_norms(title),
             "chunks": [
-                {"chunk_id": c.chunk_id, "text": c.text, "source": c.source, "index": c.index}
-                for c in chunks
+                {
+                    "chunk_id": c.chunk_id,
+                    "text": c.text,
+                    "source": c.source,
+                    "index": c.index,
+                    "mention_norms": [e.norm for e in entities],
+                    "mention_kinds": [e.kind for e in entities],
+                }
+                for c, entities in zip(chunks, chunk_entities, strict=True)
             ],
         }
         mentions: list[dict[str, Any]] = [
@@ -268,6 +276,17 @@ class Neo4jGraphStore:
             norms=list(norms),
         )
         return [RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows]
+
+    async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        rows = await self._run(
+            "UNWIND $ids AS id MATCH (c:Chunk {chunk_id: id}) "
+            "RETURN c.chunk_id AS chunk_id, coalesce(c.mention_norms, []) AS norms, "
+            "coalesce(c.mention_kinds, []) AS kinds",
+            ids=list(chunk_ids),
+        )
+        return {
+            row["chunk_id"]: list(zip(row["norms"], row["kinds"], strict=False)) for row in rows
+        }
 
     async def communities(self, namespaces: Sequence[str]) -> list[Community]:
         rows = await self._run(

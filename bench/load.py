@@ -1,8 +1,10 @@
 """`ragbus bench`: closed-loop load on a running API, measured end to end.
 
 C loops each submit a query, stream its events to `done`, and go again until S seconds
-have passed. Latency is submit-to-`done` as the caller sees it; phase durations are
-the ones the workers measured and reported in their `phase` events.
+have passed, after W seconds of warm-up whose requests are not counted. Latency is
+submit-to-`done` as the caller sees it; phase durations are the ones the workers measured and
+reported in their `phase` events; CPU is what the machine spent during the measured seconds,
+less the load generator's own (`bench.cpu`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from api.client import ApiError, RagbusClient
+from bench.cpu import CpuMeter, CpuUsage
 
 REQUEST_TIMEOUT_S = 60.0
 
@@ -93,29 +96,49 @@ async def run_bench(
     *,
     concurrency: int,
     duration_s: float,
+    warmup_s: float = 0.0,
     token: str | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    pids: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    outcomes: list[Outcome] = []
+    """`pids`: processes of the system under test whose CPU is reported one by one."""
     limits = httpx.Limits(max_connections=concurrency * 2 + 4)
     transport = httpx.AsyncHTTPTransport(limits=limits)
     async with RagbusClient(api_url, token=token, transport=transport) as client:
+
+        async def load(seconds: float) -> list[Outcome]:
+            outcomes: list[Outcome] = []
+            stop_at = time.monotonic() + seconds
+
+            async def loop(worker: int) -> None:
+                n = worker
+                while time.monotonic() < stop_at:
+                    outcomes.append(await run_one(client, queries[n % len(queries)], timeout_s))
+                    n += concurrency
+
+            await asyncio.gather(*(loop(i) for i in range(concurrency)))
+            return outcomes
+
+        if warmup_s > 0:
+            await load(warmup_s)
+        meter = CpuMeter(pids)
+        meter.start()
         start = time.monotonic()
-        stop_at = start + duration_s
-
-        async def loop(worker: int) -> None:
-            n = worker
-            while time.monotonic() < stop_at:
-                outcomes.append(await run_one(client, queries[n % len(queries)], timeout_s))
-                n += concurrency
-
-        await asyncio.gather(*(loop(i) for i in range(concurrency)))
+        outcomes = await load(duration_s)
         elapsed = time.monotonic() - start
-    return summarize(outcomes, elapsed, concurrency=concurrency, duration_s=duration_s)
+        cpu = meter.stop()
+    report = summarize(outcomes, elapsed, concurrency=concurrency, duration_s=duration_s, cpu=cpu)
+    report["warmup_s"] = warmup_s
+    return report
 
 
 def summarize(
-    outcomes: Sequence[Outcome], elapsed_s: float, *, concurrency: int, duration_s: float
+    outcomes: Sequence[Outcome],
+    elapsed_s: float,
+    *,
+    concurrency: int,
+    duration_s: float,
+    cpu: CpuUsage | None = None,
 ) -> dict[str, Any]:
     completed = [o for o in outcomes if o.status == "completed"]
     latencies = [o.latency_ms for o in completed]
@@ -138,6 +161,7 @@ def summarize(
         "concurrency": concurrency,
         "duration_s": duration_s,
         "elapsed_s": round(elapsed_s, 3),
+        "cpu": cpu.report(len(completed)) if cpu is not None else None,
         "sample_errors": first_errors,
     }
 
@@ -158,6 +182,16 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     summary.add_row("throughput", f"{report['throughput_qps']:.2f} q/s")
     for key, value in report["latency_ms"].items():
         summary.add_row(f"latency {key}", f"{ms(value)} ms")
+    cpu = report.get("cpu") or {}
+    if cpu.get("server_cpu_ms_per_request") is not None:
+        summary.add_row(
+            "server CPU",
+            f"{cpu['server_cpu_ms_per_request']:,.1f} ms/request "
+            f"({cpu['server_cores_busy']:.2f} of {cpu['cores']} cores busy)",
+        )
+        for name, ms_each in (cpu.get("process_cpu_ms_per_request") or {}).items():
+            summary.add_row(f"  {name}", f"{ms_each:,.1f} ms/request")
+        summary.add_row("client CPU", f"{cpu['client_cpu_ms_per_request']:,.1f} ms/request")
     summary.add_row("concurrency", str(report["concurrency"]))
     summary.add_row("duration", f"{report['duration_s']:g} s (ran {report['elapsed_s']:g} s)")
     console.print(summary)

@@ -1,0 +1,370 @@
+"""What every vector store backend shares: the stored point, the document bookkeeping, the
+search merge across namespaces and hydration.
+
+One collection (or Edge shard) per namespace, each holding three named vectors per chunk:
+`dense` (HNSW, cosine), `sparse` (BM25 term frequencies with the IDF modifier, or learned
+weights without it) and `sentences`, the chunk's sentence embeddings as one unindexed float16
+multivector: nothing searches them, generation and the critic read them back by chunk id.
+
+A document's chunks have deterministic ids (`infra.retrieval.text.chunk_id_for`), and its first
+chunk carries the content hash and chunk count. So reading a document's version, replacing it
+or deleting it are lookups by id, never filtered scans, and chunk 0 is written last: it is the
+commit marker of a re-ingested document.
+
+A backend implements the primitives at the bottom (`_exists` … `_retrieve`); the public
+methods are written once here. Backends are synchronous: callers run them off the event loop
+when they may take a while (writes, optimisation), and inline when they cost well under a
+millisecond (searches against an in-process shard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from contracts.models import RetrievedChunk
+from infra.logging import get_logger
+from infra.retrieval.text import Chunk, SparseVec, chunk_id_for
+from infra.retrieval.vectors.codec import chunk_vectors
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+DENSE = "dense"
+SPARSE = "sparse"
+SENTENCES = "sentences"
+UPSERT_BATCH = 256
+REF_FIELDS = ("chunk_id", "document_id", "title", "source", "namespace")
+"""What a search hit carries: a reference, not the text (see `hydrate`)."""
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """A chunk's sentences: character spans into its text and one unit vector per span."""
+
+    spans: list[tuple[int, int]]
+    vectors: np.ndarray
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    id: str
+    dense: list[float]
+    sparse: SparseVec
+    sentences: list[list[float]] | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Record:
+    id: str
+    payload: Mapping[str, Any]
+    vectors: Mapping[str, Any]
+
+
+class StoreMismatch(ValueError):
+    """A namespace's collection was made for another encoder (dense size or sparse kind)."""
+
+
+def mismatch(name: str, dim: int | None, idf: bool, want_dim: int, want_idf: bool) -> StoreMismatch:
+    kind = {True: "IDF-weighted (BM25)", False: "learned"}
+    return StoreMismatch(
+        f"{name} holds dense dim {dim} and {kind[idf]} sparse vectors, but the configured "
+        f"models make dim {want_dim} and {kind[want_idf]} ones: re-ingest under another "
+        "RAGBUS_QDRANT_COLLECTION_PREFIX or data directory"
+    )
+
+
+def to_chunk(hit: Hit | Record, namespace: str, score: float = 0.0) -> RetrievedChunk:
+    payload = hit.payload
+    return RetrievedChunk(
+        chunk_id=str(payload.get("chunk_id") or hit.id),
+        document_id=str(payload.get("document_id", "")),
+        title=str(payload.get("title", "")),
+        source=str(payload.get("source", "")),
+        namespace=str(payload.get("namespace") or namespace),
+        score=float(hit.score) if isinstance(hit, Hit) else score,
+    )
+
+
+class VectorStore(ABC):
+    """Dense, sparse and sentence vectors of chunks, one collection per namespace."""
+
+    backend = "abstract"
+    inline_reads = False
+    """Whether a search or hydration is cheap enough to run on the event loop (an in-process
+    index answering in well under a millisecond) rather than in a thread (a network call)."""
+
+    async def read(self, call: Callable[..., T], *args: Any) -> T:
+        """Run one of the read methods the way this backend's cost asks for."""
+        if self.inline_reads:
+            return call(*args)
+        return await asyncio.to_thread(call, *args)
+
+    def __init__(self, dim: int, *, sparse_idf: bool = True) -> None:
+        self.dim = dim
+        self.sparse_idf = sparse_idf
+        self._write_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- writes
+
+    def upsert_chunks(
+        self,
+        namespace: str,
+        chunks: Sequence[Chunk],
+        dense: np.ndarray,
+        sparse: Sequence[SparseVec],
+        content_hash: str,
+        sentences: Sequence[Sentences] | None = None,
+    ) -> None:
+        """Write a document's chunks, then drop the chunks an older, longer version left."""
+        if not (len(chunks) == len(dense) == len(sparse)):
+            raise ValueError("chunks, dense and sparse vectors must have the same length")
+        if sentences is not None and len(sentences) != len(chunks):
+            raise ValueError("one sentence set per chunk is required")
+        if not chunks:
+            return
+        if dense.shape[1] != self.dim:
+            raise ValueError(f"dense vectors have dim {dense.shape[1]}, expected {self.dim}")
+        document_id = chunks[0].document_id
+        per_chunk: Sequence[Sentences | None] = sentences or [None] * len(chunks)
+        points = [
+            self._point(namespace, chunk, vector, sparse_vec, content_hash, len(chunks), found)
+            for chunk, vector, sparse_vec, found in zip(
+                chunks, dense, sparse, per_chunk, strict=True
+            )
+        ]
+        points.sort(key=lambda point: point.payload["index"] == 0)  # the commit marker last
+        with self._write_lock:
+            self._ensure(namespace)
+            previous = self._first_payload(namespace, document_id)
+            for start in range(0, len(points), UPSERT_BATCH):
+                self._upsert(namespace, points[start : start + UPSERT_BATCH])
+            old_count = int((previous or {}).get("chunk_count") or 0)
+            stale = [chunk_id_for(namespace, document_id, i) for i in range(len(chunks), old_count)]
+            if stale:
+                self._delete_ids(namespace, stale)
+
+    def write_points(self, namespace: str, points: Sequence[StoredPoint]) -> None:
+        """Write prepared points as they are (a migration keeps ids, payloads and vectors)."""
+        with self._write_lock:
+            self._ensure(namespace)
+            for start in range(0, len(points), UPSERT_BATCH):
+                self._upsert(namespace, points[start : start + UPSERT_BATCH])
+
+    def _point(
+        self,
+        namespace: str,
+        chunk: Chunk,
+        vector: np.ndarray,
+        sparse: SparseVec,
+        content_hash: str,
+        chunk_count: int,
+        found: Sentences | None,
+    ) -> StoredPoint:
+        spans: list[tuple[int, int]] = []
+        rows: list[list[float]] | None = None
+        if found is not None and found.spans:
+            if len(found.vectors) != len(found.spans):
+                raise ValueError("one sentence vector per span is required")
+            spans = list(found.spans)
+            rows = np.asarray(found.vectors, dtype=np.float32).tolist()
+        return StoredPoint(
+            id=chunk.chunk_id,
+            dense=np.asarray(vector, dtype=np.float32).tolist(),
+            sparse=(list(sparse[0]), list(sparse[1])),
+            sentences=rows,
+            payload={
+                "chunk_id": chunk.chunk_id,
+                "document_id": chunk.document_id,
+                "title": chunk.title,
+                "source": chunk.source,
+                "namespace": namespace,
+                "text": chunk.text,
+                "heading": chunk.heading,
+                "index": chunk.index,
+                "content_hash": content_hash,
+                "chunk_count": chunk_count,
+                "spans": [[int(a), int(b)] for a, b in spans],
+            },
+        )
+
+    def delete_document(self, namespace: str, document_id: str) -> int:
+        """Remove a document's chunks; returns how many there were."""
+        with self._write_lock:
+            if not self._exists(namespace):
+                return 0
+            first = self._first_payload(namespace, document_id)
+            if first is not None and first.get("chunk_count"):
+                ids = [chunk_id_for(namespace, document_id, i) for i in range(first["chunk_count"])]
+                self._delete_ids(namespace, ids)
+                return len(ids)
+            # No commit marker (an interrupted first ingestion): fall back to a filtered scan.
+            return self._delete_document_by_filter(namespace, document_id)
+
+    def document_hash(self, namespace: str, document_id: str) -> str | None:
+        """The content hash of the stored version of a document, or None if it has none."""
+        first = self._first_payload(namespace, document_id)
+        return str(first["content_hash"]) if first and first.get("content_hash") else None
+
+    def _first_payload(self, namespace: str, document_id: str) -> dict[str, Any] | None:
+        if not self._exists(namespace):
+            return None
+        found = self._retrieve(
+            namespace,
+            [chunk_id_for(namespace, document_id, 0)],
+            ["content_hash", "chunk_count"],
+            (),
+        )
+        return dict(found[0].payload) if found else None
+
+    # ---------------------------------------------------------------- reads
+
+    def _search(
+        self, namespaces: Sequence[str], using: str, query: Any, top_k: int
+    ) -> list[RetrievedChunk]:
+        hits: list[RetrievedChunk] = []
+        for namespace in dict.fromkeys(namespaces):
+            if self._exists(namespace):
+                found = self._query(namespace, using, query, top_k, REF_FIELDS)
+                hits.extend(to_chunk(hit, namespace) for hit in found)
+        hits.sort(key=lambda chunk: chunk.score, reverse=True)
+        return hits[:top_k]
+
+    def search_dense(
+        self, namespaces: Sequence[str], vector: Sequence[float] | np.ndarray, top_k: int
+    ) -> list[RetrievedChunk]:
+        """References (no text) to the `top_k` chunks nearest to `vector`, best first."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if len(query) != self.dim:
+            raise ValueError(f"query vector has dim {len(query)}, expected {self.dim}")
+        return self._search(namespaces, DENSE, query.tolist(), top_k)
+
+    def search_sparse(
+        self,
+        namespaces: Sequence[str],
+        indices: Sequence[int],
+        values: Sequence[float],
+        top_k: int,
+    ) -> list[RetrievedChunk]:
+        """References (no text) to the `top_k` best sparse (BM25) matches, best first."""
+        if not indices:
+            return []
+        return self._search(namespaces, SPARSE, (list(indices), list(values)), top_k)
+
+    def hydrate(self, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+        """The chunks with their text and stored vectors, in the same order; a chunk the store
+        no longer has (deleted since it was found) is dropped, one that already carries its
+        text (a previous attempt's) is kept as it is."""
+        by_namespace: dict[str, list[str]] = {}
+        for chunk in chunks:
+            if not chunk.text:
+                by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
+        found: dict[tuple[str, str], Record] = {}
+        for namespace, ids in by_namespace.items():
+            if not self._exists(namespace):
+                continue
+            for record in self._retrieve(namespace, ids, True, (DENSE, SENTENCES)):
+                found[(namespace, str(record.payload.get("chunk_id") or record.id))] = record
+        out: list[RetrievedChunk] = []
+        for chunk in chunks:
+            if chunk.text:
+                out.append(chunk)
+                continue
+            stored = found.get((chunk.namespace, chunk.chunk_id))
+            if stored is None:
+                continue
+            payload = stored.payload
+            update: dict[str, Any] = {
+                "text": str(payload.get("text", "")),
+                "title": chunk.title or str(payload.get("title", "")),
+                "source": chunk.source or str(payload.get("source", "")),
+                "document_id": chunk.document_id or str(payload.get("document_id", "")),
+            }
+            dense = stored.vectors.get(DENSE)
+            if dense is not None:
+                spans = [(int(a), int(b)) for a, b in payload.get("spans") or []]
+                rows = stored.vectors.get(SENTENCES) or []
+                if len(rows) != len(spans):  # stored without sentences: generation encodes them
+                    spans, rows = [], []
+                update["vectors"] = chunk_vectors(
+                    np.asarray(dense, dtype=np.float32),
+                    spans,
+                    np.asarray(rows, dtype=np.float32).reshape(len(spans), self.dim),
+                )
+            out.append(chunk.model_copy(update=update))
+        return out
+
+    def count(self, namespace: str) -> int:
+        return self._count(namespace) if self._exists(namespace) else 0
+
+    def iter_points(self, namespace: str, batch: int = 256) -> Iterable[Record]:
+        """Every point of a namespace with its payload and its dense and sparse vectors."""
+        if self._exists(namespace):
+            yield from self._scroll(namespace, batch)
+
+    # ---------------------------------------------------------------- backend primitives
+
+    @abstractmethod
+    def namespaces(self) -> list[str]:
+        """Namespaces that have a collection."""
+
+    @abstractmethod
+    def _exists(self, namespace: str) -> bool: ...
+
+    @abstractmethod
+    def _ensure(self, namespace: str) -> None: ...
+
+    @abstractmethod
+    def _upsert(self, namespace: str, points: Sequence[StoredPoint]) -> None: ...
+
+    @abstractmethod
+    def _delete_ids(self, namespace: str, ids: Sequence[str]) -> None: ...
+
+    @abstractmethod
+    def _delete_document_by_filter(self, namespace: str, document_id: str) -> int: ...
+
+    @abstractmethod
+    def _query(
+        self, namespace: str, using: str, query: Any, limit: int, fields: Sequence[str]
+    ) -> list[Hit]:
+        """`query` is a dense list of floats, or `(indices, values)` for the sparse vector."""
+
+    @abstractmethod
+    def _retrieve(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        payload: bool | Sequence[str],
+        vectors: Sequence[str],
+    ) -> list[Record]: ...
+
+    @abstractmethod
+    def _count(self, namespace: str) -> int: ...
+
+    @abstractmethod
+    def _scroll(self, namespace: str, batch: int) -> Iterable[Record]: ...
+
+    @abstractmethod
+    def optimize(self) -> None:
+        """Build indexes over what was written (no-op where the server does it itself)."""
+
+    @abstractmethod
+    def ping(self) -> bool: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
