@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,11 +23,13 @@ from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from infra.logging import configure_logging
 from infra.retrieval.sparse import Bm25Sparse
-from infra.retrieval.text import chunk_document
+from infra.retrieval.text import chunk_document, clean_sentence, sentence_spans
+from infra.retrieval.vectors.codec import chunk_vectors
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 
+T = TypeVar("T")
 DIM = 384
 QUERY_WORKERS = ("classify", "search", "fuse", "generate", "critic")
 """The worker kinds a question passes through (no tool, no ingest)."""
@@ -53,14 +55,16 @@ class InstantEncoder:
         return self.encode(texts)
 
 
-def sample_chunks() -> list[RetrievedChunk]:
-    """The bundled sample corpus, chunked as ingestion would."""
+def sample_chunks(encoder: InstantEncoder) -> list[RetrievedChunk]:
+    """The bundled sample corpus, chunked as ingestion would, with the vectors it stores."""
     chunks: list[RetrievedChunk] = []
     for path in sorted(files("api").joinpath("sample").iterdir(), key=lambda p: p.name):
         if not path.name.endswith(".md"):
             continue
         doc = DocumentIn(id=path.name, title=path.name, text=path.read_text(encoding="utf-8"))
         for chunk in chunk_document(doc, 800, 120):
+            spans = sentence_spans(chunk.text)
+            shown = [clean_sentence(chunk.text[a:b]) for a, b in spans]
             chunks.append(
                 RetrievedChunk(
                     chunk_id=chunk.chunk_id,
@@ -68,21 +72,44 @@ def sample_chunks() -> list[RetrievedChunk]:
                     title=chunk.title,
                     source=chunk.source,
                     text=chunk.text,
+                    vectors=chunk_vectors(
+                        encoder.encode([chunk.embedding_text])[0], spans, encoder.encode(shown)
+                    ),
                 )
             )
     return chunks
 
 
 class InstantStore:
-    """Answers every search with `top_k` chunks of the sample corpus, picked by a hash."""
+    """Answers every search with references to `top_k` chunks of the sample corpus, picked by
+    a hash, and hydrates them from memory."""
+
+    inline_reads = True
 
     def __init__(self, chunks: Sequence[RetrievedChunk]) -> None:
         self._chunks = list(chunks)
+        self._by_id = {c.chunk_id: c for c in chunks}
 
     def _pick(self, key: str, top_k: int) -> list[RetrievedChunk]:
         start = _seed(key) % len(self._chunks)
         picked = (self._chunks[start:] + self._chunks[:start])[:top_k]
-        return [c.model_copy(update={"score": 1.0 / (i + 1)}) for i, c in enumerate(picked)]
+        return [
+            c.model_copy(update={"score": 1.0 / (i + 1), "text": "", "vectors": None})
+            for i, c in enumerate(picked)
+        ]
+
+    async def read(self, call: Callable[..., T], *args: Any) -> T:
+        return call(*args)
+
+    def hydrate(self, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+        out = []
+        for chunk in chunks:
+            stored = self._by_id[chunk.chunk_id]
+            out.append(chunk.model_copy(update={"text": stored.text, "vectors": stored.vectors}))
+        return out
+
+    async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        return {}
 
     def search_dense(
         self, namespaces: Sequence[str], vector: Sequence[float], top_k: int
@@ -120,7 +147,7 @@ class InstantResources(Resources):
     def __init__(self, settings: Settings, bus: Bus) -> None:
         super().__init__(settings, bus)
         self._instant_encoder = InstantEncoder()
-        self._instant_store = InstantStore(sample_chunks())
+        self._instant_store = InstantStore(sample_chunks(self._instant_encoder))
         self._instant_sparse = Bm25Sparse()
 
     async def encoder(self) -> Any:
