@@ -66,7 +66,9 @@ def percentile(values: Sequence[float], pct: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-async def run_one(client: RagbusClient, query: str, timeout_s: float) -> Outcome:
+async def run_one(
+    client: RagbusClient, query: str, timeout_s: float, namespace: str | None = None
+) -> Outcome:
     started = time.perf_counter()
     phases: list[tuple[str, float]] = []
 
@@ -75,7 +77,8 @@ async def run_one(client: RagbusClient, query: str, timeout_s: float) -> Outcome
 
     try:
         async with asyncio.timeout(timeout_s):
-            request_id = (await client.submit(query))["request_id"]
+            namespaces = [namespace] if namespace else None
+            request_id = (await client.submit(query, namespaces=namespaces))["request_id"]
             async for message in client.stream_events(request_id):
                 data = message.data.get("data") or {}
                 if message.event == "phase" and data.get("status") == "completed":
@@ -100,8 +103,10 @@ async def run_bench(
     token: str | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
     pids: dict[str, int] | None = None,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    """`pids`: processes of the system under test whose CPU is reported one by one."""
+    """`pids`: processes of the system under test whose CPU is reported one by one;
+    `namespace`: where the queries search (default: the API's)."""
     limits = httpx.Limits(max_connections=concurrency * 2 + 4)
     transport = httpx.AsyncHTTPTransport(limits=limits)
     async with RagbusClient(api_url, token=token, transport=transport) as client:
@@ -113,7 +118,8 @@ async def run_bench(
             async def loop(worker: int) -> None:
                 n = worker
                 while time.monotonic() < stop_at:
-                    outcomes.append(await run_one(client, queries[n % len(queries)], timeout_s))
+                    query = queries[n % len(queries)]
+                    outcomes.append(await run_one(client, query, timeout_s, namespace))
                     n += concurrency
 
             await asyncio.gather(*(loop(i) for i in range(concurrency)))
@@ -155,7 +161,11 @@ def summarize(
         "throughput_qps": round(len(completed) / elapsed_s, 3) if elapsed_s > 0 else 0.0,
         "latency_ms": {f"p{p}": _round(percentile(latencies, p)) for p in (50, 95, 99)},
         "phases": {
-            name: {"p50_ms": _round(percentile(values, 50)), "count": len(values)}
+            name: {
+                "p50_ms": _round(percentile(values, 50)),
+                "p95_ms": _round(percentile(values, 95)),
+                "count": len(values),
+            }
             for name, values in sorted(by_phase.items())
         },
         "concurrency": concurrency,
@@ -199,9 +209,10 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     phases = Table(title="phases (as measured by the workers)")
     phases.add_column("phase")
     phases.add_column("p50 ms", justify="right")
+    phases.add_column("p95 ms", justify="right")
     phases.add_column("count", justify="right")
     for name, stats in report["phases"].items():
-        phases.add_row(name, ms(stats["p50_ms"]), str(stats["count"]))
+        phases.add_row(name, ms(stats["p50_ms"]), ms(stats.get("p95_ms")), str(stats["count"]))
     console.print(phases)
     for error in report["sample_errors"]:
         console.print(f"[red]error:[/red] {error}")

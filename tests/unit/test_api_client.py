@@ -73,6 +73,6 @@ def test_summarize_counts_outcomes_and_phases() -> None:
     assert report["unfinished"] == 1
     assert report["throughput_qps"] == 0.2
     assert report["latency_ms"]["p50"] == 200.0
-    assert report["phases"]["fusion"] == {"p50_ms": 3.0, "count": 2}
-    assert report["phases"]["generation"] == {"p50_ms": 40.0, "count": 1}
+    assert report["phases"]["fusion"] == {"p50_ms": 3.0, "p95_ms": 3.9, "count": 2}
+    assert report["phases"]["generation"] == {"p50_ms": 40.0, "p95_ms": 40.0, "count": 1}
     assert {"concurrency", "duration_s"} <= report.keys()
