@@ -20,34 +20,34 @@ from infra.settings import Settings
 from orchestrator.store import StateStore
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_bus(request: Request) -> Bus:
+async def get_bus(request: Request) -> Bus:
     return request.app.state.bus
 
 
-def get_store(request: Request) -> StateStore:
+async def get_store(request: Request) -> StateStore:
     return request.app.state.store
 
 
-def get_redis(request: Request) -> aioredis.Redis:
+async def get_redis(request: Request) -> aioredis.Redis:
     return request.app.state.redis
 
 
-def get_nats(request: Request) -> NATS:
+async def get_nats(request: Request) -> NATS:
     return request.app.state.nc
 
 
-def get_jetstream(request: Request) -> JetStreamContext:
+async def get_jetstream(request: Request) -> JetStreamContext:
     return request.app.state.js
 
 
 _bearer = HTTPBearer(auto_error=False, description="Needed when RAGBUS_API_TOKEN is set.")
 
 
-def require_token(
+async def require_token(
     settings: Annotated[Settings, Depends(get_settings)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

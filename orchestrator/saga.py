@@ -214,6 +214,10 @@ class Saga:
         state.channel_samples = dict(res.channel_samples)
         if state.mode == "retrieve":
             return self._complete(state, [])
+        # The channels' rankings are folded into `fused` and only a retrieval answer shows
+        # them: every later transition would read and write them again for nothing.
+        state.channel_results = {}
+        state.sub_results = []
         return self._start_generate(state, clock)
 
     def _on_generated(self, state: RequestState, res: GenerateResult, clock: Clock) -> Transition:
