@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     encoder_threads: int = Field(
         0, ge=0, le=64, description="Encoder intra-op threads; 0 = one per core, at most 4."
     )
+    background_process: bool = Field(
+        True,
+        description="Run ingestion's encoder passes and community detection in a niced child "
+        "process, off the query path; false = threads of the same process.",
+    )
     bge_m3_path: Path | None = Field(
         None,
         description="BGE-M3 model dir (FlagEmbedding); set = dense 1024-d + learned sparse "

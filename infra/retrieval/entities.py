@@ -140,6 +140,11 @@ def entity_from_name(name: str, kind: EntityKind | None = None) -> Entity | None
     return Entity(name=" ".join(words), norm=norm, kind=kind or infer_kind(words))
 
 
+def extract_all(texts: list[str]) -> list[list[Entity]]:
+    """`extract_entities` of each text: one call a background process can run for a document."""
+    return [extract_entities(text) for text in texts]
+
+
 def extract_entities(text: str, limit: int = MAX_ENTITIES) -> list[Entity]:
     """Entities of a passage, deduplicated by norm, the most trusted and frequent first."""
     found: dict[str, Entity] = {}

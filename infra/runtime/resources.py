@@ -19,12 +19,17 @@ from infra.settings import Settings
 
 if TYPE_CHECKING:
     from infra.llm import LLMClient
-    from infra.retrieval.encoder import Encoder
+    from infra.retrieval.encoder import Encoder, Encoding
     from infra.retrieval.graph.store import GraphStore
     from infra.retrieval.nli import NliModel
     from infra.retrieval.reranker import Reranker
     from infra.retrieval.sparse import SparseModel
     from infra.retrieval.vectors import VectorStore
+    from infra.runtime.background import BackgroundWork
+
+
+BACKGROUND_RUNTIMES = frozenset({"onnx", "torch"})
+"""Encoders `load_encoder` rebuilds the same in the background child (not BGE-M3's)."""
 
 
 class OnDemandEncoder:
@@ -47,6 +52,8 @@ class Resources:
         self._graph: GraphStore | None = None
         self._llm: LLMClient | None = None
         self._redis: aioredis.Redis | None = None
+        self._background: BackgroundWork | None = None
+        self._ingest_encoder: Encoding | None = None
         self._lock = asyncio.Lock()
 
     def redis(self) -> aioredis.Redis:
@@ -66,6 +73,31 @@ class Resources:
 
                     self._encoder = await asyncio.to_thread(load_encoder, self.settings)
             return self._encoder
+
+    def background(self) -> BackgroundWork:
+        """The niced child process for corpus-wide CPU work (`infra.runtime.background`)."""
+        if self._background is None:
+            from infra.runtime.background import BackgroundWork
+
+            self._background = BackgroundWork(self.settings)
+        return self._background
+
+    async def ingest_encoder(self) -> Encoding:
+        """The encoder ingestion embeds chunks and sentences with: the same model, run in the
+        background child, so an ingest job never queues the queries' encoder passes behind
+        its own. The in-process encoder where that is off or the model is not the plain
+        dense encoder (BGE-M3 makes sparse vectors in the same pass)."""
+        encoder = await self.encoder()
+        runtime = getattr(encoder, "runtime", None)  # test doubles have none
+        if self.settings.background_process and runtime in BACKGROUND_RUNTIMES:
+            if self._ingest_encoder is None:
+                from infra.runtime.background import BackgroundEncoder
+
+                self._ingest_encoder = BackgroundEncoder(
+                    self.background(), encoder.dim, encoder.coalesce_max_texts
+                )
+            return self._ingest_encoder
+        return encoder
 
     def encoding(self) -> OnDemandEncoder:
         """Something with `aencode` that loads the encoder only when it is called: for steps
@@ -128,6 +160,10 @@ class Resources:
                 from infra.retrieval.graph.store import open_graph_store
 
                 self._graph = await open_graph_store(self.settings)
+                from infra.retrieval.graph.embedded import EmbeddedGraphStore
+
+                if isinstance(self._graph, EmbeddedGraphStore) and self.settings.background_process:
+                    self._graph.run_cpu = self.background().call
             return self._graph
 
     def llm(self) -> LLMClient | None:
@@ -149,3 +185,5 @@ class Resources:
             await asyncio.to_thread(self._vectors.close)
         if self._redis is not None:
             await self._redis.aclose()
+        if self._background is not None:
+            self._background.close()

@@ -3,6 +3,7 @@ publishes (results, caller events, dead letters, ingest progress) collected by s
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -20,6 +21,10 @@ from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.fake_llm import FakeLLM, fake_llm
+
+# Unit tests run corpus-wide work in threads of the test process; the background child process
+# itself is tested in test_background.py, and the integration stack runs with it.
+os.environ.setdefault("RAGBUS_BACKGROUND_PROCESS", "false")
 
 _WATCHED = {
     "rag.res.>": sj.STREAM_RES,

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -117,15 +119,48 @@ async def test_global_search_by_entities_and_by_summary_vector(graph: GraphStore
     assert await graph.global_search(["t" + uuid.uuid4().hex[:12]], ["cholesterol"], None, 5) == []
 
 
-async def test_global_search_recomputes_lazily_after_writes(graph: GraphStore, ns: str) -> None:
+async def test_global_search_refreshes_communities_after_writes(graph: GraphStore, ns: str) -> None:
+    """A write leaves the communities stale; the next global search answers from what there is
+    at once (the embedded store never makes a query wait for a recompute) and the fresh
+    communities follow."""
     await graph.recompute_communities()
     await _put(graph, ns, "zinc", "Zinc and selenium help. Zinc and selenium are trace minerals.")
     try:
-        found = await graph.global_search([ns], ["selenium"], None, 5)
-        assert _ids(found) == ["zinc"]
+        await graph.global_search([ns], ["selenium"], None, 5)
+        for _ in range(100):
+            if not (await graph.stats())["communities_dirty"]:
+                break
+            await asyncio.sleep(0.05)
         assert (await graph.stats())["communities_dirty"] is False
+        assert _ids(await graph.global_search([ns], ["selenium"], None, 5)) == ["zinc"]
     finally:
         await graph.delete_document(ns, "zinc")
+
+
+async def test_a_global_search_does_not_wait_for_a_recompute(tmp_path: Path) -> None:
+    store = await open_graph_store(Settings(data_dir=tmp_path))
+    assert isinstance(store, EmbeddedGraphStore)
+    for doc_id, text in DOCS.items():
+        await _put(store, "default", doc_id, text)
+    await store.recompute_communities()
+    gate = asyncio.Event()
+
+    async def slow(function: Any, *args: Any) -> Any:
+        await gate.wait()  # a detection that takes as long as the test wants
+        return function(*args)
+
+    store.run_cpu = slow
+    await _put(store, "default", "zinc", "Zinc and selenium help. Zinc and selenium matter.")
+    found = await asyncio.wait_for(store.global_search(["default"], ["cholesterol"], None, 5), 2)
+    assert set(_ids(found)) == {"statin", "heart"}  # the communities there were
+    assert (await store.stats())["communities_dirty"] is True
+    gate.set()
+    for _ in range(100):
+        if not (await store.stats())["communities_dirty"]:
+            break
+        await asyncio.sleep(0.02)
+    assert _ids(await store.global_search(["default"], ["selenium"], None, 5)) == ["zinc"]
+    await store.aclose()
 
 
 async def test_documents_about_an_entity_are_found_by_title(graph: GraphStore, ns: str) -> None:

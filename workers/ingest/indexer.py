@@ -26,7 +26,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 from contracts.ingest import DocumentIn
 from infra.errors import TransientError
 from infra.logging import get_logger
-from infra.retrieval.entities import Entity, extract_entities
+from infra.retrieval.entities import Entity, extract_all
 from infra.retrieval.entities_llm import LLMEntityExtractor
 from infra.retrieval.sparse import encode_documents
 from infra.retrieval.text import Chunk, chunk_document
@@ -58,8 +58,9 @@ class IndexOutcome:
     """Chunks the LLM extractor failed, extracted offline instead."""
 
 
-def _entities(chunks: list[Chunk]) -> list[list[Entity]]:
-    return [extract_entities(chunk.text) for chunk in chunks]
+async def _entities(resources: Resources, chunks: list[Chunk]) -> list[list[Entity]]:
+    """Offline extraction, in the background process (it is CPU work no query waits for)."""
+    return await resources.background().call(extract_all, [chunk.text for chunk in chunks])
 
 
 def entity_extractor(resources: Resources) -> LLMEntityExtractor | None:
@@ -74,14 +75,14 @@ async def extract_chunk_entities(
     """Entities per chunk, which extractor gave them, and how many chunks fell back offline."""
     extractor = entity_extractor(resources)
     if extractor is None:
-        return await asyncio.to_thread(_entities, chunks), "offline", 0
+        return await _entities(resources, chunks), "offline", 0
     try:
         found = await extractor.extract([chunk.text for chunk in chunks])
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug in the LLM path must not fail the document either
         log.warning("entities_llm_failed", document_id=doc.id, error=f"{type(exc).__name__}: {exc}")
-        return await asyncio.to_thread(_entities, chunks), "llm", len(chunks)
+        return await _entities(resources, chunks), "llm", len(chunks)
     log.info(
         "entities_extracted",
         document_id=doc.id,
@@ -112,7 +113,7 @@ async def remove_document(resources: Resources, namespace: str, document_id: str
 async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
     settings = resources.settings
     try:
-        encoder = await resources.encoder()
+        encoder = await resources.ingest_encoder()
         sparse_model = await resources.sparse()
         vectors = await resources.vectors()
         graph = await resources.graph()

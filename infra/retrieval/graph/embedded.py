@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,13 @@ from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
 from infra.retrieval.text import Chunk
 
 log = get_logger(__name__)
+
+RunCpu = Callable[..., Awaitable[Any]]
+"""`await run_cpu(function, *args)`: a picklable module-level function run somewhere else."""
+
+
+async def run_in_thread(function: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(function, *args)
 
 
 @dataclass
@@ -66,6 +74,10 @@ class EmbeddedGraphStore:
         self._embed: Embed | None = None
         self._summarise: Summarise | None = None
         self._recompute_lock = asyncio.Lock()
+        self._refresh: asyncio.Task[None] | None = None
+        self.run_cpu: RunCpu = run_in_thread
+        """Where corpus-wide CPU work (community detection) runs: a thread of this process
+        unless the owner hands a better place (`infra.runtime.background`)."""
         self._writes = 0
         self._journal_bytes = 0
         self._snapshot_bytes = 0
@@ -347,9 +359,13 @@ class EmbeddedGraphStore:
         top_k: int,
     ) -> list[RetrievedChunk]:
         if self._dirty:
-            async with self._recompute_lock:
-                if self._dirty:  # unless a recompute under way has just settled it
-                    await self._recompute()
+            if not self._communities:  # nothing to answer from yet: the first one is awaited
+                async with self._recompute_lock:
+                    if self._dirty:  # unless a recompute under way has just settled it
+                        await self._recompute()
+            elif not self._recompute_lock.locked() and self._refresh is None:
+                # answer from the communities there are; the fresh ones land in the background
+                self._refresh = asyncio.create_task(self._background_refresh())
         return await rank_global(self, namespaces, query_norms, query_vector, top_k)
 
     async def recompute_communities(
@@ -369,18 +385,35 @@ class EmbeddedGraphStore:
         async with self._recompute_lock:
             return await self._recompute()
 
+    async def _background_refresh(self) -> None:
+        try:
+            async with self._recompute_lock:
+                if self._dirty:
+                    await self._recompute()
+        except Exception:  # the next global search tries again
+            log.exception("communities_refresh_failed")
+        finally:
+            self._refresh = None
+
     async def _recompute(self) -> int:
-        """One recompute (the caller holds the recompute lock)."""
+        """One recompute (the caller holds the recompute lock). The graph is copied under the
+        write lock and detected outside it (`run_cpu`: the niced background process in a
+        ragbus process), so ingestion keeps writing meanwhile and leaves the store dirty."""
         async with self._lock:
             writes = self._writes
             per_namespace: dict[str, dict[str, list[str]]] = defaultdict(dict)
             for chunk_id, keys in self._chunk_entities.items():
-                per_namespace[self._chunks[chunk_id].namespace][chunk_id] = keys
-            found: list[Community] = []
-            for namespace, chunk_entities in per_namespace.items():
-                found.extend(await asyncio.to_thread(detect_communities, namespace, chunk_entities))
+                per_namespace[self._chunks[chunk_id].namespace][chunk_id] = list(keys)
+        found: list[Community] = []
+        for namespace, chunk_entities in per_namespace.items():
+            found.extend(await self.run_cpu(detect_communities, namespace, chunk_entities))
+        async with self._lock:
             names = {key: e.name for key, e in self._entities.items()}
-            texts = {cid: self._chunks[cid].text for cid in brief_chunk_ids(found)}
+            texts = {
+                cid: chunk.text
+                for cid in brief_chunk_ids(found)
+                if (chunk := self._chunks.get(cid)) is not None
+            }
         await summarise_all(found, names, texts, self._embed, self._summarise)
         async with self._lock:
             for entity in self._entities.values():
@@ -411,6 +444,10 @@ class EmbeddedGraphStore:
         return self._dir.is_dir()
 
     async def aclose(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refresh
         async with self._lock:
             if self._journal_bytes:
                 await self._compact(force=True)

@@ -1,0 +1,141 @@
+"""Corpus-wide CPU work off the query path: one niced child process per ragbus process.
+
+Ingestion's encoder passes and community detection are long, CPU-bound and never urgent. Run
+in the process that answers queries, they took the GIL and the shared encoder from the
+queries: 16-28 s per query right after an ingest (issue 10). Here they run in a child
+process at `BACKGROUND_NICE`, so when both compete for the two cores the kernel gives the
+query path nearly all of them (weight 1024 against 110), and an idle machine still gives the
+child everything.
+
+The child is spawned (never forked: the parent holds NATS, Redis and ONNX Runtime threads) on
+first use, loads its own encoder once, and is replaced if it dies. `RAGBUS_BACKGROUND_PROCESS
+=false` runs the same functions in a thread of this process instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from infra.logging import get_logger
+from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from infra.retrieval.encoder import Encoder
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+BACKGROUND_NICE = 10
+
+_child_settings: Settings | None = None
+_child_encoder: Encoder | None = None
+
+
+def _child_init(settings: Settings, nice: int) -> None:
+    global _child_settings
+    _child_settings = settings
+    if nice:
+        os.nice(nice)
+
+
+def child_encode(texts: list[str]) -> np.ndarray:
+    """In the child: the configured encoder's embeddings of `texts` (loaded on first call)."""
+    global _child_encoder
+    if _child_encoder is None:
+        from infra.retrieval.encoder import load_encoder
+
+        _child_encoder = load_encoder(_child_settings or Settings())
+    return _child_encoder.encode(texts)
+
+
+class BackgroundWork:
+    """Runs picklable module-level functions in the niced child (or a thread, when off)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.in_process = not settings.background_process
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_child_init,
+                    initargs=(self.settings, BACKGROUND_NICE),
+                )
+                log.info("background_process_started", nice=BACKGROUND_NICE)
+            return self._executor
+
+    def _reset(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._executor is broken:
+                self._executor = None
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, function: Callable[..., T], *args: Any) -> Future[T]:
+        """`function(*args)` in the child; a child that died is replaced once, at this call."""
+        if self.in_process:
+            future: Future[T] = Future()
+            try:
+                future.set_result(function(*args))
+            except BaseException as exc:  # handed to the caller, as a pool would
+                future.set_exception(exc)
+            return future
+        pool = self._pool()
+        try:
+            return pool.submit(function, *args)
+        except BrokenProcessPool:
+            log.warning("background_process_replaced")
+            self._reset(pool)
+            return self._pool().submit(function, *args)
+
+    def run(self, function: Callable[..., T], *args: Any) -> T:
+        """Blocking: for callers already on a worker thread (the encoder's batcher)."""
+        return self.submit(function, *args).result()
+
+    async def call(self, function: Callable[..., T], *args: Any) -> T:
+        """Awaitable: the event loop keeps serving while the child works."""
+        if self.in_process:
+            return await asyncio.to_thread(function, *args)
+        return await asyncio.wrap_future(self.submit(function, *args))
+
+    def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+class BackgroundEncoder:
+    """The configured encoder, run in the background child: `aencode` for ingestion.
+
+    Concurrent documents share passes through the same coalescing batcher as the in-process
+    encoder; only the forward passes leave the process."""
+
+    def __init__(self, work: BackgroundWork, dim: int, max_texts: int) -> None:
+        from infra.retrieval.batching import CoalescingBatcher
+
+        self.work = work
+        self.dim = dim
+        self._batcher = CoalescingBatcher(self._encode, max_texts=max_texts)
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.work.run(child_encode, list(texts))
+
+    async def aencode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return await self._batcher(texts)

@@ -1,0 +1,68 @@
+"""The niced background process: where ingestion's encoder passes and community detection run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.retrieval.entities import extract_all, extract_entities
+from infra.runtime.background import BACKGROUND_NICE, BackgroundWork
+from infra.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundWork]:
+    settings = Settings(data_dir=tmp_path_factory.mktemp("data"), background_process=True)
+    pool = BackgroundWork(settings)
+    yield pool
+    pool.close()
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+async def test_work_runs_in_a_niced_child_process(work: BackgroundWork) -> None:
+    assert await work.call(os.getpid) != os.getpid()
+    assert await work.call(os.nice, 0) == os.nice(0) + BACKGROUND_NICE
+
+
+async def test_the_child_runs_the_real_extraction(work: BackgroundWork) -> None:
+    texts = ["Vitamin D and calcium matter for bone health in the NHS.", ""]
+    assert await work.call(extract_all, texts) == [extract_entities(t) for t in texts]
+
+
+async def test_a_failure_in_the_child_reaches_the_caller(work: BackgroundWork) -> None:
+    with pytest.raises(ValueError, match="bad input"):
+        await work.call(_fail, "bad input")
+    assert await work.call(os.getpid) != os.getpid()  # the child survives an exception
+
+
+async def test_a_dead_child_is_replaced(work: BackgroundWork) -> None:
+    first = await work.call(os.getpid)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while True:  # the pool notices the death on its own thread
+        try:
+            second = await work.call(os.getpid)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+    assert second not in (first, os.getpid())
+
+
+async def test_off_it_runs_in_a_thread_of_this_process(tmp_path: Path) -> None:
+    local = BackgroundWork(Settings(data_dir=tmp_path, background_process=False))
+    assert await local.call(os.getpid) == os.getpid()
+    with pytest.raises(ValueError, match="here"):
+        await local.call(_fail, "here")
+    assert local.run(os.getpid) == os.getpid()
+    local.close()
