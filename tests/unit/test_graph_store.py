@@ -127,7 +127,7 @@ async def test_global_search_refreshes_communities_after_writes(graph: GraphStor
     await _put(graph, ns, "zinc", "Zinc and selenium help. Zinc and selenium are trace minerals.")
     try:
         await graph.global_search([ns], ["selenium"], None, 5)
-        for _ in range(100):
+        for _ in range(400):
             if not (await graph.stats())["communities_dirty"]:
                 break
             await asyncio.sleep(0.05)
@@ -151,14 +151,14 @@ async def test_a_global_search_does_not_wait_for_a_recompute(tmp_path: Path) -> 
 
     store.run_cpu = slow
     await _put(store, "default", "zinc", "Zinc and selenium help. Zinc and selenium matter.")
-    found = await asyncio.wait_for(store.global_search(["default"], ["cholesterol"], None, 5), 2)
+    found = await asyncio.wait_for(store.global_search(["default"], ["cholesterol"], None, 5), 10)
     assert set(_ids(found)) == {"statin", "heart"}  # the communities there were
     assert (await store.stats())["communities_dirty"] is True
     gate.set()
-    for _ in range(100):
+    for _ in range(400):
         if not (await store.stats())["communities_dirty"]:
             break
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
     assert _ids(await store.global_search(["default"], ["selenium"], None, 5)) == ["zinc"]
     await store.aclose()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import heapq
 import json
 import os
 from collections import Counter, defaultdict
@@ -17,7 +18,16 @@ from contracts.models import RetrievedChunk
 from infra.logging import get_logger
 from infra.retrieval.entities import Entity, title_norms
 from infra.retrieval.graph.communities import brief_chunk_ids, detect_communities, summarise_all
-from infra.retrieval.graph.model import MIN_PREFIX, Community, Embed, Hit, Summarise, entity_key
+from infra.retrieval.graph.model import (
+    MENTIONS_CAP,
+    MIN_PREFIX,
+    WALK_SCAN,
+    Community,
+    Embed,
+    Hit,
+    Summarise,
+    entity_key,
+)
 from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
 from infra.retrieval.text import Chunk
 
@@ -68,6 +78,8 @@ class EmbeddedGraphStore:
         self._sorted: dict[str, list[str]] = {}
         self._totals: Counter[str] = Counter()
         self._communities: dict[str, Community] = {}
+        self._mentioned: dict[str, list[str]] = {}
+        """entity key -> its chunks as `mentions` returns them, until a write touches it."""
         self._titles: dict[tuple[str, str], list[str]] = defaultdict(list)
         """(namespace, title norm) -> document keys, for `documents_about`."""
         self._dirty = False
@@ -203,6 +215,7 @@ class EmbeddedGraphStore:
                 elif KIND_RANK.get(entity["kind"], 9) < KIND_RANK.get(known.kind, 9):
                     known.kind, known.name = entity["kind"], entity["name"]
                 known.chunks.add(chunk_id)
+                self._mentioned.pop(key, None)
                 keys.append(key)
             self._chunk_entities[chunk_id] = keys
 
@@ -227,6 +240,7 @@ class EmbeddedGraphStore:
                 if entity is None:
                     continue
                 entity.chunks.discard(chunk_id)
+                self._mentioned.pop(key, None)
                 if not entity.chunks:
                     del self._entities[key]
                     for token in entity.norm.split() if " " in entity.norm else ():
@@ -267,20 +281,34 @@ class EmbeddedGraphStore:
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
         return {ns: self._totals.get(ns, 0) for ns in namespaces}
 
+    def _mention_list(self, key: str) -> list[str]:
+        listed = self._mentioned.get(key)
+        if listed is None:
+            chunks = self._entities[key].chunks
+            listed = self._mentioned[key] = (
+                heapq.nsmallest(MENTIONS_CAP, chunks)
+                if len(chunks) > MENTIONS_CAP
+                else sorted(chunks)
+            )
+        return listed
+
     async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
-        return {k: sorted(self._entities[k].chunks) for k in keys if k in self._entities}
+        return {key: self._mention_list(key) for key in keys if key in self._entities}
 
     async def neighbours(
         self, keys: Sequence[str], limit: int
     ) -> dict[str, list[tuple[str, int, int]]]:
+        """Co-occurring entities, counted over the entity's first `WALK_SCAN` chunks."""
         result: dict[str, list[tuple[str, int, int]]] = {}
         for key in keys:
-            entity = self._entities.get(key)
-            if entity is None:
+            if key not in self._entities:
                 continue
             shared: Counter[str] = Counter()
-            for chunk_id in entity.chunks:
+            for chunk_id in self._mention_list(key)[:WALK_SCAN]:
                 shared.update(k for k in set(self._chunk_entities.get(chunk_id, ())) if k != key)
+            if len(shared) > limit:  # the cut-off count in C, the full order on the few above it
+                cutoff = heapq.nlargest(limit, shared.values())[-1]
+                shared = Counter({k: n for k, n in shared.items() if n >= cutoff})
             top = sorted(shared.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
             result[key] = [(k, n, len(self._entities[k].chunks)) for k, n in top]
         return result

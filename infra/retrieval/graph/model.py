@@ -58,6 +58,16 @@ BRIEF_CHUNKS = 3
 BRIEF_SENTENCES_PER_CHUNK = 2
 GENERIC_SHARE = 0.02
 GENERIC_MIN_DF = 20
+WALK_MAX_DF = 500
+"""The walk never expands from an entity in more chunks than this, however big the corpus:
+finding its neighbours costs O(its chunks), and so common an entity links everything."""
+WALK_SCAN = 128
+"""Chunks of an entity the walk reads to find its neighbours (its first by id, a fixed
+sample): an entity's strongest co-occurrences show in any fair sample of its chunks."""
+MENTIONS_CAP = 2_000
+"""Chunks one entity scores at most (the lowest chunk ids, a fixed sample): at 300k chunks a
+common entity is in tens of thousands, and its low IDF adds little to any of them. With the
+walk's bound, this keeps a local search's cost flat in the corpus size."""
 
 
 def entity_key(namespace: str, norm: str) -> str:

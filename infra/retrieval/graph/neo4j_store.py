@@ -14,6 +14,7 @@ from infra.retrieval.entities import Entity, title_norms
 from infra.retrieval.graph.communities import brief_chunk_ids, detect_communities, summarise_all
 from infra.retrieval.graph.model import (
     BRIEF_ENTITIES,
+    MENTIONS_CAP,
     MIN_PREFIX,
     SUMMARY_ENTITIES,
     Community,
@@ -231,10 +232,12 @@ class Neo4jGraphStore:
     async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
         rows = await self._run(
             "UNWIND $keys AS k MATCH (e:Entity {key: k})-[:MENTIONED_IN]->(c:Chunk) "
-            "RETURN k, collect(c.chunk_id) AS chunks",
+            "WITH k, c.chunk_id AS id ORDER BY id "
+            "RETURN k, collect(id)[..$cap] AS chunks",
             keys=list(keys),
+            cap=MENTIONS_CAP,
         )
-        return {row["k"]: sorted(row["chunks"]) for row in rows}
+        return {row["k"]: list(row["chunks"]) for row in rows}
 
     async def neighbours(
         self, keys: Sequence[str], limit: int

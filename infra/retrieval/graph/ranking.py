@@ -3,13 +3,12 @@ that each backend implements, so both backends rank the same graph the same way.
 
 from __future__ import annotations
 
-import asyncio
+import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-import networkx as nx
 import numpy as np
 
 from contracts.models import RetrievedChunk
@@ -29,6 +28,7 @@ from infra.retrieval.graph.model import (
     PPR_SHARE,
     PREFIX,
     TOKEN,
+    WALK_MAX_DF,
     Community,
     Hit,
 )
@@ -54,7 +54,9 @@ def idf(total_chunks: int, df: int) -> float:
 class GraphView(Protocol):
     async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]: ...
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]: ...
-    async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]: ...
+    async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
+        """Each entity's chunks in id order, `MENTIONS_CAP` at most."""
+
     async def neighbours(
         self, keys: Sequence[str], limit: int
     ) -> dict[str, list[tuple[str, int, int]]]: ...
@@ -62,8 +64,16 @@ class GraphView(Protocol):
     async def communities(self, namespaces: Sequence[str]) -> list[Community]: ...
 
 
-def ranked(scores: dict[str, float], hits: Counter[str]) -> list[str]:
-    return sorted(scores, key=lambda cid: (-scores[cid], -hits[cid], cid))
+def ranked(scores: dict[str, float], hits: Counter[str], top_k: int) -> list[str]:
+    """The `top_k` best chunks, best first. Thousands of chunks may have a score: the cut-off
+    score is found in C (`heapq.nlargest` over the values) and only the chunks at or above it
+    are sorted with the full key (score, then matched concepts, then id)."""
+    if len(scores) > top_k > 0:
+        cutoff = heapq.nlargest(top_k, scores.values())[-1]
+        candidates = [cid for cid, score in scores.items() if score >= cutoff]
+    else:
+        candidates = list(scores)
+    return sorted(candidates, key=lambda cid: (-scores[cid], -hits[cid], cid))[:top_k]
 
 
 async def hydrate(
@@ -121,7 +131,7 @@ async def rank_local(
         for chunk_id, value in spread.items():
             share = PPR_SHARE * top_direct * value / top_spread
             scores[chunk_id] = scores.get(chunk_id, 0.0) + share
-    return await hydrate(view, ranked(scores, matched), scores, top_k)
+    return await hydrate(view, ranked(scores, matched, top_k), scores, top_k)
 
 
 async def personalized_pagerank(
@@ -134,10 +144,11 @@ async def personalized_pagerank(
     the walk prefers specific bridges over ubiquitous terms. Each chunk then gathers the
     walk's mass of the entities it mentions, weighted by their specificity.
 
-    The walk never expands from a generic entity (in more than `GENERIC_SHARE` of the chunks):
-    its neighbourhood is most of the graph, which costs time and says nothing.
+    The walk never expands from a generic entity (in more than `GENERIC_SHARE` of the chunks,
+    or `WALK_MAX_DF`): its neighbourhood is most of the graph, which costs time and says
+    nothing.
     """
-    generic = max(GENERIC_MIN_DF, GENERIC_SHARE * total_chunks)
+    generic = min(max(GENERIC_MIN_DF, GENERIC_SHARE * total_chunks), WALK_MAX_DF)
     df: dict[str, int] = dict(seed_df)
 
     def expandable(keys: Iterable[str]) -> list[str]:
@@ -146,27 +157,25 @@ async def personalized_pagerank(
     frontier = expandable(sorted(seeds, key=lambda k: -seeds[k]))[:EXPAND_FROM]
     if not frontier:
         return {}
-    graph = nx.Graph()
-    graph.add_nodes_from(seeds)
+    nodes: dict[str, None] = dict.fromkeys(seeds)
+    edges: dict[tuple[str, str], float] = {}
     for _hop in range(PPR_HOPS):
         discovered: dict[str, float] = {}
         for source, related in (await view.neighbours(frontier, NEIGHBOURS)).items():
             for key, shared, key_df in related:
                 df[key] = key_df
                 weight = shared / math.sqrt(max(key_df, 1))
-                graph.add_edge(source, key, weight=weight)
+                nodes.setdefault(source)
+                nodes.setdefault(key)
+                edges[(source, key) if source < key else (key, source)] = weight
                 discovered[key] = discovered.get(key, 0.0) + weight
         ranked_new = sorted(discovered, key=lambda k: -discovered[k])
         frontier = expandable(k for k in ranked_new if k not in seeds)[:PPR_FRONTIER]
         if not frontier:
             break
-    if graph.number_of_edges() == 0:
+    if not edges:
         return {}
-    restart = {key: seeds.get(key, 0.0) for key in graph}
-    # CPU work off the event loop: the process also serves the bus and the API.
-    rank = await asyncio.to_thread(
-        nx.pagerank, graph, alpha=PPR_DAMPING, personalization=restart, weight="weight"
-    )
+    rank = pagerank(list(nodes), edges, seeds, PPR_DAMPING)
     walked = sorted((k for k in rank if k not in seeds), key=lambda k: -rank[k])[:PPR_ENTITIES]
     spread: dict[str, float] = defaultdict(float)
     for key, chunk_ids in (await view.mentions(walked)).items():
@@ -174,6 +183,40 @@ async def personalized_pagerank(
         for chunk_id in chunk_ids:
             spread[chunk_id] += value
     return dict(spread)
+
+
+def pagerank(
+    nodes: list[str],
+    edges: dict[tuple[str, str], float],
+    restart: dict[str, float],
+    damping: float,
+    *,
+    max_iter: int = 100,
+    tol: float = 1.0e-6,
+) -> dict[str, float]:
+    """Personalised PageRank of a small undirected weighted graph, as `networkx.pagerank`
+    computes it (dangling mass follows the restart vector), by power iteration over a dense
+    matrix: the walk's graph has a few hundred nodes, where networkx's conversions cost more
+    than the iteration."""
+    index = {key: i for i, key in enumerate(nodes)}
+    size = len(nodes)
+    weights = np.zeros((size, size))
+    for (a, b), weight in edges.items():
+        weights[index[a], index[b]] = weights[index[b], index[a]] = weight
+    out = weights.sum(axis=1)
+    dangling = out == 0
+    transition = np.divide(
+        weights, out[:, None], out=np.zeros_like(weights), where=~dangling[:, None]
+    )
+    p = np.array([restart.get(key, 0.0) for key in nodes])
+    p = p / p.sum()
+    x = np.full(size, 1.0 / size)
+    for _ in range(max_iter):
+        previous = x
+        x = damping * (previous @ transition + previous[dangling].sum() * p) + (1 - damping) * p
+        if np.abs(x - previous).sum() < size * tol:
+            break
+    return {key: float(x[i]) for key, i in index.items()}
 
 
 def cosine(a: np.ndarray, b: Sequence[float]) -> float:
@@ -224,4 +267,4 @@ async def rank_global(
         for position, chunk_id in enumerate(communities[key].chunk_ids):
             value = score[key] / (1.0 + 0.1 * position)
             scores[chunk_id] = max(scores.get(chunk_id, 0.0), value)
-    return await hydrate(view, ranked(scores, Counter()), scores, top_k)
+    return await hydrate(view, ranked(scores, Counter(), top_k), scores, top_k)
