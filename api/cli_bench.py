@@ -1,0 +1,335 @@
+"""`ragbus bench*`: load, the in-process peer, the bus's own cost, scale, ingestion and the
+critic loop, each printing its figures and writing a JSON report (`results/`).
+
+Registered on `api.cli.app` when that module loads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from api.cli import (
+    DEFAULT_API,
+    ApiUrl,
+    Token,
+    Verbose,
+    _interactive_logging,
+    _save_json,
+    app,
+    console,
+    errors,
+)
+from infra.settings import Settings
+
+
+@app.command()
+def bench(
+    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
+        Path("bench/queries.txt")
+    ),
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
+    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
+    warmup: Annotated[
+        float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
+    ] = 0.0,
+    timeout: Annotated[float, typer.Option(help="Per-request seconds before `unfinished`.")] = 60.0,
+    namespace: Annotated[
+        str | None, typer.Option(help="Where the queries search (default: the API's).")
+    ] = None,
+    peer: Annotated[
+        bool,
+        typer.Option(
+            help="Then load the in-process peer retriever (bench/peer.py) over a copy of the "
+            "same namespace's embedded store, for as long, and report the ratio."
+        ),
+    ] = True,
+    peer_threads: Annotated[int, typer.Option(min=1, help="The peer's threads.")] = 8,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/bench.json"
+    ),
+) -> None:
+    """Drive the running API with C concurrent loops for S seconds; report latencies, CPU per
+    request, and the same figures for the in-process peer retriever on the same corpus."""
+    from bench.load import load_queries, print_report, run_bench
+
+    settings = Settings()
+    _interactive_logging(settings, verbose=False)
+    texts = load_queries(queries)
+    report = asyncio.run(
+        run_bench(
+            api,
+            texts,
+            concurrency=concurrency,
+            duration_s=duration,
+            warmup_s=warmup,
+            token=token,
+            timeout_s=timeout,
+            namespace=namespace,
+        )
+    )
+    report["namespace"] = namespace or "default"
+    print_report(report, console)
+    if peer:
+        report["peer"], report["vs_peer"] = _bench_peer(
+            settings, report, texts, peer_threads, duration, warmup
+        )
+    _save_json(report, out)
+    console.print(f"wrote {out}")
+
+
+def _bench_peer(
+    settings: Settings,
+    ragbus: dict[str, Any],
+    queries: list[str],
+    threads: int,
+    duration: float,
+    warmup: float,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The peer's run and ragbus's ratio to it, or (a reason, None) when it cannot run."""
+    from bench.peer import PeerRetriever, compare, print_comparison, run_peer
+
+    namespace = ragbus["namespace"]
+    try:
+        with console.status(f"loading the peer over a copy of {namespace!r}"):
+            retriever = PeerRetriever.from_store_copy(settings, namespace)
+    except (ValueError, OSError) as exc:
+        errors.print(f"[yellow]peer skipped:[/yellow] {exc}")
+        return {"skipped": str(exc)}, None
+    try:
+        peer_report = run_peer(
+            retriever, queries, threads=threads, duration_s=duration, warmup_s=warmup
+        )
+    finally:
+        retriever.close()
+    ratio = compare(ragbus, peer_report)
+    print_comparison(ragbus, peer_report, ratio, console)
+    return peer_report, ratio
+
+
+@app.command("bench-bus")
+def bench_bus(
+    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
+        Path("bench/queries.txt")
+    ),
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
+    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
+    warmup: Annotated[
+        float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
+    ] = 5.0,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/bus.json"
+    ),
+) -> None:
+    """The broker path's own cost: the real API, saga, workers, nats-server and Redis, with
+    instant engines (no model, no store), started on free ports and stopped afterwards."""
+    from bench.bus import bench_bus as run
+    from bench.load import load_queries, print_report
+
+    _interactive_logging(Settings(), verbose=False)
+    report = asyncio.run(
+        run(load_queries(queries), concurrency=concurrency, duration_s=duration, warmup_s=warmup)
+    )
+    print_report(report, console)
+    _save_json(report, out)
+    console.print(f"wrote {out}")
+
+
+@app.command("bench-scale")
+def bench_scale(
+    sizes: Annotated[
+        str, typer.Option(help="Corpus sizes in chunks, comma-separated (k = thousand).")
+    ] = "10k,100k,300k",
+    source: Annotated[
+        Path | None,
+        typer.Option(help="Data dir holding the ingested namespace (default: RAGBUS_DATA_DIR)."),
+    ] = None,
+    namespace: Annotated[str, typer.Option(help="The ingested namespace to grow.")] = "nfcorpus",
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Where the built corpora live (default: <source>/scale).")
+    ] = None,
+    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
+        Path("bench/queries.txt")
+    ),
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
+    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
+    warmup: Annotated[float, typer.Option("--warmup", "-w", min=0, help="Seconds.")] = 5.0,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/scale.json"
+    ),
+    verbose: Verbose = False,
+) -> None:
+    """Per-channel search and end-to-end latency as the corpus grows: each size is built once
+    from an ingested namespace (perturbed copies: bench/scale.py says how), then served by
+    its own `ragbus up` and loaded like `ragbus bench`."""
+    from bench.load import load_queries
+    from bench.scale import measure, size_label, table
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+    source_dir = source or settings.data_dir
+    root = work_dir or source_dir / "scale"
+    try:
+        targets = [_chunk_count(size) for size in sizes.split(",") if size.strip()]
+    except ValueError as exc:
+        errors.print(f"--sizes: {exc}")
+        raise typer.Exit(2) from None
+    texts = load_queries(queries)
+    rows: list[dict[str, Any]] = []
+    for target in targets:
+        corpus_dir = root / size_label(target)
+        built = corpus_dir / "scale.json"
+        if not built.exists():
+            if corpus_dir.exists():
+                errors.print(f"{corpus_dir} holds a build that did not finish: remove it first")
+                raise typer.Exit(1)
+            _build_scaled(source_dir, namespace, target, corpus_dir)
+        row = asyncio.run(
+            measure(
+                corpus_dir,
+                texts,
+                concurrency=concurrency,
+                duration_s=duration,
+                warmup_s=warmup,
+                namespace=namespace,
+            )
+        )
+        row["size"] = size_label(target)
+        rows.append(row)
+        console.print(table(rows))
+        _save_json({"sizes": rows, "table": table(rows)}, out)
+    console.print(f"wrote {out}")
+
+
+def _build_scaled(source_dir: Path, namespace: str, target: int, corpus_dir: Path) -> None:
+    """One corpus size, built with a progress bar per stage (read, write, optimize, ...)."""
+    from rich.progress import Progress
+
+    from bench.scale import build_corpus, size_label
+
+    with Progress(console=console) as bar:
+        tasks: dict[str, Any] = {}
+
+        def advance(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(f"{size_label(target)} {stage}", total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        build_corpus(source_dir, namespace, target, corpus_dir, progress=advance)
+
+
+def _chunk_count(size: str) -> int:
+    size = size.strip().lower()
+    value = float(size[:-1]) * 1000 if size.endswith("k") else float(size)
+    if value < 1:
+        raise ValueError(f"{size!r} is not a corpus size")
+    return int(value)
+
+
+@app.command("bench-ingest")
+def bench_ingest(
+    path: Annotated[
+        Path, typer.Argument(exists=True, help="Documents: a folder, file or BEIR corpus.jsonl.")
+    ],
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N documents.")] = None,
+    namespace: Annotated[str, typer.Option(help="Where to index them.")] = "bench-ingest",
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/ingest.json"
+    ),
+    verbose: Verbose = False,
+) -> None:
+    """Measure the whole ingest pipeline (chunk, dense, sparse, entities, graph, upsert) as the
+    running ingest workers do it: chunks per minute from publish to the job's completion."""
+    import time
+    from itertools import islice
+
+    from api.ingest_job import ingest_and_follow
+    from infra.runtime.ingest_producer import load_documents
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+    documents = [
+        doc.model_copy(update={"namespace": namespace})
+        for doc in islice(load_documents(path), limit)
+    ]
+    started = time.perf_counter()
+    _, final = asyncio.run(ingest_and_follow(settings, documents, console, timeout_s=6 * 3600))
+    seconds = time.perf_counter() - started
+    if final is None or final.get("status") != "completed":
+        errors.print(f"ingest did not complete: {final or 'no progress events'}")
+        raise typer.Exit(1)
+    indexed = final.get("documents_done", 0)
+    report = {
+        "documents": len(documents),
+        "documents_indexed": indexed,
+        "documents_unchanged": final.get("documents_unchanged", 0),
+        "chunks": final.get("chunks", 0),
+        "entities": final.get("entities", 0),
+        "seconds": round(seconds, 2),
+        "chunks_per_minute": round(final.get("chunks", 0) / seconds * 60, 1),
+        "documents_per_second": round(indexed / seconds, 2),
+    }
+    if report["documents_unchanged"]:
+        errors.print("some documents were already indexed (unchanged): use a fresh --namespace")
+    console.print_json(json.dumps(report))
+    _save_json(report, out)
+
+
+@app.command("bench-critic")
+def bench_critic(
+    beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],
+    split: Annotated[str, typer.Option(help="qrels/<split>.tsv (use a development split).")] = (
+        "dev"
+    ),
+    namespace: Annotated[str | None, typer.Option(help="Default: the directory's name.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
+    out: Annotated[Path, typer.Option(help="JSON report.")] = Path("results/critic.json"),
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    verbose: Verbose = False,
+) -> None:
+    """Does the critic's retry earn its cost? First vs last attempt of every retried request
+    through the full loop: recall against the qrels at the first attempt's depth, reference
+    answers found (when the queries carry them), support scores, confidence, latency; for all
+    retried requests, per strategy, and for those whose first attempt missed a relevant
+    document. The data set must already be indexed (`ragbus eval` does that)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from api.client import RagbusClient
+    from api.evaluation.beir import load_beir
+    from api.evaluation.critic_loop import run_loop, summarise
+    from api.evaluation.harness import default_namespace
+
+    _interactive_logging(Settings(), verbose)
+    data = load_beir(beir, split)
+    if limit is not None:
+        data = data.first(limit)
+
+    async def go() -> dict[str, Any]:
+        async with RagbusClient(api, token=token) as client:
+            with Progress(
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            ) as bar:
+                task = bar.add_task("asking", total=len(data.queries))
+                run = await run_loop(
+                    client,
+                    data,
+                    namespace or default_namespace(beir),
+                    concurrency=concurrency,
+                    progress=lambda: bar.advance(task),
+                )
+        return summarise(run, data)
+
+    report = asyncio.run(go())
+    console.print_json(json.dumps(report))
+    _save_json(report, out)
