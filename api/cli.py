@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from enum import StrEnum
 from importlib.resources import files
@@ -15,7 +16,7 @@ import structlog
 import typer
 from rich.console import Console
 
-from api.launcher import WORKER_KINDS, serve
+from api.launcher import UP_PARENT, WORKER_KINDS, serve
 from contracts.enums import Intent
 from infra.errors import StartupError
 from infra.logging import configure_logging
@@ -69,11 +70,25 @@ def _interactive_logging(settings: Settings, verbose: bool) -> None:
 # -- services ----------------------------------------------------------------------------
 
 
-def _serve(*, api: bool, orchestrator: bool, workers: tuple[str, ...]) -> None:
+def _serve(
+    *,
+    api: bool,
+    orchestrator: bool,
+    workers: tuple[str, ...],
+    child_workers: tuple[str, ...] = (),
+) -> None:
     settings = Settings()
     _server_logging(settings)
     try:
-        asyncio.run(serve(settings, api=api, orchestrator=orchestrator, workers=workers))
+        asyncio.run(
+            serve(
+                settings,
+                api=api,
+                orchestrator=orchestrator,
+                workers=workers,
+                child_workers=child_workers,
+            )
+        )
     except StartupError as exc:  # a missing service, an unmigrated store: say so, no traceback
         typer.secho(f"ragbus: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from exc
@@ -81,8 +96,14 @@ def _serve(*, api: bool, orchestrator: bool, workers: tuple[str, ...]) -> None:
 
 @app.command()
 def up() -> None:
-    """Run the API, the orchestrator and every worker kind in this process."""
-    _serve(api=True, orchestrator=True, workers=WORKER_KINDS)
+    """Run the API, the orchestrator and every worker kind: on two cores or more, the API,
+    saga and classifier here and the other workers in a child process (RAGBUS_UP_PROCESSES)."""
+    processes = Settings().up_processes or (2 if (os.cpu_count() or 1) >= 2 else 1)
+    if processes == 1:
+        _serve(api=True, orchestrator=True, workers=WORKER_KINDS)
+        return
+    child = tuple(kind for kind in WORKER_KINDS if kind not in UP_PARENT)
+    _serve(api=True, orchestrator=True, workers=UP_PARENT, child_workers=child)
 
 
 @app.command("api")
@@ -98,9 +119,11 @@ def orchestrator() -> None:
 
 
 @app.command()
-def worker(kind: Annotated[WorkerKind, typer.Argument(help="The worker kind to run.")]) -> None:
-    """Run one worker kind (run several for scale-out)."""
-    _serve(api=False, orchestrator=False, workers=(str(kind),))
+def worker(
+    kinds: Annotated[list[WorkerKind], typer.Argument(help="The worker kinds to run.")],
+) -> None:
+    """Run worker kinds in this process (run several processes for scale-out)."""
+    _serve(api=False, orchestrator=False, workers=tuple(dict.fromkeys(str(k) for k in kinds)))
 
 
 @app.command()

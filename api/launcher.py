@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
 
+from api.processes import WorkerChild
+from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker, declare_topology
 from infra.runtime.resources import Resources
@@ -29,6 +31,14 @@ log = get_logger(__name__)
 
 STORE_OWNERS = frozenset({"search", "fuse", "ingest", "tool"})
 """Worker kinds that read or write the vector store (the embedded one belongs to their process)."""
+
+UP_PARENT = ("classify",)
+"""What `ragbus up` runs next to the API and the saga when it uses two processes; every other
+kind runs in the child. The split follows measured CPU per request (README, Benchmark): the
+API, the saga and the event streams are the largest share, the store-owning workers the next."""
+CHILD_RESTARTS = 5
+"""Child exits within `CHILD_RESTART_WINDOW_S` before `ragbus up` gives up and stops."""
+CHILD_RESTART_WINDOW_S = 60.0
 
 ResourcesFactory = Callable[[Settings, Bus], Resources]
 """Makes a process's resources; `Resources` itself, or engines of another kind (the bus
@@ -80,7 +90,9 @@ class Runtime:
         orchestrator: bool = True,
         workers: Sequence[str] = WORKER_KINDS,
         resources_factory: ResourcesFactory = Resources,
+        child_workers: Sequence[str] = (),
     ) -> None:
+        self.child_workers = list(child_workers)
         self.requested = settings
         self.resources_factory = resources_factory
         self.run_orchestrator = orchestrator
@@ -92,7 +104,8 @@ class Runtime:
         self.orchestrator: Orchestrator | None = None
 
     async def start(self) -> None:
-        if STORE_OWNERS.intersection(self.workers) and not self.requested.qdrant_url:
+        owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
+        if owners and not self.requested.qdrant_url:
             from infra.retrieval.vectors.legacy import refuse_unmigrated
 
             refuse_unmigrated(self.requested)  # before anything starts: a clear message
@@ -151,12 +164,19 @@ async def serve(
     workers: Sequence[str],
     ready: asyncio.Event | None = None,
     resources_factory: ResourcesFactory = Resources,
+    child_workers: Sequence[str] = (),
 ) -> None:
-    """Run until SIGINT / SIGTERM (or cancellation)."""
+    """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
+    (`api.processes`) on the services this one found or started."""
     runtime = Runtime(
-        settings, orchestrator=orchestrator, workers=workers, resources_factory=resources_factory
+        settings,
+        orchestrator=orchestrator,
+        workers=workers,
+        resources_factory=resources_factory,
+        child_workers=child_workers,
     )
     await runtime.start()
+    child: WorkerChild | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -165,7 +185,17 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     server_task: asyncio.Task[None] | None = None
+    supervisor: asyncio.Task[None] | None = None
     try:
+        if child_workers:
+            child = WorkerChild(
+                runtime.settings,
+                child_workers,
+                restarts=CHILD_RESTARTS,
+                window_s=CHILD_RESTART_WINDOW_S,
+            )
+            await child.start()
+            supervisor = asyncio.create_task(child.supervise(stop), name="worker-process")
         if api:
             import uvicorn
 
@@ -198,11 +228,19 @@ async def serve(
         if server_task is not None:
             waiters.append(server_task)  # type: ignore[arg-type]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if child is not None and child.failed:
+            raise StartupError(child.failed)
     finally:
         if server_task is not None and not server_task.done():
             server.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server_task, 10)
+        if child is not None:
+            await child.stop()
+        if supervisor is not None:
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
         await runtime.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # as when adding them

@@ -37,6 +37,14 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="API bind address.")
     api_port: int = Field(8000, description="API port.")
     api_token: str | None = Field(None, description="Bearer token the API demands when set.")
+    up_processes: int = Field(
+        0,
+        ge=0,
+        le=2,
+        description="OS processes `ragbus up` runs: 1 = everything in one, 2 = the API, saga "
+        "and classifier in one and the other workers in a child; 0 = 2 on a machine with two "
+        "cores or more.",
+    )
 
     # Saga
     max_attempts: int = Field(2, ge=1, le=10, description="Critic rounds per request at most.")
