@@ -43,6 +43,7 @@ from qdrant_edge import (
     Query,
     QueryRequest,
     ScrollRequest,
+    SearchParams,
     SparseVector,
     UpdateOperation,
     VectorStorageDatatype,
@@ -67,6 +68,16 @@ CONFIG_FILE = "edge_config.json"
 SEARCH_THREADS = 1
 """A search touches a few small segments: one thread each is cheaper than a pool hand-off, and
 the process has other requests to run on the other core."""
+
+
+EXACT_MAX_POINTS = 20_000
+"""Dense searches over at most this many chunks read every vector: under a millisecond at 10k
+(0.86 ms against HNSW's 0.32), and HNSW's 97% recall@20 cost NFCorpus 0.009 nDCG@10."""
+HNSW_EF = 256
+"""The beam of an HNSW search over a bigger shard: recall@20 against exact 0.992 on NFCorpus
+(default beam: 0.973), 0.6 ms."""
+EXACT = SearchParams(exact=True)
+APPROXIMATE = SearchParams(hnsw_ef=HNSW_EF)
 
 
 def _shard_config(dim: int, sparse_idf: bool) -> EdgeConfig:
@@ -194,13 +205,22 @@ class EdgeVectorStore(VectorStore):
     def _query(
         self, namespace: str, using: str, query: Any, limit: int, fields: Sequence[str]
     ) -> list[Hit]:
-        vector = SparseVector(query[0], query[1]) if using == SPARSE else query
-        request = QueryRequest(
-            limit=limit, query=Query.Nearest(vector, using=using), with_payload=list(fields)
-        )
-        return [
-            Hit(str(p.id), p.score, p.payload or {}) for p in self._must(namespace).query(request)
-        ]
+        shard = self._must(namespace)
+        if using == SPARSE:  # an inverted index: exact as it is
+            request = QueryRequest(
+                limit=limit,
+                query=Query.Nearest(SparseVector(query[0], query[1]), using=using),
+                with_payload=list(fields),
+            )
+        else:
+            small = shard.info().points_count <= EXACT_MAX_POINTS  # microseconds
+            request = QueryRequest(
+                limit=limit,
+                query=Query.Nearest(query, using=using),
+                with_payload=list(fields),
+                params=EXACT if small else APPROXIMATE,
+            )
+        return [Hit(str(p.id), p.score, p.payload or {}) for p in shard.query(request)]
 
     def _retrieve(
         self,
