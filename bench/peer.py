@@ -324,10 +324,10 @@ def print_comparison(
     )
     table.add_row(
         "ragbus / peer",
-        cell(ratio["qps_ratio"], "x") if ratio["qps_ratio"] is not None else "-",
+        f"{ratio['qps_ratio']:.3f}x" if ratio["qps_ratio"] is not None else "-",
         "",
         "",
-        cell(ratio["cpu_ratio"], "x") if ratio["cpu_ratio"] is not None else "-",
+        f"{ratio['cpu_ratio']:.1f}x" if ratio["cpu_ratio"] is not None else "-",
     )
     console.print(table)
 
