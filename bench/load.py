@@ -159,7 +159,10 @@ def summarize(
         "errors": sum(o.status not in ("completed", "unfinished") for o in outcomes),
         "unfinished": sum(o.status == "unfinished" for o in outcomes),
         "throughput_qps": round(len(completed) / elapsed_s, 3) if elapsed_s > 0 else 0.0,
-        "latency_ms": {f"p{p}": _round(percentile(latencies, p)) for p in (50, 95, 99)},
+        "latency_ms": {
+            **{f"p{p}": _round(percentile(latencies, p)) for p in (50, 95, 99)},
+            "max": _round(max(latencies, default=None)),
+        },
         "phases": {
             name: {
                 "p50_ms": _round(percentile(values, 50)),
