@@ -210,7 +210,8 @@ def _build_scaled(source_dir: Path, namespace: str, target: int, corpus_dir: Pat
     """One corpus size, built with a progress bar per stage (read, write, optimize, ...)."""
     from rich.progress import Progress
 
-    from bench.scale import build_corpus, size_label
+    from bench.scale import size_label
+    from bench.scale_build import build_corpus
 
     with Progress(console=console) as bar:
         tasks: dict[str, Any] = {}

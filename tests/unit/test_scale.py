@@ -17,17 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.scale import (
+from bench.scale import channel_latencies, size_label, table
+from bench.scale_build import (
     SCALE_FILE,
     abuild_corpus,
     build_corpus,
-    channel_latencies,
     noise_sigma,
     perturb_text,
     perturb_vectors,
     renamed,
-    size_label,
-    table,
 )
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
