@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
+import threading
 from collections import Counter, defaultdict
-
-import networkx as nx
 
 from infra.logging import get_logger
 from infra.retrieval.graph.model import (
@@ -29,9 +29,34 @@ from infra.retrieval.text import split_sentences
 
 log = get_logger(__name__)
 
+_LOUVAIN_LOCK = threading.Lock()
+
 SUMMARY_CONCURRENCY = 4
 MAX_SUMMARY_FAILURES = 3
 MAX_SUMMARY_CHARS = 1_200
+
+
+LOUVAIN_SEED = 42
+
+
+def louvain(weights: dict[tuple[str, str], float]) -> list[list[str]]:
+    """Louvain communities of an undirected weighted graph, by igraph's C implementation
+    (`community_multilevel`) with its random choices seeded: networkx's pure-Python Louvain
+    took minutes at 100k chunks, in the process that also had to answer queries."""
+    import igraph
+
+    names = sorted({key for pair in weights for key in pair})
+    index = {name: i for i, name in enumerate(names)}
+    graph = igraph.Graph(
+        n=len(names), edges=[(index[a], index[b]) for a, b in weights], directed=False
+    )
+    with _LOUVAIN_LOCK:  # igraph's generator is process-wide
+        igraph.set_random_number_generator(random.Random(LOUVAIN_SEED))
+        try:
+            parts = graph.community_multilevel(weights=list(weights.values()))
+        finally:
+            igraph.set_random_number_generator(random)
+    return [[names[i] for i in members] for members in parts]
 
 
 def detect_communities(namespace: str, chunk_entities: dict[str, list[str]]) -> list[Community]:
@@ -55,20 +80,18 @@ def detect_communities(namespace: str, chunk_entities: dict[str, list[str]]) -> 
         for i, a in enumerate(members):
             for b in members[i + 1 :]:
                 together[(a, b) if a < b else (b, a)] += 1
-    graph = nx.Graph()
-    for (a, b), n in together.items():
-        graph.add_edge(a, b, weight=n / math.sqrt(df[a] * df[b]))
-    if graph.number_of_edges() == 0:
+    weights = {pair: n / math.sqrt(df[pair[0]] * df[pair[1]]) for pair, n in together.items()}
+    if not weights:
         return []
-    groups = nx.community.louvain_communities(graph, weight="weight", seed=42)
-    groups = sorted((sorted(g) for g in groups if len(g) >= 2), key=lambda g: (-len(g), g[0]))
+    groups = sorted(
+        (sorted(g) for g in louvain(weights) if len(g) >= 2), key=lambda g: (-len(g), g[0])
+    )
     community_of = {key: index for index, group in enumerate(groups) for key in group}
-    strength = {
-        key: sum(d["weight"] for _, other, d in graph.edges(key, data=True) if other in group_keys)
-        for group in groups
-        for group_keys in [set(group)]
-        for key in group
-    }
+    strength: dict[str, float] = dict.fromkeys(community_of, 0.0)
+    for (a, b), weight in weights.items():
+        if a in community_of and community_of.get(b) == community_of[a]:
+            strength[a] += weight
+            strength[b] += weight
     chunk_score: list[dict[str, float]] = [{} for _ in groups]
     attach: dict[str, Counter[int]] = defaultdict(Counter)
     for chunk_id, keys in chunk_entities.items():
