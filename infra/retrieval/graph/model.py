@@ -61,11 +61,15 @@ GENERIC_MIN_DF = 20
 WALK_MAX_DF = 500
 """The walk never expands from an entity in more chunks than this, however big the corpus:
 finding its neighbours costs O(its chunks), and so common an entity links everything."""
-WALK_SCAN = 128
+MATCHES_PER_NORM = 16
+"""Entities one query norm may match at most in a local search (the strongest: an exact match
+first, then by IDF): the number of matches, not the corpus, sets the search's cost."""
+WALK_SCAN = 64
 """Chunks of an entity the walk reads to find its neighbours (its first by id, a fixed
 sample): an entity's strongest co-occurrences show in any fair sample of its chunks."""
-MENTIONS_CAP = 2_000
-"""Chunks one entity scores at most (the lowest chunk ids, a fixed sample): at 300k chunks a
+MENTIONS_CAP = 500
+"""Chunks one entity scores at most (the lowest chunk ids, a fixed sample; NFCorpus's "generic"
+cut is 186 chunks, so only such entities are sampled there): at 300k chunks a
 common entity is in tens of thousands, and its low IDF adds little to any of them. With the
 walk's bound, this keeps a local search's cost flat in the corpus size."""
 

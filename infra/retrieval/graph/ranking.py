@@ -19,6 +19,7 @@ from infra.retrieval.graph.model import (
     EXPAND_FROM,
     GENERIC_MIN_DF,
     GENERIC_SHARE,
+    MATCHES_PER_NORM,
     MIN_PREFIX,
     NEIGHBOURS,
     PPR_DAMPING,
@@ -29,6 +30,7 @@ from infra.retrieval.graph.model import (
     PREFIX,
     TOKEN,
     WALK_MAX_DF,
+    WALK_SCAN,
     Community,
     Hit,
 )
@@ -88,6 +90,20 @@ async def hydrate(
     ]
 
 
+def strongest_matches(base: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """Each query norm's `MATCHES_PER_NORM` best matched entities (weight x IDF, then key).
+    A word like "cancer" is a token of thousands of entities in a big corpus; the weakest of
+    them add little to a chunk's score and would cost a scan of their chunks each."""
+    by_norm: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for slot in base:
+        by_norm[slot[0]].append(slot)
+    kept: dict[tuple[str, str], float] = {}
+    for slots in by_norm.values():
+        for slot in sorted(slots, key=lambda s: (-base[s], s[1]))[:MATCHES_PER_NORM]:
+            kept[slot] = base[slot]
+    return kept
+
+
 async def rank_local(
     view: GraphView, namespaces: Sequence[str], norms: Sequence[str], top_k: int
 ) -> list[RetrievedChunk]:
@@ -101,9 +117,13 @@ async def rank_local(
     if not hits:
         return []
     totals = await view.chunk_totals(namespaces)
-    base = {
-        (hit.query, hit.key): hit.weight * idf(totals.get(hit.namespace, 1), hit.df) for hit in hits
-    }
+    base = strongest_matches(
+        {
+            (hit.query, hit.key): hit.weight * idf(totals.get(hit.namespace, 1), hit.df)
+            for hit in hits
+        }
+    )
+    hits = [hit for hit in hits if (hit.query, hit.key) in base]
     mentions = await view.mentions(sorted({hit.key for hit in hits}))
     best: dict[tuple[str, str], float] = {}
     for (query, key), value in base.items():
@@ -180,7 +200,7 @@ async def personalized_pagerank(
     spread: dict[str, float] = defaultdict(float)
     for key, chunk_ids in (await view.mentions(walked)).items():
         value = rank[key] * idf(total_chunks, df.get(key, 1))
-        for chunk_id in chunk_ids:
+        for chunk_id in chunk_ids[:WALK_SCAN]:  # a walked entity's mass, over a fixed sample
             spread[chunk_id] += value
     return dict(spread)
 
