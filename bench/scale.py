@@ -9,50 +9,17 @@ README.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from api.client import RagbusClient
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
-from bench.scale_build import (
-    HOW,
-    SCALE_FILE,
-    STACK_LOG,
-    Progress,
-    abuild_corpus,
-    build_corpus,
-    noise_sigma,
-    perturb_text,
-    perturb_vectors,
-    read_json,
-)
+from bench.scale_build import SCALE_FILE, STACK_LOG, read_json
+from bench.stack import served_stack
 from contracts.enums import CHANNEL_PHASE, Channel
 from infra.retrieval.vectors.edge import CONFIG_FILE
-from infra.runtime.services import free_port, start_nats, start_redis
-
-__all__ = [
-    "HOW",
-    "SCALE_FILE",
-    "Progress",
-    "abuild_corpus",
-    "build_corpus",
-    "channel_latencies",
-    "measure",
-    "noise_sigma",
-    "perturb_text",
-    "perturb_vectors",
-    "size_label",
-    "table",
-]
 
 READY_TIMEOUT_S = 900.0
 """A 300k-chunk stack loads a graph snapshot of some hundreds of MB before it is ready."""
@@ -80,69 +47,11 @@ def channel_latencies(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _stack_env(out_data_dir: Path, nats_url: str, redis_url: str, port: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "RAGBUS_DATA_DIR": str(out_data_dir),
-        "RAGBUS_START_SERVICES": "false",
-        "RAGBUS_NATS_URL": nats_url,
-        "RAGBUS_REDIS_URL": redis_url,
-        "RAGBUS_API_HOST": "127.0.0.1",
-        "RAGBUS_API_PORT": str(port),
-        "RAGBUS_API_TOKEN": "",
-        "RAGBUS_QDRANT_URL": "",  # the embedded stores this corpus was written for
-        "RAGBUS_NEO4J_URI": "",
-        "RAGBUS_LOG_LEVEL": "WARNING",
-    }
-
-
-def _spawn_stack(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """`ragbus up` in a child process (`api.cli` has no `__main__`, so through `main`)."""
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-c", "from api.cli import main; main()", "up"],
-            env=env,
-            cwd=Path(__file__).resolve().parents[1],
-            stdout=log,
-            stderr=log,
-        )
-
-
-def _stop_stack(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(10)
-
-
-def _tail(log_path: Path) -> str:
-    return log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
-
-
 def _corpus_dir(out_data_dir: Path, namespace: str) -> Path:
     resolved = Path(out_data_dir).resolve()
     if not (resolved / "vectors" / namespace / CONFIG_FILE).exists():
         raise FileNotFoundError(f"no corpus for namespace {namespace!r} in {resolved}")
     return resolved
-
-
-async def _wait_ready(url: str, child: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    async with httpx.AsyncClient(timeout=2.0) as http:
-        while time.monotonic() < deadline:
-            if child.poll() is not None:
-                tail = _tail(log_path)
-                raise RuntimeError(f"ragbus up exited with {child.returncode}: {tail}")
-            try:
-                if (await http.get(f"{url}/readyz")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.5)
-    raise RuntimeError(f"ragbus up was not ready within {READY_TIMEOUT_S:g} s (see {log_path})")
 
 
 async def _prime(
@@ -188,42 +97,32 @@ async def measure(
     out_data_dir = _corpus_dir(out_data_dir, namespace)
     if not queries:
         raise ValueError("no queries")
-    log_path = out_data_dir / STACK_LOG
-    with tempfile.TemporaryDirectory(prefix="ragbus-bench-scale-") as tmp:
-        root = Path(tmp)
-        nats = start_nats(free_port(), root / "nats")
-        try:
-            redis = start_redis(free_port(), root / "redis", persistent=False)
-        except BaseException:
-            nats.stop()
-            raise
-        port = free_port()
-        env = {**_stack_env(out_data_dir, nats.url, redis.url, port), **(extra_env or {})}
-        url = f"http://127.0.0.1:{port}"
-        started = time.perf_counter()
-        child = _spawn_stack(env, log_path)
-        try:
-            await _wait_ready(url, child, log_path)
-            ready_s = time.perf_counter() - started
-            first = await _prime(url, queries, namespace, timeout_s)
-            report = await run_bench(
-                url,
-                queries,
-                concurrency=concurrency,
-                duration_s=duration_s,
-                warmup_s=warmup_s,
-                timeout_s=timeout_s,
-                pids={
-                    "ragbus": child.pid,
-                    "nats-server": nats.process.pid,
-                    "redis-server": redis.process.pid,
-                },
-                namespace=namespace,
-            )
-        finally:
-            await asyncio.to_thread(_stop_stack, child)
-            redis.stop()
-            nats.stop()
+    env = {
+        "RAGBUS_API_TOKEN": "",
+        "RAGBUS_QDRANT_URL": "",  # the embedded stores this corpus was written for
+        "RAGBUS_NEO4J_URI": "",
+        **(extra_env or {}),
+    }
+    started = time.perf_counter()
+    async with served_stack(
+        ["-m", "api", "up"],
+        env,
+        ready_timeout_s=READY_TIMEOUT_S,
+        data_dir=out_data_dir,
+        log_path=out_data_dir / STACK_LOG,
+    ) as stack:
+        ready_s = time.perf_counter() - started
+        first = await _prime(stack.url, queries, namespace, timeout_s)
+        report = await run_bench(
+            stack.url,
+            queries,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            timeout_s=timeout_s,
+            pids=stack.pids,
+            namespace=namespace,
+        )
     report["channels"] = channel_latencies(report)
     report["ready_s"] = round(ready_s, 3)
     report["first_request"] = first

@@ -1,0 +1,116 @@
+"""A ragbus stack in a child process on its own nats-server and redis-server (free ports,
+temporary storage): what `ragbus bench-bus` and `ragbus bench-scale` start, measure and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from infra.runtime.services import free_port, start_nats, start_redis
+
+ROOT = Path(__file__).resolve().parents[1]
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Stack:
+    url: str
+    pids: dict[str, int]
+    """The stack's process, nats-server and redis-server, for `run_bench`'s CPU per process."""
+
+
+def _tail(log_path: Path) -> str:
+    return log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
+
+
+def _spawn(args: Sequence[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen([sys.executable, *args], env=env, cwd=ROOT, stdout=log, stderr=log)
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)
+
+
+async def _wait_ready(
+    url: str, child: subprocess.Popen[bytes], log_path: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as http:
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise RuntimeError(f"the stack exited with {child.returncode}: {_tail(log_path)}")
+            try:
+                if (await http.get(f"{url}/readyz")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the stack was not ready within {timeout_s:g} s (see {log_path})")
+
+
+@asynccontextmanager
+async def served_stack(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    ready_timeout_s: float,
+    data_dir: Path | None = None,
+    log_path: Path | None = None,
+) -> AsyncIterator[Stack]:
+    """`python <args>` with the `RAGBUS_*` settings that point it at fresh services and a free
+    API port (plus `env`), ready on `/readyz`; stopped with its services on exit. `data_dir`
+    and `log_path` default to the temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="ragbus-bench-") as tmp:
+        root = Path(tmp)
+        nats = start_nats(free_port(), root / "nats")
+        try:
+            redis = start_redis(free_port(), root / "redis", persistent=False)
+        except BaseException:
+            nats.stop()
+            raise
+        port = free_port()
+        log = log_path or root / "stack.log"
+        full_env = {
+            **os.environ,
+            "RAGBUS_NATS_URL": nats.url,
+            "RAGBUS_REDIS_URL": redis.url,
+            "RAGBUS_DATA_DIR": str(data_dir or root / "data"),
+            "RAGBUS_START_SERVICES": "false",
+            "RAGBUS_API_HOST": "127.0.0.1",
+            "RAGBUS_API_PORT": str(port),
+            "RAGBUS_LOG_LEVEL": "WARNING",
+            **env,
+        }
+        child = _spawn(args, full_env, log)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            await _wait_ready(url, child, log, ready_timeout_s)
+            yield Stack(
+                url,
+                {
+                    "ragbus": child.pid,
+                    "nats-server": nats.process.pid,
+                    "redis-server": redis.process.pid,
+                },
+            )
+        finally:
+            await asyncio.to_thread(_stop, child)
+            redis.stop()
+            nats.stop()
