@@ -25,17 +25,21 @@ from api.cli import (
 )
 from infra.settings import Settings
 
+Queries = Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")]
+DEFAULT_QUERIES = Path("bench/queries.txt")
+Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1)]
+Duration = Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")]
+Warmup = Annotated[
+    float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
+]
+
 
 @app.command()
 def bench(
-    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
-        Path("bench/queries.txt")
-    ),
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
-    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
-    warmup: Annotated[
-        float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
-    ] = 0.0,
+    queries: Queries = DEFAULT_QUERIES,
+    concurrency: Concurrency = 4,
+    duration: Duration = 30.0,
+    warmup: Warmup = 0.0,
     timeout: Annotated[float, typer.Option(help="Per-request seconds before `unfinished`.")] = 60.0,
     namespace: Annotated[
         str | None, typer.Option(help="Where the queries search (default: the API's).")
@@ -114,14 +118,10 @@ def _bench_peer(
 
 @app.command("bench-bus")
 def bench_bus(
-    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
-        Path("bench/queries.txt")
-    ),
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
-    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
-    warmup: Annotated[
-        float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
-    ] = 5.0,
+    queries: Queries = DEFAULT_QUERIES,
+    concurrency: Concurrency = 8,
+    duration: Duration = 30.0,
+    warmup: Warmup = 5.0,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/bus.json"
     ),
@@ -153,12 +153,10 @@ def bench_scale(
     work_dir: Annotated[
         Path | None, typer.Option(help="Where the built corpora live (default: <source>/scale).")
     ] = None,
-    queries: Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")] = (
-        Path("bench/queries.txt")
-    ),
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
-    duration: Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")] = 30.0,
-    warmup: Annotated[float, typer.Option("--warmup", "-w", min=0, help="Seconds.")] = 5.0,
+    queries: Queries = DEFAULT_QUERIES,
+    concurrency: Concurrency = 8,
+    duration: Duration = 30.0,
+    warmup: Warmup = 5.0,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/scale.json"
     ),
@@ -289,7 +287,7 @@ def bench_critic(
     ),
     namespace: Annotated[str | None, typer.Option(help="Default: the directory's name.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 4,
+    concurrency: Concurrency = 4,
     out: Annotated[Path, typer.Option(help="JSON report.")] = Path("results/critic.json"),
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
