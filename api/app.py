@@ -13,7 +13,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import nats
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -24,6 +23,7 @@ from api import ops, routes
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
+from infra.runtime.redis_client import RETRY_AFTER_S, UNAVAILABLE_ERRORS, connect_redis
 from infra.settings import Settings, get_settings
 from orchestrator.store import StateStore
 
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = 
                 stack.push_async_callback(publisher.stop)
             nc = await nats.connect(settings.nats_url, name="ragbus-api-events")
             stack.push_async_callback(nc.drain)
-            redis = aioredis.from_url(settings.redis_url, decode_responses=True)
+            redis = connect_redis(settings.redis_url)
             stack.push_async_callback(redis.aclose)
 
             app.state.bus = Bus(publisher)
@@ -84,6 +84,8 @@ def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = 
     app.include_router(ops.router)
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    for error in UNAVAILABLE_ERRORS:
+        app.add_exception_handler(error, _state_store_unavailable)
     return app
 
 
@@ -124,3 +126,13 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
 
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+async def _state_store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """Redis is unreachable (or stopped answering): the request could not be served."""
+    log.warning("redis_unavailable", path=request.url.path, error=str(exc))
+    return _error(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        f"the state store (Redis) is unavailable: {exc}",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )

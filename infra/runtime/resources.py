@@ -15,6 +15,7 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from infra.runtime.bus import Bus
+from infra.runtime.redis_client import connect_redis
 from infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Resources:
 
     def redis(self) -> aioredis.Redis:
         if self._redis is None:
-            self._redis = aioredis.from_url(self.settings.redis_url, decode_responses=True)
+            self._redis = connect_redis(self.settings.redis_url)
         return self._redis
 
     async def encoder(self) -> Encoder:
