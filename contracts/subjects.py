@@ -15,6 +15,7 @@ STREAM_EVENTS: Final = "RAG_EVENTS"
 STREAM_INGEST: Final = "RAG_INGEST"
 STREAM_INGEST_EVENTS: Final = "RAG_INGEST_EVENTS"
 STREAM_DLQ: Final = "RAG_DLQ"
+STREAM_ADVISORIES: Final = "RAG_ADVISORIES"
 
 # Subjects
 QUERY_SUBMITTED: Final = "rag.query.submitted"
@@ -24,6 +25,9 @@ EVENTS_PREFIX: Final = "rag.events"
 INGEST_DOCS_PREFIX: Final = "rag.ingest.docs"
 INGEST_EVENTS_PREFIX: Final = "rag.ingest.events"
 DLQ_PREFIX: Final = "rag.dlq"
+MAX_DELIVERIES_ADVISORIES: Final = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+"""What nats-server publishes when a consumer stops redelivering a message it never got an
+ack for (`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`)."""
 
 
 def _checked(identifier: str) -> str:

@@ -16,11 +16,19 @@ import structlog
 from faststream import AckPolicy
 from faststream.nats import NatsRouter
 
+from contracts.advisories import MaxDeliveriesAdvisory
 from contracts.queries import QuerySubmitted
 from contracts.results import AnyResult
 from infra.logging import get_logger
 from infra.metrics import REQUEST_SECONDS, REQUESTS
-from infra.runtime.bus import ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, Bus, subscriber_kwargs
+from infra.runtime.bus import (
+    ORCHESTRATOR_ADVISORIES,
+    ORCHESTRATOR_QUERIES,
+    ORCHESTRATOR_RESULTS,
+    Bus,
+    subscriber_kwargs,
+)
+from infra.runtime.dead_letters import handle_max_deliveries
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import error_policy
 from orchestrator.saga import Clock, Saga
@@ -146,6 +154,16 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
     )
     async def on_result(result: AnyResult) -> None:
         await orch.handle_result(result)
+
+    @router.subscriber(
+        **subscriber_kwargs(ORCHESTRATOR_ADVISORIES, resources.settings),
+        title="orchestrator:max-deliveries",
+        description="JetStream stopped delivering a message that was never acknowledged: "
+        "dead-letter it, fail its step, and take it out of its work queue.",
+    )
+    async def on_max_deliveries(advisory: MaxDeliveriesAdvisory) -> None:
+        js = resources.bus.broker.connection.jetstream()
+        await handle_max_deliveries(js, resources.bus, advisory)
 
     router.orchestrator = orch  # type: ignore[attr-defined]
     return router

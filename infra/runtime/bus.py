@@ -63,6 +63,14 @@ def stream_specs(settings: Settings) -> list[StreamSpec]:
             max_age_s=7 * 86_400,
         ),
         StreamSpec(sj.STREAM_DLQ, ["rag.dlq.>"], work_queue=False, max_age_s=14 * 86_400),
+        # nats-server's own word that it stopped delivering a message nobody acknowledged
+        # (`infra.runtime.dead_letters`): kept, so an orchestrator that was down still acts on it.
+        StreamSpec(
+            sj.STREAM_ADVISORIES,
+            [sj.MAX_DELIVERIES_ADVISORIES],
+            work_queue=True,
+            max_age_s=14 * 86_400,
+        ),
     ]
 
 
@@ -81,10 +89,13 @@ def step_consumer(step: Step, channel: Channel | None = None) -> ConsumerSpec:
 ORCHESTRATOR_QUERIES = ConsumerSpec("orchestrator-queries", sj.STREAM_QUERIES, "rag.query.>")
 ORCHESTRATOR_RESULTS = ConsumerSpec("orchestrator-results", sj.STREAM_RES, "rag.res.>")
 INGEST_WORKER = ConsumerSpec("worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>")
+ORCHESTRATOR_ADVISORIES = ConsumerSpec(
+    "orchestrator-advisories", sj.STREAM_ADVISORIES, sj.MAX_DELIVERIES_ADVISORIES
+)
 
 
 def all_consumers() -> list[ConsumerSpec]:
-    specs = [ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, INGEST_WORKER]
+    specs = [ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, ORCHESTRATOR_ADVISORIES, INGEST_WORKER]
     for step in Step:
         if step is Step.SEARCH:
             specs.extend(step_consumer(step, channel) for channel in Channel)

@@ -9,7 +9,6 @@ the reason, tell the orchestrator the step failed, and ack so the consumer moves
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,16 +23,15 @@ from faststream.nats.message import NatsMessage
 from pydantic import ValidationError
 
 from contracts import subjects as sj
-from contracts.dlq import DeadLetter
 from contracts.enums import Channel, Phase, PhaseStatus, Step, StepStatus
-from contracts.envelope import Envelope, is_valid_request_id, utcnow
+from contracts.envelope import Envelope, utcnow
 from contracts.events import PhaseData, PhaseEvent
-from contracts.models import ErrorInfo
-from contracts.results import StepFailure, StepResult
+from contracts.results import StepResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
-from infra.metrics import DEAD_LETTERS, MESSAGES, STEP_SECONDS
+from infra.metrics import MESSAGES, STEP_SECONDS
 from infra.runtime.bus import Bus, acked, json_headers
+from infra.runtime.dead_letters import dead_letter, report_step_failure
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 
@@ -68,61 +66,6 @@ def _describe(exc: BaseException) -> str:
         ]
         return "invalid message: " + "; ".join(parts)
     return f"{type(exc).__name__}: {exc}"
-
-
-async def dead_letter(
-    bus: Bus, msg: StreamMessage[Any], subject: str, reason: str, error: str, deliveries: int
-) -> DeadLetter:
-    body = _body_text(msg)
-    request_id: str | None = None
-    try:
-        parsed = json.loads(body)
-        if isinstance(parsed, dict) and isinstance(parsed.get("request_id"), str):
-            request_id = parsed["request_id"]
-    except ValueError:
-        pass
-    letter = DeadLetter(
-        original_subject=subject,
-        reason=reason,
-        error=error[:4000],
-        deliveries=deliveries,
-        request_id=request_id,
-        payload=body[:1_000_000],
-        headers={k: str(v) for k, v in (msg.headers or {}).items()},
-    )
-    await bus.publish(letter, sj.dlq_subject(subject), sj.STREAM_DLQ)
-    DEAD_LETTERS.labels(subject=subject, reason=reason).inc()
-    log.warning("dead_lettered", subject=subject, reason=reason, error=error, request_id=request_id)
-    return letter
-
-
-async def report_step_failure(bus: Bus, msg: StreamMessage[Any], subject: str, error: str) -> None:
-    """Tell the orchestrator a command failed for good, when the body says whose it was."""
-    result_subject = sj.result_subject_for(subject)
-    if result_subject is None:
-        return
-    try:
-        raw = json.loads(_body_text(msg))
-        request_id = raw["request_id"]
-        command_id = raw["event_id"]
-    except (ValueError, KeyError, TypeError):
-        return
-    if not (isinstance(request_id, str) and is_valid_request_id(request_id)):
-        return
-    step = subject.removeprefix(sj.CMD_PREFIX + ".").split(".")[0]
-    channel = raw.get("channel") if step == "search" else None
-    try:
-        failure = StepFailure(
-            request_id=request_id,
-            command_id=str(command_id),
-            attempt=int(raw.get("attempt", 1)),
-            step=step,
-            channel=channel,
-            error=ErrorInfo(code="step_failed", message=error[:2000]),
-        )
-    except (ValidationError, ValueError, TypeError):
-        return
-    await bus.publish(failure, result_subject, sj.STREAM_RES)
 
 
 async def _nack(msg: StreamMessage[Any], delay: float) -> None:
@@ -183,10 +126,20 @@ def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type
                 reason = "failed"
                 log.exception("step_failed", subject=subject, error=error)
             MESSAGES.labels(subject=subject, outcome=reason).inc()
+            body = _body_text(msg)
+            headers = {k: str(v) for k, v in (msg.headers or {}).items()}
             try:
-                await dead_letter(bus, msg, subject, reason, error, deliveries)
+                await dead_letter(
+                    bus,
+                    subject,
+                    body,
+                    headers,
+                    reason=reason,
+                    error=error,
+                    deliveries=deliveries,
+                )
                 if report_failures:
-                    await report_step_failure(bus, msg, subject, error)
+                    await report_step_failure(bus, subject, body, error)
             except (
                 Exception
             ) as publish_exc:  # the broker itself is failing: let JetStream redeliver

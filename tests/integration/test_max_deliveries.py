@@ -1,0 +1,97 @@
+"""A command whose worker dies while holding it, every time, is not lost: when JetStream gives
+up redelivering it, the message is dead-lettered with the reason, the saga hears that the
+step failed (and degrades, here), and the work queue no longer holds it.
+
+The dying worker is a raw JetStream client that fetches the command from the worker's durable
+consumer and never acknowledges it, which is what a SIGKILLed worker looks like to the broker.
+The test has its own nats-server and redis-server, so no other test's worker takes the
+command first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import nats
+import nats.errors
+import nats.js.errors
+import pytest
+
+from infra.runtime.services import free_port, start_nats, start_redis
+from tests.integration.conftest import running, serving_api, stack_settings
+from tests.integration.test_dead_letter import dead_letters
+
+pytestmark = pytest.mark.integration
+
+MAX_DELIVER = 2
+ACK_WAIT_S = 1.0
+
+
+async def test_a_command_never_acknowledged_is_dead_lettered_and_fails_its_step(
+    tmp_path: Path,
+) -> None:
+    nats_service = start_nats(free_port(), tmp_path / "nats")
+    redis_service = start_redis(free_port(), tmp_path / "redis", persistent=False)
+    settings = stack_settings(
+        nats_service.url,
+        redis_service.url,
+        tmp_path / "data",
+        max_deliver=MAX_DELIVER,
+        ack_wait_s=ACK_WAIT_S,
+        classify_timeout_s=60.0,  # the step deadline must not be what rescues the request
+    )
+    try:
+        async with (
+            running(settings, orchestrator=True, workers=()) as runtime,
+            serving_api(runtime) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+        ):
+            nc = await nats.connect(settings.nats_url)
+            try:
+                js = nc.jetstream()
+                dying_worker = await js.pull_subscribe_bind("worker-classify", "RAG_CMD")
+                accepted = await http.post("/v1/queries", json={"query": "who built the canal?"})
+                assert accepted.status_code == 202, accepted.text
+                request_id = accepted.json()["request_id"]
+
+                for delivery in range(1, MAX_DELIVER + 1):
+                    (held,) = await dying_worker.fetch(1, timeout=10)
+                    assert held.metadata.num_delivered == delivery
+                    assert json.loads(held.data)["request_id"] == request_id
+                    # ... and the worker dies without an ack: JetStream redelivers after ack_wait
+
+                # A restarted worker asks for work. nats-server finds the command at its
+                # delivery limit: it does not deliver it and publishes the advisory instead.
+                await asyncio.sleep(ACK_WAIT_S + 0.3)
+                with pytest.raises(nats.errors.TimeoutError):
+                    await dying_worker.fetch(1, timeout=1.5)
+
+                (letter,) = await dead_letters(
+                    settings.nats_url, "rag.dlq.rag.cmd.classify", want=1
+                )
+                assert letter["reason"] == "max_deliveries"
+                assert letter["request_id"] == request_id
+                assert letter["deliveries"] == MAX_DELIVER
+                assert "worker-classify" in letter["error"]
+
+                # The saga heard: classification degraded, the request moved on to searching.
+                for _ in range(100):
+                    state = (await http.get(f"/v1/queries/{request_id}")).json()
+                    if state["status"] != "classifying":
+                        break
+                    await asyncio.sleep(0.1)
+                assert state["status"] == "searching", state
+
+                # And the work queue no longer holds the command.
+                with pytest.raises(nats.js.errors.NotFoundError):
+                    await js.get_last_msg("RAG_CMD", "rag.cmd.classify")
+                info = await js.consumer_info("RAG_CMD", "worker-classify")
+                assert info.num_pending == 0 and info.num_ack_pending == 0
+            finally:
+                await nc.close()
+    finally:
+        redis_service.stop()
+        nats_service.stop()
