@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from api.idempotency import Idempotency
 from infra.runtime.bus import Bus
 from infra.settings import Settings
 from orchestrator.store import StateStore
@@ -34,6 +35,13 @@ async def get_store(request: Request) -> StateStore:
 
 async def get_redis(request: Request) -> aioredis.Redis:
     return request.app.state.redis
+
+
+async def get_idempotency(
+    redis: Annotated[aioredis.Redis, Depends(get_redis)],
+    settings: Annotated[Settings, Depends(get_settings)],
+) -> Idempotency:
+    return Idempotency(redis, settings.idempotency_ttl_s)
 
 
 async def get_nats(request: Request) -> NATS:
@@ -68,5 +76,6 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 BusDep = Annotated[Bus, Depends(get_bus)]
 StoreDep = Annotated[StateStore, Depends(get_store)]
 RedisDep = Annotated[aioredis.Redis, Depends(get_redis)]
+IdempotencyDep = Annotated[Idempotency, Depends(get_idempotency)]
 NatsDep = Annotated[NATS, Depends(get_nats)]
 JetStreamDep = Annotated[JetStreamContext, Depends(get_jetstream)]

@@ -22,8 +22,24 @@ from fastapi import (
 from nats.js import JetStreamContext
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from api.deps import BusDep, JetStreamDep, RedisDep, SettingsDep, StoreDep, require_token
+from api.deps import (
+    BusDep,
+    IdempotencyDep,
+    JetStreamDep,
+    RedisDep,
+    SettingsDep,
+    StoreDep,
+    require_token,
+)
 from api.event_stream import request_events
+from api.idempotency import (
+    IDEMPOTENCY_HEADER,
+    REPLAYED_HEADER,
+    Claim,
+    Idempotency,
+    IdempotencyKey,
+    fingerprint,
+)
 from api.schemas import (
     DocumentsRequest,
     ErrorResponse,
@@ -34,12 +50,14 @@ from api.schemas import (
     QueryView,
 )
 from contracts import subjects as sj
+from contracts.enums import RequestStatus
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
 from infra.runtime.ingest_jobs import open_job, read_job
 from infra.runtime.ingest_producer import JobReceipt, publish_deletion, publish_job
+from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
 from orchestrator.store import StateExists, StateStore
 
@@ -59,7 +77,7 @@ LastEventId = Annotated[
 ]
 
 _errors: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (401, 404, 422, 503)
+    code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 503)
 }
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=_errors)
 
@@ -68,11 +86,25 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], response
 
 
 async def submit_query(
-    body: QueryRequest, store: StateStore, bus: Bus, settings: Settings
-) -> QuerySubmitted:
-    """Record the request, then publish it: the orchestrator always finds the state it expects."""
+    body: QueryRequest,
+    store: StateStore,
+    bus: Bus,
+    settings: Settings,
+    idempotency: Idempotency,
+    key: str | None,
+) -> tuple[QuerySubmitted, bool]:
+    """Record the request, then publish it: the orchestrator always finds the state it expects.
+    With an `Idempotency-Key` seen before (same body), the earlier request is the answer, and
+    it is published again only if it may never have reached the bus. The flag says whether
+    the request is such an earlier one."""
+    request_id, replayed = new_request_id(), False
+    if key is not None:
+        claim = Claim(work_id=request_id, fingerprint=fingerprint(body))
+        earlier = await idempotency.claim("queries", key, claim)
+        if earlier is not None:
+            request_id, replayed = earlier.work_id, True
     submitted = QuerySubmitted(
-        request_id=new_request_id(),
+        request_id=request_id,
         query=body.query,
         session_id=body.session_id,
         namespaces=body.namespaces or ["default"],
@@ -83,14 +115,32 @@ async def submit_query(
     try:
         await store.create(submitted)
     except StateExists as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, "request id already in use") from exc
+        if not replayed:
+            raise HTTPException(status.HTTP_409_CONFLICT, "request id already in use") from exc
+        state = await store.get(request_id)
+        if state is None or state.status is not RequestStatus.SUBMITTED:
+            return submitted, True  # under way (or finished): nothing to send again
     try:
         await bus.publish(submitted, sj.QUERY_SUBMITTED, sj.STREAM_QUERIES)
     except Exception as exc:
-        log.exception("submit_publish_failed", request_id=submitted.request_id)
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
-    log.info("query_submitted", request_id=submitted.request_id, intent=body.intent)
-    return submitted
+        log.exception("submit_publish_failed", request_id=request_id)
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            _unconfirmed(f"request {request_id}", f"/v1/queries/{request_id}", key),
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from exc
+    log.info("query_submitted", request_id=request_id, intent=body.intent, replayed=replayed)
+    return submitted, replayed
+
+
+def _unconfirmed(what: str, status_url: str, key: str | None) -> str:
+    """A 503 that tells the truth: the bus took the message or not, nobody knows which."""
+    retry = (
+        f"retrying with the same {IDEMPOTENCY_HEADER} runs it once"
+        if key is not None
+        else f"check GET {status_url} before sending it again, or send an {IDEMPOTENCY_HEADER}"
+    )
+    return f"the bus is unavailable: it did not confirm {what}, which may still run; {retry}"
 
 
 @router.post(
@@ -106,8 +156,12 @@ async def create_query(
     store: StoreDep,
     bus: BusDep,
     settings: SettingsDep,
+    idempotency: IdempotencyDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> QueryAccepted:
-    submitted = await submit_query(body, store, bus, settings)
+    submitted, replayed = await submit_query(
+        body, store, bus, settings, idempotency, idempotency_key
+    )
     rid = submitted.request_id
     accepted = QueryAccepted(
         request_id=rid,
@@ -115,6 +169,8 @@ async def create_query(
         events_url=request.app.url_path_for("query_events", request_id=rid),
     )
     response.headers["Location"] = accepted.status_url
+    if replayed:
+        response.headers[REPLAYED_HEADER] = "true"
     return accepted
 
 
@@ -189,9 +245,18 @@ async def query_events(
     summary="Submit a question and stream its events in one response (SSE)",
 )
 async def chat(
-    body: QueryRequest, store: StoreDep, bus: BusDep, js: JetStreamDep, settings: SettingsDep
+    body: QueryRequest,
+    store: StoreDep,
+    bus: BusDep,
+    js: JetStreamDep,
+    settings: SettingsDep,
+    idempotency: IdempotencyDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> EventSourceResponse:
-    submitted = await submit_query(body, store, bus, settings)
+    """With an `Idempotency-Key` seen before, the earlier request's events from the start."""
+    submitted, replayed = await submit_query(
+        body, store, bus, settings, idempotency, idempotency_key
+    )
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(
@@ -202,7 +267,8 @@ async def chat(
             async for message in relay:
                 yield message
 
-    return EventSourceResponse(stream(), ping=SSE_PING_S)
+    headers = {REPLAYED_HEADER: "true"} if replayed else None
+    return EventSourceResponse(stream(), ping=SSE_PING_S, headers=headers)
 
 
 # -- ingestion ---------------------------------------------------------------------------
@@ -214,21 +280,53 @@ async def _start_job(
     redis: aioredis.Redis,
     settings: Settings,
     publish: Callable[[str], Awaitable[JobReceipt]],
+    idempotent: tuple[Idempotency, str, str] | None = None,
 ) -> IngestAccepted:
-    """Make the job readable, publish it, and answer 202 with where to follow it."""
+    """Make the job readable, publish it, and answer 202 with where to follow it.
+    `idempotent` = (the store, the key, the body's fingerprint): a key whose job was accepted
+    answers with that job; one whose job is still being published answers 409."""
+    job_id = new_request_id()
+    if idempotent is not None:
+        idempotency, key, body_print = idempotent
+        earlier = await idempotency.claim(
+            "documents", key, Claim(work_id=job_id, fingerprint=body_print)
+        )
+        if earlier is not None:
+            if earlier.receipt is None:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT,
+                    f"job {earlier.work_id} with this {IDEMPOTENCY_HEADER} is still being queued",
+                    headers={"Retry-After": str(RETRY_AFTER_S)},
+                )
+            response.headers["Location"] = str(earlier.receipt["status_url"])
+            response.headers[REPLAYED_HEADER] = "true"
+            return IngestAccepted.model_validate(earlier.receipt)
     try:
-        job_id = new_request_id()
         await open_job(redis, job_id, settings.state_ttl_s)
         receipt = await publish(job_id)
     except Exception as exc:
-        log.exception("ingest_publish_failed")
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the bus is unavailable") from exc
+        log.exception("ingest_publish_failed", job_id=job_id)
+        if idempotent is not None:
+            await idempotent[0].release("documents", idempotent[1])
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            _unconfirmed(
+                f"ingest job {job_id}",
+                f"/v1/ingest/{job_id}",
+                idempotent[1] if idempotent is not None else None,
+            ),
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from exc
     accepted = IngestAccepted(
         job_id=receipt.job_id,
         accepted=receipt.accepted,
         duplicates=receipt.duplicates,
         status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
     )
+    if idempotent is not None:
+        idempotency, key, body_print = idempotent
+        done = Claim(work_id=job_id, fingerprint=body_print, receipt=accepted.model_dump())
+        await idempotency.accepted("documents", key, done)
     response.headers["Location"] = accepted.status_url
     return accepted
 
@@ -246,6 +344,8 @@ async def ingest_documents(
     bus: BusDep,
     redis: RedisDep,
     settings: SettingsDep,
+    idempotency: IdempotencyDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> IngestAccepted:
     return await _start_job(
         request,
@@ -253,6 +353,7 @@ async def ingest_documents(
         redis,
         settings,
         lambda job_id: publish_job(bus, body.documents, job_id=job_id),
+        None if idempotency_key is None else (idempotency, idempotency_key, fingerprint(body)),
     )
 
 

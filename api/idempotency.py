@@ -1,0 +1,84 @@
+"""`Idempotency-Key` on the POSTs that start work, the way payment APIs do it: the same key with
+the same body gives the same request (or job) id and never a second run; the same key with
+another body is refused.
+
+A key is claimed in Redis (`SET NX`) before anything is recorded or published, together with
+the id the work will have and a fingerprint of the body, and kept for
+`RAGBUS_IDEMPOTENCY_TTL_S`. Keys live per endpoint (`queries` covers `/v1/queries` and
+`/v1/chat`, which submit the same thing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any, Literal
+
+import redis.asyncio as aioredis
+from fastapi import Header, HTTPException, status
+from pydantic import BaseModel, Field
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Makes retrying this POST safe: the same key with the same body answers "
+        "with the same id and starts nothing new (printable ASCII, up to 255 characters).",
+    ),
+]
+
+Scope = Literal["queries", "documents"]
+
+
+class Claim(BaseModel):
+    """What a key stands for: the id its work has, and the body it was first sent with."""
+
+    work_id: str
+    fingerprint: str
+    receipt: dict[str, Any] | None = Field(
+        default=None, description="the 202 body, once the work was accepted"
+    )
+
+
+def fingerprint(body: BaseModel) -> str:
+    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+def _key(scope: Scope, key: str) -> str:
+    return f"ragbus:idem:{scope}:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+class Idempotency:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+
+    async def claim(self, scope: Scope, key: str, claim: Claim) -> Claim | None:
+        """Claim `key` for `claim`; None when it is ours, else the earlier claim (checked to be
+        for the same body: a different one is a 422)."""
+        redis_key = _key(scope, key)
+        if await self.redis.set(redis_key, claim.model_dump_json(), nx=True, ex=self.ttl_s):
+            return None
+        raw = await self.redis.get(redis_key)
+        if raw is None:  # expired between the two commands: claim it again
+            return await self.claim(scope, key, claim)
+        earlier = Claim.model_validate_json(raw)
+        if earlier.fingerprint != claim.fingerprint:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"this {IDEMPOTENCY_HEADER} was already used with a different body",
+            )
+        return earlier
+
+    async def accepted(self, scope: Scope, key: str, claim: Claim) -> None:
+        """Remember the answer, so a retry gets it as it was."""
+        await self.redis.set(_key(scope, key), claim.model_dump_json(), ex=self.ttl_s)
+
+    async def release(self, scope: Scope, key: str) -> None:
+        """Forget a claim whose work was not accepted, so a retry starts afresh."""
+        await self.redis.delete(_key(scope, key))
