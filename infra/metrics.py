@@ -19,6 +19,11 @@ REQUEST_SECONDS = Histogram(
     "Submit-to-terminal time of requests",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
+UNKNOWN_REQUESTS = Counter(
+    "ragbus_unknown_requests_total",
+    "Messages dropped because their request does not exist or has finished",
+    ["kind"],
+)
 DEAD_LETTERS = Counter("ragbus_dead_letters_total", "Messages dead-lettered", ["subject", "reason"])
 ENCODER_PASS_TEXTS = Histogram(
     "ragbus_encoder_pass_texts",

@@ -59,7 +59,7 @@ from contracts.results import (
 from infra.retrieval.intent_profiles import EVEN, PRIOR
 from infra.settings import Settings
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
-from orchestrator.store import Outgoing, Transition, initial_state
+from orchestrator.store import Outgoing, Transition
 
 FALLBACK_WEIGHTS: dict[Channel, float] = dict(PRIOR)
 """Used when classification failed or timed out: the prior, not a guess at an intent."""
@@ -83,8 +83,9 @@ class Saga:
         self, state: RequestState | None, msg: QuerySubmitted, clock: Clock
     ) -> Transition:
         if state is None:
-            state = initial_state(msg, self.settings, clock.now)
-        elif state.status is not RequestStatus.SUBMITTED:
+            # Never recorded by the API (forged, or its state is lost): nothing to run.
+            return Transition(None)
+        if state.status is not RequestStatus.SUBMITTED:
             return Transition(None)  # already under way: a re-sent submission changes nothing
         return self._start_classify(state, clock)
 

@@ -20,7 +20,7 @@ from contracts.advisories import MaxDeliveriesAdvisory
 from contracts.queries import QuerySubmitted
 from contracts.results import AnyResult
 from infra.logging import get_logger
-from infra.metrics import REQUEST_SECONDS, REQUESTS
+from infra.metrics import REQUEST_SECONDS, REQUESTS, UNKNOWN_REQUESTS
 from infra.runtime.bus import (
     ORCHESTRATOR_ADVISORIES,
     ORCHESTRATOR_QUERIES,
@@ -50,15 +50,32 @@ class Orchestrator:
         await self._apply(
             msg.request_id,
             msg.event_id,
-            lambda state: self.saga.on_submitted(state, msg, Clock.system()),
+            self._known(
+                "submission", lambda state: self.saga.on_submitted(state, msg, Clock.system())
+            ),
         )
 
     async def handle_result(self, result: AnyResult) -> None:
         await self._apply(
             result.request_id,
             result.event_id,
-            lambda state: self.saga.on_result(state, result, Clock.system()),
+            self._known("result", lambda state: self.saga.on_result(state, result, Clock.system())),
         )
+
+    @staticmethod
+    def _known(
+        kind: str, decide: Callable[[RequestState | None], Transition]
+    ) -> Callable[[RequestState | None], Transition]:
+        """Count and log a message for a request with no state: the API records every request
+        before publishing it, so such a message is forged, or its request expired."""
+
+        def checked(state: RequestState | None) -> Transition:
+            if state is None:
+                UNKNOWN_REQUESTS.labels(kind=kind).inc()
+                log.warning("message_for_unknown_request", kind=kind)
+            return decide(state)
+
+        return checked
 
     async def tick(self, request_id: str) -> None:
         await self._apply(request_id, None, lambda state: self.saga.on_tick(state, Clock.system()))

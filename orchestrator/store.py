@@ -25,10 +25,9 @@ import redis.asyncio as aioredis
 
 from contracts.envelope import Envelope
 from contracts.queries import QuerySubmitted
+from infra.runtime.liveness import DEADLINES_KEY
 from infra.settings import Settings
 from orchestrator.state import RequestState
-
-DEADLINES_KEY = "ragbus:deadlines"
 
 
 class StateExists(Exception):

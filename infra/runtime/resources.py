@@ -15,6 +15,7 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from infra.runtime.bus import Bus
+from infra.runtime.liveness import is_live
 from infra.runtime.redis_client import connect_redis
 from infra.settings import Settings
 
@@ -61,6 +62,10 @@ class Resources:
         if self._redis is None:
             self._redis = connect_redis(self.settings.redis_url)
         return self._redis
+
+    async def is_live(self, request_id: str) -> bool:
+        """Whether the request exists and has not finished (`infra.runtime.liveness`)."""
+        return await is_live(self.redis(), request_id)
 
     async def encoder(self) -> Encoder:
         async with self._lock:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from contracts.events import PhaseData, PhaseEvent
 from contracts.results import StepResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
-from infra.metrics import MESSAGES, STEP_SECONDS
+from infra.metrics import MESSAGES, STEP_SECONDS, UNKNOWN_REQUESTS
 from infra.runtime.bus import Bus, acked, json_headers
 from infra.runtime.dead_letters import dead_letter, report_step_failure
 from infra.runtime.resources import Resources
@@ -87,8 +88,33 @@ async def _keep_alive(msg: StreamMessage[Any], every_s: float) -> None:
             return
 
 
-def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type[BaseMiddleware]:
-    """Build the router middleware; `report_failures` is off where there is no result to send."""
+class RequestNotLive(Exception):
+    """The command's request does not exist or has finished: drop the command unrun."""
+
+
+_LIVENESS: ContextVar[Callable[[str], Awaitable[bool]] | None] = ContextVar(
+    "ragbus_liveness", default=None
+)
+"""How the message being handled asks whether its request is live (set by the error policy)."""
+
+
+async def require_live(request_id: str) -> None:
+    check = _LIVENESS.get()
+    if check is not None and not await check(request_id):
+        raise RequestNotLive(request_id)
+
+
+def error_policy(
+    bus: Bus,
+    settings: Settings,
+    *,
+    report_failures: bool,
+    is_live: Callable[[str], Awaitable[bool]] | None = None,
+) -> type[BaseMiddleware]:
+    """Build the router middleware; `report_failures` is off where there is no result to send.
+    With `is_live`, a command whose request does not exist or has finished is acknowledged and
+    dropped once it has validated, before its step starts (`phase` asks), and counted in
+    `ragbus_unknown_requests_total`."""
 
     class StepErrorPolicy(BaseMiddleware):
         async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
@@ -96,14 +122,23 @@ def error_policy(bus: Bus, settings: Settings, *, report_failures: bool) -> type
             deliveries = delivery_count(msg)
             structlog.contextvars.clear_contextvars()
             heartbeat = asyncio.create_task(_keep_alive(msg, settings.ack_wait_s / 2))
+            liveness = _LIVENESS.set(is_live)
             try:
                 result = await call_next(msg)
+            except RequestNotLive as exc:
+                heartbeat.cancel()
+                UNKNOWN_REQUESTS.labels(kind="command").inc()
+                MESSAGES.labels(subject=subject, outcome="dropped").inc()
+                log.warning("command_for_unknown_request", subject=subject, request_id=str(exc))
+                await msg.ack()
+                return None
             except Exception as exc:
                 heartbeat.cancel()
                 await self._on_failure(msg, subject, deliveries, exc)
                 return None
             finally:
                 heartbeat.cancel()
+                _LIVENESS.reset(liveness)
                 structlog.contextvars.clear_contextvars()
             await msg.ack()
             MESSAGES.labels(subject=subject, outcome="ok").inc()
@@ -161,7 +196,9 @@ class PhaseRun:
 async def phase(
     bus: Bus, envelope: Envelope, name: Phase, **metadata: Any
 ) -> AsyncIterator[PhaseRun]:
-    """Emit `in_progress`, run the body, emit `completed` or `failed` with the measured time."""
+    """Emit `in_progress`, run the body, emit `completed` or `failed` with the measured time.
+    A step of a request that is not live does not start (`RequestNotLive`)."""
+    await require_live(envelope.request_id)
     structlog.contextvars.bind_contextvars(request_id=envelope.request_id, phase=name.value)
     run = PhaseRun(metadata=dict(metadata))
     started_at = utcnow()
@@ -223,7 +260,12 @@ def step_router(resources: Resources, *, report_failures: bool = True) -> NatsRo
     """A worker kind's router: manual acks, and the error policy above on every subscriber."""
     return NatsRouter(
         middlewares=[
-            error_policy(resources.bus, resources.settings, report_failures=report_failures)
+            error_policy(
+                resources.bus,
+                resources.settings,
+                report_failures=report_failures,
+                is_live=resources.is_live,
+            )
         ],
         ack_policy=AckPolicy.MANUAL,
     )

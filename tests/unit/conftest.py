@@ -58,8 +58,10 @@ async def worker_harness(
     create_router: Callable[[Resources], NatsRouter],
     settings: Settings,
     encoder: Any | None = None,
+    live: Callable[[str], bool] = lambda _: True,
 ) -> AsyncIterator[WorkerHarness]:
-    """Run one worker's router; `encoder` (e.g. `fakes.FakeEncoder`) replaces the model."""
+    """Run one worker's router; `encoder` (e.g. `fakes.FakeEncoder`) replaces the model, and
+    `live` says which requests exist (every one, unless a test says otherwise)."""
     broker = NatsBroker()
     resources = Resources(settings, Bus(broker))
     if encoder is not None:
@@ -68,6 +70,11 @@ async def worker_harness(
             return encoder
 
         resources.encoder = shared_encoder  # type: ignore[method-assign]
+
+    async def is_live(request_id: str) -> bool:
+        return live(request_id)
+
+    resources.is_live = is_live  # type: ignore[method-assign]
     received: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
     async def collect(body: dict[str, Any], msg: NatsMessage) -> None:

@@ -71,6 +71,11 @@ def harness_for(tmp_path: Path) -> Callable[[RouterFactory], AbstractAsyncContex
         broker = NatsBroker()
         resources = Resources(Settings(data_dir=tmp_path), Bus(broker))
         resources._encoder = FakeEncoder()  # type: ignore[assignment]
+
+        async def every_request_is_live(request_id: str) -> bool:
+            return True
+
+        resources.is_live = every_request_is_live  # type: ignore[method-assign]
         broker.include_router(create_router(resources))
         harness = Harness(broker=None)  # type: ignore[arg-type]
 

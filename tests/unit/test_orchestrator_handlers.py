@@ -63,6 +63,7 @@ async def test_submission_starts_classification_and_a_duplicate_changes_nothing(
 ) -> None:
     broker, orchestrator, seen = harness
     submitted = QuerySubmitted(request_id="unit-1", query="what is pharos")
+    await orchestrator.store.create(submitted)  # as the API does before publishing
     await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
     await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
     assert len(seen["rag.cmd.classify"]) == 1
@@ -93,6 +94,7 @@ async def test_a_redelivered_event_republishes_an_unsent_outbox(
     broker, orchestrator, seen = harness
     submitted = QuerySubmitted(request_id="unit-2", query="what is pharos")
     store: StateStore = orchestrator.store
+    await store.create(submitted)
     # Simulate a crash between commit and publish: commit, but never publish.
     applied = await store.apply(
         "unit-2",

@@ -32,7 +32,7 @@ from infra.retrieval.vectors.codec import pack_query
 from infra.settings import Settings
 from orchestrator.saga import FALLBACK_WEIGHTS, Clock, Saga
 from orchestrator.state import RequestState
-from orchestrator.store import Transition
+from orchestrator.store import Transition, initial_state
 
 FACTUAL = {
     Channel.VECTOR: 0.3,
@@ -61,7 +61,10 @@ class Run:
         return messages
 
     def submit(self, **fields: Any) -> list[Any]:
+        """What the API does, then what the orchestrator does with the submission."""
         msg = QuerySubmitted(request_id="r1", query="who built the lighthouse", **fields)
+        if self.state is None:
+            self.state = initial_state(msg, self.settings, self.now)
         return self._take(self.saga.on_submitted(self.state, msg, Clock(self.now)))
 
     def result(self, result: Any) -> list[Any]:
@@ -192,6 +195,13 @@ def test_a_result_for_another_command_or_attempt_is_ignored() -> None:
         weights=FACTUAL,
     )
     assert run.saga.on_result(run.state, wrong_attempt, Clock(run.now)).state is None
+
+
+def test_a_submission_the_api_never_recorded_runs_nothing() -> None:
+    run = Run()
+    forged = QuerySubmitted(request_id="forged", query="who built the lighthouse")
+    transition = run.saga.on_submitted(None, forged, Clock(run.now))
+    assert transition.state is None and transition.messages == []
 
 
 def test_resubmission_of_a_started_request_changes_nothing() -> None:

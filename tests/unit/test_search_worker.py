@@ -185,3 +185,22 @@ async def test_a_command_on_the_wrong_channel_is_poison(settings: Settings) -> N
         cmd = _command(Channel.SPARSE, "anything")
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
         assert harness.on("rag.dlq.rag.cmd.search.vector")[0]["reason"] == "poison"
+
+
+async def test_a_command_for_a_request_that_is_not_live_is_dropped_unrun(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+
+    async def searched(resources: Resources, cmd: SearchCommand) -> Found:
+        ran.append(cmd.request_id)
+        raise AssertionError("a dropped command's search never runs")
+
+    monkeypatch.setattr("workers.search.channels.search_sparse", searched)
+    async with worker_harness(create_router, settings, live=lambda rid: rid != "req-1") as harness:
+        cmd = _command(Channel.SPARSE, "anything")
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.SPARSE), sj.STREAM_CMD)
+        assert ran == []
+        assert harness.on("rag.res.") == [], "no result for an unknown request"
+        assert harness.on("rag.events.") == [], "and no events under its id"
+        assert harness.on("rag.dlq.") == [], "dropped, not dead-lettered: nothing is wrong with it"
