@@ -7,12 +7,14 @@ state to clean up. The SSE endpoint and the CLI share these iterators.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -28,6 +30,22 @@ IDLE_CHECK_S = 5.0
 FINAL_DRAIN_S = 0.5
 
 
+async def last_sequence(js: JetStreamContext, stream: str, subject: str) -> int:
+    """The stream sequence of the subject's last message (0: it holds none)."""
+    try:
+        return int((await js.get_last_msg(stream, subject)).seq or 0)
+    except nats.js.errors.NotFoundError:
+        return 0
+
+
+def _from(after_seq: int) -> ConsumerConfig:
+    if after_seq > 0:
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
+        )
+    return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+
+
 async def stream_messages(
     js: JetStreamContext,
     subject: str,
@@ -39,35 +57,48 @@ async def stream_messages(
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
     """Yield `(stream sequence, JSON body)` for `subject`, starting after `after_seq`.
 
-    Runs until the caller stops iterating, or until `is_finished()` says so during a
-    quiet spell (and one short drain brings nothing more).
+    Runs until the caller stops iterating, or until `is_finished()` says so during a quiet
+    spell and the stream holds nothing for the subject past what was yielded. A quiet
+    subscription is not trusted to mean "no more": an ordered consumer lives on the server,
+    and one lost in a nats-server restart delivers nothing more. So the stream's own last
+    sequence for the subject is checked, and a reader that is behind subscribes again from
+    where it stopped.
     """
-    config = (
-        ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1)
-        if after_seq > 0
-        else ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-    )
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=config)
+    delivered, draining = after_seq, False
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=_from(delivered))
     try:
-        draining = False
         while True:
             try:
                 msg = await sub.next_msg(timeout=FINAL_DRAIN_S if draining else idle_s)
             except nats.errors.TimeoutError:
-                if draining:
-                    return
-                draining = is_finished is not None and await is_finished()
+                if not draining and (is_finished is None or not await is_finished()):
+                    continue
+                if await last_sequence(js, stream, subject) <= delivered:
+                    if draining:
+                        return
+                    # The state turns terminal a moment before its last events are published.
+                    draining = True
+                    continue
+                log.warning("event_reader_behind", subject=subject, delivered=delivered)
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+                sub = await js.subscribe(
+                    subject, stream=stream, ordered_consumer=True, config=_from(delivered)
+                )
+                draining = False
                 continue
             draining = False
+            delivered = msg.metadata.sequence.stream
             try:
                 body = json.loads(msg.data)
             except ValueError:
                 log.warning("event_not_json", subject=subject)
                 continue
             if isinstance(body, dict):
-                yield msg.metadata.sequence.stream, body
+                yield delivered, body
     finally:
-        await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 async def request_events(

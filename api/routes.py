@@ -31,7 +31,7 @@ from api.deps import (
     StoreDep,
     require_token,
 )
-from api.event_stream import request_events
+from api.event_stream import last_sequence, request_events
 from api.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
@@ -198,7 +198,8 @@ def _sse(seq: int, event: dict[str, Any]) -> ServerSentEvent:
 async def _relay(
     js: JetStreamContext, store: StateStore, request_id: str, after_seq: int
 ) -> AsyncGenerator[ServerSentEvent]:
-    """Caller events as SSE; if they expired before `done` arrived, a `done` from the state."""
+    """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
+    `done` from the state (with an id, like every event)."""
 
     async def finished() -> bool:
         state = await store.get(request_id)
@@ -211,8 +212,18 @@ async def _relay(
             saw_done = event.get("type") == "done"
             yield _sse(seq, event)
     if not saw_done and (state := await store.get(request_id)) is not None:
-        done = {"type": "done", "request_id": request_id, "data": {"status": state.status.value}}
-        yield ServerSentEvent(data=json.dumps(done, separators=(",", ":")), event="done")
+        # Every event the stream holds was relayed and none was `done`: they expired. The
+        # `done` comes from the state, with an id a resuming client can send back.
+        seq = max(
+            after_seq, await last_sequence(js, sj.STREAM_EVENTS, sj.events_subject(request_id))
+        )
+        done = {
+            "type": "done",
+            "request_id": request_id,
+            "seq": seq,
+            "data": {"status": state.status.value},
+        }
+        yield _sse(seq, done)
 
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {

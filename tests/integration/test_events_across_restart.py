@@ -1,0 +1,90 @@
+"""A reader of a request's events survives a nats-server restart: it delivers every event up to
+the `done` the stream really holds, never a `done` of its own making while events are missing.
+
+The restart is a real nats-server killed with SIGKILL and started again on the same port and
+storage. The reader's ordered consumer lived on the old server, so after the restart it
+delivers nothing; the request is finished, which used to end the stream there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+
+from api.event_stream import request_events
+from contracts import subjects as sj
+from infra.runtime.bus import declare_streams
+from infra.runtime.services import free_port, start_nats
+from infra.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REQUEST = "restart-probe"
+
+
+def _event(kind: str, n: int) -> bytes:
+    return json.dumps({"type": kind, "request_id": REQUEST, "n": n}).encode()
+
+
+async def _publish_when_ready(js: Any, subject: str, body: bytes) -> None:
+    """JetStream answers a moment after the restarted server accepts connections."""
+    for _ in range(50):
+        try:
+            await js.publish(subject, body, stream=sj.STREAM_EVENTS, timeout=1.0)
+            return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            await asyncio.sleep(0.2)
+    raise AssertionError("JetStream did not come back")
+
+
+async def test_the_reader_delivers_every_event_across_a_nats_server_restart(
+    tmp_path: Path,
+) -> None:
+    port, store = free_port(), tmp_path / "nats"
+    server = start_nats(port, store)
+    nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        js = nc.jetstream()
+        await declare_streams(js, Settings(nats_url=server.url))
+        subject = sj.events_subject(REQUEST)
+        for n in range(3):
+            await js.publish(subject, _event("phase", n), stream=sj.STREAM_EVENTS)
+
+        async def finished() -> bool:
+            return True  # the saga already finished: only the stream says what is left
+
+        got: list[dict[str, Any]] = []
+        reader = request_events(js, REQUEST, is_finished=finished, idle_s=1.0)
+        async with aclosing(reader):
+            for _ in range(3):
+                got.append((await anext(reader))[1])
+
+            os.kill(server.process.pid, signal.SIGKILL)
+            server.process.wait(10)
+            server = start_nats(port, store)
+            for _ in range(100):
+                if nc.is_connected:
+                    break
+                await asyncio.sleep(0.1)
+            for n, kind in ((3, "token"), (4, "answer"), (5, "done")):
+                await _publish_when_ready(js, subject, _event(kind, n))
+
+            async with asyncio.timeout(30):
+                async for _, event in reader:
+                    got.append(event)
+
+        assert [e["n"] for e in got] == [0, 1, 2, 3, 4, 5]
+        assert got[-1]["type"] == "done"
+        assert all(isinstance(e["seq"], int) for e in got)
+    finally:
+        await nc.close()
+        server.stop()
