@@ -5,7 +5,6 @@ result and no caller event is published under the unknown id; each drop is count
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 
 import httpx
