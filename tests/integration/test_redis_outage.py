@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.runtime.services import LocalService, free_port, start_redis
+from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 from infra.settings import Settings
 from tests.integration.conftest import running, serving_api, stack_settings
 
@@ -25,9 +25,12 @@ def _kill(service: LocalService) -> None:
 
 
 async def test_api_answers_503_during_a_redis_outage_and_recovers_at_once(
-    nats_server: LocalService, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    port, redis_dir = free_port(), tmp_path / "redis"  # this test's own, killed and restarted
+    # Its own servers: another test's orchestrator on a shared nats-server would take the
+    # submissions from the shared work queue.
+    nats_server = start_nats(free_port(), tmp_path / "nats")
+    port, redis_dir = free_port(), tmp_path / "redis"  # killed and restarted below
     redis = start_redis(port, redis_dir, persistent=True)
     settings: Settings = stack_settings(nats_server.url, redis.url, tmp_path / "data")
     try:
@@ -74,3 +77,4 @@ async def test_api_answers_503_during_a_redis_outage_and_recovers_at_once(
             assert [s["status"] for s in states] == ["classifying"] * 8
     finally:
         redis.stop()
+        nats_server.stop()
