@@ -6,8 +6,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+STEP_TIMEOUTS = (
+    "classify_timeout_s",
+    "search_timeout_s",
+    "fuse_timeout_s",
+    "generate_timeout_s",
+    "critic_timeout_s",
+    "tool_timeout_s",
+)
 
 
 class Settings(BaseSettings):
@@ -161,6 +170,22 @@ class Settings(BaseSettings):
     # Observability
     log_level: str = Field("INFO", description="Log level.")
     log_json: bool = Field(True, description="JSON logs (false: human-readable console).")
+
+    @model_validator(mode="after")
+    def _steps_end_before_the_request(self) -> Settings:
+        """A step whose deadline outlasts the request's can never degrade: the request times
+        out first, whatever the step's fallback. Refused at start-up, by name."""
+        too_long = [
+            f"RAGBUS_{name.upper()}={getattr(self, name):g}"
+            for name in STEP_TIMEOUTS
+            if getattr(self, name) >= self.request_timeout_s
+        ]
+        if too_long:
+            raise ValueError(
+                f"step deadlines must be shorter than RAGBUS_REQUEST_TIMEOUT_S="
+                f"{self.request_timeout_s:g}: {', '.join(too_long)}"
+            )
+        return self
 
     @property
     def qdrant_path(self) -> Path:

@@ -146,6 +146,8 @@ class Saga:
                 ToolOutcome(call_id="deadline", name="tool", ok=False, error="the tool timed out")
             )
             return self._start_generate(state, clock)
+        if step == Step.GENERATE.value and state.fused:
+            return self._passages_answer(state, "the generator did not answer in time")
         return self._finish_error(
             state,
             RequestStatus.TIMED_OUT,
@@ -184,6 +186,8 @@ class Saga:
                 ToolOutcome(call_id="failed", name="tool", ok=False, error=message)
             )
             return self._start_generate(state, clock)
+        if step == Step.GENERATE.value and state.fused:
+            return self._passages_answer(state, f"generation failed: {message}")
         return self._finish_error(
             state, RequestStatus.FAILED, f"{step}_failed", message, _STEP_PHASE.get(step)
         )
@@ -528,6 +532,25 @@ class Saga:
         done = DoneEvent(**self._corr(state), data=DoneData(status=RequestStatus.COMPLETED))
         return self._moved(state, [*messages, self._event(answer), self._event(done)])
 
+    def _passages_answer(self, state: RequestState, reason: str) -> Transition:
+        """When generation fails but retrieval worked, the answer is the best passages,
+        quoted and cited, and says so: a degraded answer rather than none."""
+        shown = [c for c in state.fused if c.text.strip()][:FALLBACK_PASSAGES]
+        if not shown:
+            return self._finish_error(
+                state, RequestStatus.FAILED, "generate_failed", reason, Phase.GENERATION
+            )
+        lines = [f"{_opening(chunk.text)} [{n}]" for n, chunk in enumerate(shown, start=1)]
+        state.draft = "The answer could not be composed; the most relevant passages:\n\n" + (
+            "\n\n".join(lines)
+        )
+        state.draft_citations = {n: c.chunk_id for n, c in enumerate(shown, start=1)}
+        state.generator = "passages"
+        failed = self._phase(
+            state, Phase.GENERATION, PhaseStatus.FAILED, reason=reason, fallback="passages"
+        )
+        return self._complete(state, [failed], critic_note=f"not critiqued: {reason}")
+
     def _finish_error(
         self,
         state: RequestState,
@@ -590,6 +613,22 @@ class Saga:
             ),
         )
         return self._event(event)
+
+
+FALLBACK_PASSAGES = 3
+FALLBACK_CHARS = 320
+
+
+def _opening(text: str) -> str:
+    """A passage's first sentences, up to `FALLBACK_CHARS`, cut at a word."""
+    flat = " ".join(text.split())
+    if len(flat) <= FALLBACK_CHARS:
+        return flat
+    cut = flat[:FALLBACK_CHARS]
+    end = max(cut.rfind(". "), cut.rfind("? "), cut.rfind("! "))
+    if end >= FALLBACK_CHARS // 3:
+        return cut[: end + 1]
+    return cut[: cut.rfind(" ")] + " …"
 
 
 def _search_key(channel: Channel, index: int) -> str:

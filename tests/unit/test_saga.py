@@ -365,29 +365,65 @@ def test_generation_may_ask_for_tools_within_the_budget() -> None:
     assert kinds(sent) == ["CriticCommand"], "a spent tool budget goes on to the critic"
 
 
-@pytest.mark.parametrize("step", ["fuse", "generate"])
-def test_a_failed_essential_step_fails_the_request_with_an_error_event(step: str) -> None:
+def _failure(run: Run, cmd: Any, step: str) -> StepFailure:
+    return StepFailure(
+        **run.corr(cmd), step=step, error=ErrorInfo(code="step_failed", message="kaput")
+    )
+
+
+def test_a_failed_fusion_fails_the_request_with_an_error_event() -> None:
     run = Run()
     run.submit()
     run.classify()
     run.search_all()
-    if step == "generate":
-        run.fuse()
-    cmd = run.last(FuseCommand if step == "fuse" else GenerateCommand)
-    sent = run.result(
-        StepFailure(
-            **run.corr(cmd), step=step, error=ErrorInfo(code="step_failed", message="kaput")
-        )
-    )
+    sent = run.result(_failure(run, run.last(FuseCommand), "fuse"))
     assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
     error: ErrorEvent = sent[0]
-    assert error.data.code == f"{step}_failed"
+    assert error.data.code == "fuse_failed"
     done: DoneEvent = sent[1]
     assert done.data.status is RequestStatus.FAILED
 
 
+@pytest.mark.parametrize("how", ["failure", "deadline"])
+def test_a_failed_generation_answers_with_the_best_passages_cited(how: str) -> None:
+    run = Run(generate_timeout_s=20)
+    run.submit()
+    run.classify()
+    run.search_all()
+    run.fuse()
+    cmd = run.last(GenerateCommand)
+    sent = run.result(_failure(run, cmd, "generate")) if how == "failure" else run.tick(21)
+    assert kinds(sent) == ["PhaseEvent", "AnswerEvent", "DoneEvent"]
+    assert sent[0].data.status == "failed" and sent[0].data.metadata["fallback"] == "passages"
+    answer: AnswerEvent = sent[1]
+    assert "Pharos light. [1]" in answer.data.content
+    assert answer.data.citations[1].chunk_id == "c1"
+    assert answer.data.metadata["generator"] == "passages"
+    assert "not critiqued" in answer.data.metadata["critic_note"]
+    assert sent[2].data.status is RequestStatus.COMPLETED
+    assert run.tick(200) == [], "one terminal event"
+
+
+def test_a_failed_generation_with_no_passage_text_fails_the_request() -> None:
+    run = Run()
+    run.submit()
+    run.classify()
+    run.search_all()
+    cmd = run.last(FuseCommand)
+    run.result(
+        FuseResult(
+            **run.corr(cmd),
+            chunks=[CHUNK.model_copy(update={"text": ""})],
+            effective_weights={Channel.VECTOR: 1.0},
+        )
+    )
+    sent = run.result(_failure(run, run.last(GenerateCommand), "generate"))
+    assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
+    assert sent[0].data.code == "generate_failed"
+
+
 def test_whole_request_deadline_times_out_with_one_terminal_event() -> None:
-    run = Run(request_timeout_s=30, classify_timeout_s=100)
+    run = Run(request_timeout_s=30, classify_timeout_s=29, generate_timeout_s=20, tool_timeout_s=20)
     run.submit()
     sent = run.tick(31)
     assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
