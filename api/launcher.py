@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import importlib
 import signal
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from api.processes import WorkerChild
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker, declare_topology
+from infra.runtime.readiness import Beacon
 from infra.runtime.resources import Resources
 from infra.runtime.services import Services, ensure_services
 from infra.settings import Settings
@@ -102,6 +104,7 @@ class Runtime:
         self.broker: NatsBroker | None = None
         self.resources: Resources | None = None
         self.orchestrator: Orchestrator | None = None
+        self.beacon: Beacon | None = None
 
     async def start(self) -> None:
         owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
@@ -116,11 +119,17 @@ class Runtime:
         self.orchestrator = build_broker(
             self.resources, orchestrator=self.run_orchestrator, workers=self.workers
         )
+        started = time.perf_counter()
+        await self.resources.warm_up()  # before any consumer pulls a message
+        log.info("warmed_up", workers=self.workers, seconds=round(time.perf_counter() - started, 2))
         await self.broker.connect()
         await declare_topology(self.broker.connection.jetstream(), self.settings)
         await self.broker.start()
         if self.orchestrator is not None:
             self.orchestrator.start_timer()
+        roles = (["orchestrator"] if self.run_orchestrator else []) + self.workers
+        self.beacon = Beacon(self.resources.redis(), roles)
+        await self.beacon.start()
         log.info(
             "runtime_started",
             orchestrator=self.run_orchestrator,
@@ -133,6 +142,8 @@ class Runtime:
         """Stop every part, each within `STOP_STEP_TIMEOUT_S`: a broker whose server vanished
         can wait forever on its consumers, and that must not keep the process (and the
         services it started) alive."""
+        if self.beacon is not None:
+            await _bounded("readiness", self.beacon.stop())
         if self.orchestrator is not None:
             await _bounded("orchestrator", self.orchestrator.stop_timer())
         if self.broker is not None:

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
 from api.schemas import Health, Readiness
 from infra.runtime.bus import stream_specs
+from infra.runtime.readiness import QUERY_ROLES, ready_processes
 
 CHECK_TIMEOUT_S = 2.0
 
@@ -38,7 +39,8 @@ async def _check(probe: Awaitable[str | None]) -> str:
     "/readyz",
     response_model=Readiness,
     responses={503: {"model": Readiness}},
-    summary="NATS connected, Redis answering, every stream declared",
+    summary="NATS connected, Redis answering, every stream declared, and a process with its "
+    "models loaded in every role a question needs",
 )
 async def readyz(
     settings: SettingsDep, nc: NatsDep, js: JetStreamDep, bus: BusDep, redis: RedisDep
@@ -57,10 +59,17 @@ async def readyz(
         missing = [spec.name for spec in stream_specs(settings) if spec.name not in names]
         return f"missing {', '.join(missing)}" if missing else None
 
+    async def roles_ok() -> str | None:
+        counts = await ready_processes(redis, QUERY_ROLES)
+        missing = [role for role, n in counts.items() if n == 0]
+        return f"no ready process for: {', '.join(missing)}" if missing else None
+
     checks = dict(
         zip(
-            ("nats", "redis", "streams"),
-            await asyncio.gather(_check(nats_ok()), _check(redis_ok()), _check(streams_ok())),
+            ("nats", "redis", "streams", "roles"),
+            await asyncio.gather(
+                _check(nats_ok()), _check(redis_ok()), _check(streams_ok()), _check(roles_ok())
+            ),
             strict=True,
         )
     )

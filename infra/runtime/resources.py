@@ -9,6 +9,7 @@ shares one encoder, one Qdrant client and one graph store between every worker i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +58,17 @@ class Resources:
         self._background: BackgroundWork | None = None
         self._ingest_encoder: Encoding | None = None
         self._lock = asyncio.Lock()
+        self._warm_ups: list[Callable[[], Awaitable[object]]] = []
+
+    def on_warm_up(self, *loads: Callable[[], Awaitable[object]]) -> None:
+        """What a worker needs loaded before it takes its first message (`warm_up`)."""
+        self._warm_ups.extend(loads)
+
+    async def warm_up(self) -> None:
+        """Load what this process's workers registered, in order: a worker that pulled before
+        its model was loaded would hold messages it cannot serve for the loading time."""
+        for load in self._warm_ups:
+            await load()
 
     def redis(self) -> aioredis.Redis:
         if self._redis is None:

@@ -23,6 +23,7 @@ def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     classifier = IntentClassifier(resources.encoder, model_dir(settings))
     router = step_router(resources)
+    resources.on_warm_up(lambda: classifier.classify("warm up", None))
     publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings))

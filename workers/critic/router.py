@@ -105,6 +105,7 @@ async def _plan_with_llm(
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     router = step_router(resources)
+    resources.on_warm_up(resources.encoder, resources.nli)
     publisher = ResultPublisher(router, Step.CRITIC, CriticResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CRITIC), settings))

@@ -44,6 +44,7 @@ log = get_logger(__name__)
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     router = step_router(resources)
+    resources.on_warm_up(resources.vectors, resources.graph, resources.reranker)
     publisher = ResultPublisher(router, Step.FUSE, FuseResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.FUSE), settings))

@@ -135,6 +135,8 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
     if client is None and settings.llm_base_url:
         client = LLMClient.from_settings(settings)
     router = step_router(resources)
+    # extractive answers encode the few passages ingested without sentence vectors
+    resources.on_warm_up(resources.encoder)
     publisher = ResultPublisher(router, Step.GENERATE, GenerateResult)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings))

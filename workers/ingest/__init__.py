@@ -43,6 +43,7 @@ log = get_logger(__name__)
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
     router = step_router(resources, report_failures=False)
+    resources.on_warm_up(resources.vectors, resources.graph, resources.sparse)
     tracker: JobTracker | None = None
     summariser: LLMCommunitySummariser | None = None
 

@@ -62,6 +62,7 @@ def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChun
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
     router = step_router(resources)
+    resources.on_warm_up(resources.encoder, resources.vectors, resources.sparse, resources.graph)
 
     def register(channel: Channel) -> None:
         publisher = ResultPublisher(router, Step.SEARCH, SearchResult, channel)
