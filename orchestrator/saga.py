@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from contracts import subjects as sj
 from contracts.commands import (
@@ -35,7 +34,6 @@ from contracts.enums import (
 )
 from contracts.envelope import Envelope, utcnow
 from contracts.events import (
-    AnswerData,
     AnswerEvent,
     DoneData,
     DoneEvent,
@@ -44,7 +42,7 @@ from contracts.events import (
     PhaseData,
     PhaseEvent,
 )
-from contracts.models import ChannelReport, Citation, RetrievedChunk, ToolCall, ToolOutcome
+from contracts.models import ChannelReport, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import QuerySubmitted
 from contracts.results import (
     ClassifyResult,
@@ -58,6 +56,7 @@ from contracts.results import (
 )
 from infra.retrieval.intent_profiles import EVEN, PRIOR
 from infra.settings import Settings
+from orchestrator.answer import build_answer, passages_draft
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
 
@@ -480,51 +479,8 @@ class Saga:
     def _complete(
         self, state: RequestState, messages: list[Outgoing], critic_note: str | None = None
     ) -> Transition:
-        by_id = {c.chunk_id: c for c in state.fused}
-        citations = {
-            n: Citation(
-                chunk_id=cid,
-                document_id=by_id[cid].document_id,
-                title=by_id[cid].title,
-                source=by_id[cid].source,
-                score=by_id[cid].score,
-            )
-            for n, cid in sorted(state.draft_citations.items())
-            if cid in by_id
-        }
-        last = state.attempts[-1] if state.attempts else None
-        low_confidence = last is not None and last.verdict != "accept"
         finished = utcnow()
-        metadata: dict[str, Any] = {
-            "intent": state.intent.value if state.intent else None,
-            "intent_confidence": state.intent_confidence,
-            "intent_method": state.intent_method,
-            "weights": {c.value: w for c, w in state.weights.items()},
-            "effective_weights": {c.value: w for c, w in state.effective_weights.items()},
-            "channel_counts": {c.value: n for c, n in state.channel_counts.items()},
-            "channel_samples": {c.value: s for c, s in state.channel_samples.items()},
-            "channels": {
-                c.value: r.model_dump(mode="json") for c, r in state.channel_reports.items()
-            },
-            "attempts": state.attempt,
-            "attempt_history": [a.model_dump(mode="json") for a in state.attempts],
-            "confidence": last.confidence if last else None,
-            "low_confidence": low_confidence,
-            "generator": state.generator,
-            "tools": [t.model_dump(mode="json") for t in state.tool_results],
-            "latency_ms": round((finished - state.created_at).total_seconds() * 1000, 2),
-        }
-        if critic_note:
-            metadata["critic_note"] = critic_note
-        if low_confidence and last is not None:
-            reasons = "; ".join(last.reasons) or "weak support"
-            metadata["note"] = (
-                f"Low confidence ({last.confidence:.2f}) after {state.attempt} attempt(s): "
-                f"{reasons}. Check the cited sources before relying on this answer."
-            )
-        if state.mode == "retrieve":
-            metadata["retrieval"] = _rankings(state)
-        state.answer = AnswerData(content=state.draft or "", citations=citations, metadata=metadata)
+        state.answer = build_answer(state, finished, critic_note)
         state.status = RequestStatus.COMPLETED
         state.pending = None
         state.finished_at = finished
@@ -535,16 +491,12 @@ class Saga:
     def _passages_answer(self, state: RequestState, reason: str) -> Transition:
         """When generation fails but retrieval worked, the answer is the best passages,
         quoted and cited, and says so: a degraded answer rather than none."""
-        shown = [c for c in state.fused if c.text.strip()][:FALLBACK_PASSAGES]
-        if not shown:
+        drafted = passages_draft(state.fused)
+        if drafted is None:
             return self._finish_error(
                 state, RequestStatus.FAILED, "generate_failed", reason, Phase.GENERATION
             )
-        lines = [f"{_opening(chunk.text)} [{n}]" for n, chunk in enumerate(shown, start=1)]
-        state.draft = "The answer could not be composed; the most relevant passages:\n\n" + (
-            "\n\n".join(lines)
-        )
-        state.draft_citations = {n: c.chunk_id for n, c in enumerate(shown, start=1)}
+        state.draft, state.draft_citations = drafted
         state.generator = "passages"
         failed = self._phase(
             state, Phase.GENERATION, PhaseStatus.FAILED, reason=reason, fallback="passages"
@@ -615,22 +567,6 @@ class Saga:
         return self._event(event)
 
 
-FALLBACK_PASSAGES = 3
-FALLBACK_CHARS = 320
-
-
-def _opening(text: str) -> str:
-    """A passage's first sentences, up to `FALLBACK_CHARS`, cut at a word."""
-    flat = " ".join(text.split())
-    if len(flat) <= FALLBACK_CHARS:
-        return flat
-    cut = flat[:FALLBACK_CHARS]
-    end = max(cut.rfind(". "), cut.rfind("? "), cut.rfind("! "))
-    if end >= FALLBACK_CHARS // 3:
-        return cut[: end + 1]
-    return cut[: cut.rfind(" ")] + " …"
-
-
 def _search_key(channel: Channel, index: int) -> str:
     """`pending.command_ids` key of a search: the channel, `#index` for a further query."""
     return channel.value if index == 0 else f"{channel.value}#{index}"
@@ -647,20 +583,6 @@ def _awaited_search(pending: PendingStep, result: StepResult) -> str | None:
         if command_id == result.command_id and _parse_search_key(key)[0] == result.channel:
             return key
     return None
-
-
-def _rankings(state: RequestState) -> dict[str, object]:
-    """Every channel's ranking and the fused one, for search clients and evaluation."""
-
-    def ranked(chunks: list[RetrievedChunk]) -> list[dict[str, object]]:
-        return [
-            {"chunk_id": c.chunk_id, "document_id": c.document_id, "score": c.score} for c in chunks
-        ]
-
-    return {
-        "fused": ranked(state.fused),
-        "channels": {c.value: ranked(chunks) for c, chunks in state.channel_results.items()},
-    }
 
 
 _STEP_PHASE: dict[str, Phase] = {

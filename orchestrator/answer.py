@@ -1,0 +1,97 @@
+"""The answer a finished request gives: the draft with its citations resolved, and the metadata
+that explains it (intent, weights, channels, attempts, confidence), or, when generation
+failed, the best passages quoted and cited. Pure functions of the saga's state."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from contracts.events import AnswerData
+from contracts.models import Citation, RetrievedChunk
+from orchestrator.state import RequestState
+
+FALLBACK_PASSAGES = 3
+FALLBACK_CHARS = 320
+FALLBACK_INTRO = "The answer could not be composed; the most relevant passages:"
+
+
+def build_answer(state: RequestState, finished: datetime, critic_note: str | None) -> AnswerData:
+    by_id = {c.chunk_id: c for c in state.fused}
+    citations = {
+        n: Citation(
+            chunk_id=cid,
+            document_id=by_id[cid].document_id,
+            title=by_id[cid].title,
+            source=by_id[cid].source,
+            score=by_id[cid].score,
+        )
+        for n, cid in sorted(state.draft_citations.items())
+        if cid in by_id
+    }
+    last = state.attempts[-1] if state.attempts else None
+    low_confidence = last is not None and last.verdict != "accept"
+    metadata: dict[str, Any] = {
+        "intent": state.intent.value if state.intent else None,
+        "intent_confidence": state.intent_confidence,
+        "intent_method": state.intent_method,
+        "weights": {c.value: w for c, w in state.weights.items()},
+        "effective_weights": {c.value: w for c, w in state.effective_weights.items()},
+        "channel_counts": {c.value: n for c, n in state.channel_counts.items()},
+        "channel_samples": {c.value: s for c, s in state.channel_samples.items()},
+        "channels": {c.value: r.model_dump(mode="json") for c, r in state.channel_reports.items()},
+        "attempts": state.attempt,
+        "attempt_history": [a.model_dump(mode="json") for a in state.attempts],
+        "confidence": last.confidence if last else None,
+        "low_confidence": low_confidence,
+        "generator": state.generator,
+        "tools": [t.model_dump(mode="json") for t in state.tool_results],
+        "latency_ms": round((finished - state.created_at).total_seconds() * 1000, 2),
+    }
+    if critic_note:
+        metadata["critic_note"] = critic_note
+    if low_confidence and last is not None:
+        reasons = "; ".join(last.reasons) or "weak support"
+        metadata["note"] = (
+            f"Low confidence ({last.confidence:.2f}) after {state.attempt} attempt(s): "
+            f"{reasons}. Check the cited sources before relying on this answer."
+        )
+    if state.mode == "retrieve":
+        metadata["retrieval"] = rankings(state)
+    return AnswerData(content=state.draft or "", citations=citations, metadata=metadata)
+
+
+def passages_draft(fused: list[RetrievedChunk]) -> tuple[str, dict[int, str]] | None:
+    """The best passages' openings, numbered and cited; None when none has text."""
+    shown = [c for c in fused if c.text.strip()][:FALLBACK_PASSAGES]
+    if not shown:
+        return None
+    lines = [f"{opening(chunk.text)} [{n}]" for n, chunk in enumerate(shown, start=1)]
+    draft = FALLBACK_INTRO + "\n\n" + "\n\n".join(lines)
+    return draft, {n: c.chunk_id for n, c in enumerate(shown, start=1)}
+
+
+def opening(text: str) -> str:
+    """A passage's first sentences, up to `FALLBACK_CHARS`, cut at a word."""
+    flat = " ".join(text.split())
+    if len(flat) <= FALLBACK_CHARS:
+        return flat
+    cut = flat[:FALLBACK_CHARS]
+    end = max(cut.rfind(". "), cut.rfind("? "), cut.rfind("! "))
+    if end >= FALLBACK_CHARS // 3:
+        return cut[: end + 1]
+    return cut[: cut.rfind(" ")] + " …"
+
+
+def rankings(state: RequestState) -> dict[str, object]:
+    """Every channel's ranking and the fused one, for search clients and evaluation."""
+
+    def ranked(chunks: list[RetrievedChunk]) -> list[dict[str, object]]:
+        return [
+            {"chunk_id": c.chunk_id, "document_id": c.document_id, "score": c.score} for c in chunks
+        ]
+
+    return {
+        "fused": ranked(state.fused),
+        "channels": {c.value: ranked(chunks) for c, chunks in state.channel_results.items()},
+    }
