@@ -6,14 +6,25 @@ Every command names the attempt it belongs to; a worker echoes `command_id` and
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from contracts.enums import Channel, Intent
 from contracts.envelope import Envelope
+from contracts.limits import (
+    MAX_ANSWER_CHARS,
+    MAX_CHUNKS,
+    MAX_CITATIONS,
+    MAX_ID_CHARS,
+    MAX_NAMESPACE_CHARS,
+    MAX_SUB_QUERIES,
+    MAX_TOOL_CALLS,
+)
 from contracts.models import PackedVector, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import MAX_QUERY_CHARS
+
+Chunks = Annotated[list[RetrievedChunk], Field(max_length=MAX_CHUNKS)]
 
 
 class ClassifyCommand(Envelope):
@@ -26,7 +37,9 @@ class SearchCommand(Envelope):
     type: Literal["cmd.search"] = "cmd.search"
     channel: Channel
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    namespaces: list[str] = Field(min_length=1)
+    namespaces: list[Annotated[str, Field(max_length=MAX_NAMESPACE_CHARS)]] = Field(
+        min_length=1, max_length=16
+    )
     top_k: int = Field(ge=1, le=200)
     query_vector: PackedVector | None = Field(
         default=None, description="the query's embedding from classify, reused by dense search"
@@ -35,18 +48,19 @@ class SearchCommand(Envelope):
 
 class FuseCommand(Envelope):
     type: Literal["cmd.fuse"] = "cmd.fuse"
-    query: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     weights: dict[Channel, float]
-    results: dict[Channel, list[RetrievedChunk]] = Field(
+    results: dict[Channel, Chunks] = Field(
         description="the channels' rankings for the attempt's (first) query"
     )
     top_k: int = Field(ge=1, le=200)
     rrf_k: int = Field(default=60, ge=1)
-    sub_results: list[dict[Channel, list[RetrievedChunk]]] = Field(
+    sub_results: list[dict[Channel, Chunks]] = Field(
         default_factory=list,
+        max_length=MAX_SUB_QUERIES,
         description="the channels' rankings for each further query of a decomposed attempt",
     )
-    carried: list[RetrievedChunk] = Field(
+    carried: Chunks = Field(
         default_factory=list,
         description="the previous attempt's fused list, which a follow-up search adds to",
     )
@@ -59,13 +73,14 @@ class FuseCommand(Envelope):
 
 class GenerateCommand(Envelope):
     type: Literal["cmd.generate"] = "cmd.generate"
-    query: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     intent: Intent
-    contexts: list[RetrievedChunk]
-    tool_results: list[ToolOutcome] = Field(default_factory=list)
-    tool_rounds_left: int = Field(default=0, ge=0)
-    follow_ups: list[str] = Field(
+    contexts: Chunks
+    tool_results: list[ToolOutcome] = Field(default_factory=list, max_length=MAX_TOOL_CALLS * 4)
+    tool_rounds_left: int = Field(default=0, ge=0, le=16)
+    follow_ups: list[Annotated[str, Field(max_length=MAX_QUERY_CHARS)]] = Field(
         default_factory=list,
+        max_length=MAX_SUB_QUERIES,
         description="a decomposed attempt's follow-up queries: what else the answer should say",
     )
     query_vectors: dict[str, PackedVector] = Field(
@@ -78,13 +93,15 @@ class GenerateCommand(Envelope):
 
 class CriticCommand(Envelope):
     type: Literal["cmd.critic"] = "cmd.critic"
-    query: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     intent: Intent
-    answer: str
-    citations: dict[int, str] = Field(description="citation number -> chunk_id")
-    contexts: list[RetrievedChunk]
-    tool_results: list[ToolOutcome] = Field(default_factory=list)
-    attempts_left: int = Field(ge=0)
+    answer: str = Field(max_length=MAX_ANSWER_CHARS)
+    citations: dict[int, Annotated[str, Field(max_length=MAX_ID_CHARS)]] = Field(
+        max_length=MAX_CITATIONS, description="citation number -> chunk_id"
+    )
+    contexts: Chunks
+    tool_results: list[ToolOutcome] = Field(default_factory=list, max_length=MAX_TOOL_CALLS * 4)
+    attempts_left: int = Field(ge=0, le=100)
     query_vector: PackedVector | None = Field(
         default=None, description="the query's embedding: the critic encodes no query itself"
     )
@@ -92,8 +109,9 @@ class CriticCommand(Envelope):
 
 class ToolCommand(Envelope):
     type: Literal["cmd.tool"] = "cmd.tool"
-    query: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     calls: list[ToolCall] = Field(
         default_factory=list,
+        max_length=MAX_TOOL_CALLS,
         description="explicit calls from generation; empty means plan from the query",
     )

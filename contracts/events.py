@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from contracts.enums import Phase, PhaseStatus, RequestStatus
 from contracts.envelope import Envelope
+from contracts.limits import MAX_ANSWER_CHARS, MAX_CITATIONS, MAX_MESSAGE_CHARS
 from contracts.models import Citation
 
 
@@ -37,16 +38,16 @@ class TokenData(BaseModel):
 class AnswerData(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    content: str
-    citations: dict[int, Citation] = Field(default_factory=dict)
+    content: str = Field(max_length=2 * MAX_ANSWER_CHARS)
+    citations: dict[int, Citation] = Field(default_factory=dict, max_length=MAX_CITATIONS)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class ErrorData(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    code: str
-    message: str
+    code: str = Field(max_length=128)
+    message: str = Field(max_length=2 * MAX_MESSAGE_CHARS)
     phase: Phase | None = None
 
 

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contracts.enums import Channel
+from contracts.limits import (
+    MAX_CHUNK_CHARS,
+    MAX_ID_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_NAMESPACE_CHARS,
+    MAX_SOURCE_CHARS,
+    MAX_TITLE_CHARS,
+    MAX_TOOL_ARGUMENTS_CHARS,
+    MAX_TOOL_OUTPUT_CHARS,
+)
 
 MAX_DIM = 4096
 MAX_SENTENCES = 512
@@ -47,27 +58,29 @@ class RetrievedChunk(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    chunk_id: str
-    document_id: str
-    title: str = ""
-    source: str = ""
-    namespace: str = "default"
-    text: str = ""
+    chunk_id: str = Field(max_length=MAX_ID_CHARS)
+    document_id: str = Field(max_length=MAX_ID_CHARS)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    source: str = Field(default="", max_length=MAX_SOURCE_CHARS)
+    namespace: str = Field(default="default", max_length=MAX_NAMESPACE_CHARS)
+    text: str = Field(default="", max_length=MAX_CHUNK_CHARS)
     vectors: ChunkVectors | None = None
     score: float = 0.0
     rank: int = Field(default=0, ge=0)
     channels: dict[str, int] = Field(
-        default_factory=dict, description="channel name -> 1-based rank in that channel"
+        default_factory=dict,
+        max_length=16,
+        description="channel name -> 1-based rank in that channel",
     )
 
 
 class Citation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    chunk_id: str
-    document_id: str
-    title: str = ""
-    source: str = ""
+    chunk_id: str = Field(max_length=MAX_ID_CHARS)
+    document_id: str = Field(max_length=MAX_ID_CHARS)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    source: str = Field(default="", max_length=MAX_SOURCE_CHARS)
     score: float = 0.0
 
 
@@ -78,27 +91,43 @@ class ToolCall(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     arguments: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("arguments")
+    @classmethod
+    def _bounded(cls, arguments: dict[str, Any]) -> dict[str, Any]:
+        return _bounded_arguments(arguments)
+
 
 class ToolOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    call_id: str
-    name: str
+    call_id: str = Field(max_length=MAX_ID_CHARS)
+    name: str = Field(max_length=64)
     ok: bool
     arguments: dict[str, Any] = Field(
         default_factory=dict,
         description="the call's arguments, echoed so a generator can replay the tool turn",
     )
-    output: str = ""
-    error: str | None = None
+    output: str = Field(default="", max_length=MAX_TOOL_OUTPUT_CHARS)
+    error: str | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
     duration_ms: float = 0.0
+
+    @field_validator("arguments")
+    @classmethod
+    def _bounded(cls, arguments: dict[str, Any]) -> dict[str, Any]:
+        return _bounded_arguments(arguments)
+
+
+def _bounded_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    if len(json.dumps(arguments, default=str)) > MAX_TOOL_ARGUMENTS_CHARS:
+        raise ValueError(f"tool arguments over {MAX_TOOL_ARGUMENTS_CHARS} characters of JSON")
+    return arguments
 
 
 class ErrorInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    code: str
-    message: str
+    code: str = Field(max_length=128)
+    message: str = Field(max_length=MAX_MESSAGE_CHARS)
     retryable: bool = False
 
 
@@ -108,7 +137,7 @@ class ChannelReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     channel: Channel
-    status: str = Field(description="completed | failed | skipped | timed_out")
+    status: str = Field(max_length=32, description="completed | failed | skipped | timed_out")
     count: int = 0
     duration_ms: float | None = None
-    reason: str | None = None
+    reason: str | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)

@@ -12,6 +12,15 @@ from pydantic import ConfigDict, Field, TypeAdapter
 
 from contracts.enums import Channel, Intent, StepStatus
 from contracts.envelope import Envelope
+from contracts.limits import (
+    MAX_ANSWER_CHARS,
+    MAX_CHUNKS,
+    MAX_CITATIONS,
+    MAX_ID_CHARS,
+    MAX_LIST_ITEMS,
+    MAX_MESSAGE_CHARS,
+    MAX_TOOL_CALLS,
+)
 from contracts.models import ErrorInfo, PackedVector, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import MAX_QUERY_CHARS
 
@@ -20,8 +29,8 @@ class StepResult(Envelope):
     """Fields every result shares; concrete results below fix `type`."""
 
     type: str
-    command_id: str
-    step: str
+    command_id: str = Field(max_length=MAX_ID_CHARS)
+    step: str = Field(max_length=32)
     channel: Channel | None = None
     status: StepStatus = StepStatus.OK
     error: ErrorInfo | None = None
@@ -35,7 +44,7 @@ class ClassifyResult(StepResult):
     step: Literal["classify"] = "classify"
     intent: Intent
     confidence: float = Field(ge=0.0, le=1.0)
-    method: str
+    method: str = Field(max_length=64)
     weights: dict[Channel, float]
     query_vector: PackedVector | None = None
 
@@ -45,7 +54,7 @@ class SearchResult(StepResult):
 
     type: Literal["res.search"] = "res.search"
     step: Literal["search"] = "search"
-    chunks: list[RetrievedChunk] = Field(default_factory=list)
+    chunks: list[RetrievedChunk] = Field(default_factory=list, max_length=MAX_CHUNKS)
     query_vector: PackedVector | None = Field(
         default=None,
         description="the embedding a dense channel made for a query classify did not encode "
@@ -58,10 +67,12 @@ class FuseResult(StepResult):
 
     type: Literal["res.fuse"] = "res.fuse"
     step: Literal["fuse"] = "fuse"
-    chunks: list[RetrievedChunk] = Field(default_factory=list)
+    chunks: list[RetrievedChunk] = Field(default_factory=list, max_length=MAX_CHUNKS)
     effective_weights: dict[Channel, float] = Field(default_factory=dict)
     channel_counts: dict[Channel, int] = Field(default_factory=dict)
-    channel_samples: dict[Channel, list[str]] = Field(default_factory=dict)
+    channel_samples: dict[Channel, list[Annotated[str, Field(max_length=MAX_ID_CHARS)]]] = Field(
+        default_factory=dict
+    )
 
 
 class GenerateResult(StepResult):
@@ -69,10 +80,12 @@ class GenerateResult(StepResult):
 
     type: Literal["res.generate"] = "res.generate"
     step: Literal["generate"] = "generate"
-    answer: str = ""
-    citations: dict[int, str] = Field(default_factory=dict, description="n -> chunk_id")
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    generator: str = "extractive"
+    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
+    citations: dict[int, Annotated[str, Field(max_length=MAX_ID_CHARS)]] = Field(
+        default_factory=dict, max_length=MAX_CITATIONS, description="n -> chunk_id"
+    )
+    tool_calls: list[ToolCall] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
+    generator: str = Field(default="extractive", max_length=64)
 
 
 class CriticResult(StepResult):
@@ -84,13 +97,15 @@ class CriticResult(StepResult):
         description="low_confidence: the attempts are spent and the answer is weak"
     )
     confidence: float = Field(ge=0.0, le=1.0)
-    scores: dict[str, float] = Field(default_factory=dict)
+    scores: dict[str, float] = Field(default_factory=dict, max_length=MAX_LIST_ITEMS)
     strategy: Literal["broaden", "rebalance", "rewrite", "decompose"] | None = None
-    rewritten_query: str | None = None
+    rewritten_query: str | None = Field(default=None, max_length=MAX_QUERY_CHARS)
     sub_queries: list[Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]] = Field(
         default_factory=list, description="a decomposition's follow-up queries", max_length=8
     )
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_LIST_ITEMS
+    )
 
 
 class ToolResult(StepResult):
@@ -98,7 +113,7 @@ class ToolResult(StepResult):
 
     type: Literal["res.tool"] = "res.tool"
     step: Literal["tool"] = "tool"
-    outcomes: list[ToolOutcome] = Field(default_factory=list)
+    outcomes: list[ToolOutcome] = Field(default_factory=list, max_length=MAX_TOOL_CALLS * 4)
 
 
 class StepFailure(StepResult):

@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     )
     channel_top_k: int = Field(20, ge=1, le=200, description="Chunks each channel returns.")
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
-    chunk_chars: int = Field(800, ge=100, description="Target chunk size in characters.")
+    chunk_chars: int = Field(800, ge=100, le=16_000, description="Target chunk size in characters.")
     chunk_overlap_chars: int = Field(120, ge=0, description="Overlap between chunks.")
     critic_accept: float = Field(0.55, ge=0, le=1, description="Confidence the critic accepts.")
     encoder_path: Path | None = Field(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 
 import httpx
 import nats
+import nats.errors
 import pytest
+from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from api.launcher import Runtime
@@ -16,7 +19,14 @@ from tests.integration.sse import read_events
 pytestmark = pytest.mark.integration
 
 
-async def dead_letters(nats_url: str, subject: str, want: int, timeout: float = 20) -> list[dict]:
+async def dead_letters(
+    nats_url: str,
+    subject: str,
+    want: int,
+    timeout: float = 20,
+    match: Callable[[dict], bool] = lambda letter: True,
+) -> list[dict]:
+    """The first `want` letters on `subject` that `match`."""
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
@@ -25,7 +35,9 @@ async def dead_letters(nats_url: str, subject: str, want: int, timeout: float = 
         async with asyncio.timeout(timeout):
             while len(letters) < want:
                 msg = await sub.next_msg(timeout=timeout)
-                letters.append(json.loads(msg.data))
+                letter = json.loads(msg.data)
+                if match(letter):
+                    letters.append(letter)
         await sub.unsubscribe()
         return letters
     finally:
@@ -59,3 +71,56 @@ async def test_malformed_command_lands_in_the_dlq_and_the_consumer_keeps_serving
     events = await read_events(http, response.json()["events_url"])
     assert events[-1].event == "done"
     assert events[-1].data["data"]["status"] == "completed"
+
+
+async def test_an_oversized_command_is_dead_lettered_and_floods_nothing(
+    stack: Runtime, http: httpx.AsyncClient
+) -> None:
+    """A 3 MB generate command (nats-server takes up to 8 MB) is over its contract's bounds:
+    dead-lettered as poison before any work, with no token event published for it."""
+    accepted = await http.post("/v1/queries", json={"query": "What was the Pharos?"})
+    request_id = accepted.json()["request_id"]
+    events = await read_events(http, accepted.json()["events_url"])
+    assert events[-1].event == "done"
+    echo = "word " * 600_000
+    command = {
+        "request_id": request_id,
+        "type": "cmd.generate",
+        "query": "repeat after me",
+        "intent": "factual",
+        "contexts": [{"chunk_id": "c1", "document_id": "d1", "text": echo}],
+    }
+    nc = await nats.connect(stack.settings.nats_url)
+    try:
+        js = nc.jetstream()
+        tokens_before = await _count(js, request_id, "token")
+        await js.publish("rag.cmd.generate", json.dumps(command).encode(), stream="RAG_CMD")
+        (letter,) = await dead_letters(
+            stack.settings.nats_url,
+            "rag.dlq.rag.cmd.generate",
+            want=1,
+            match=lambda letter: letter["request_id"] == request_id,
+        )
+        assert letter["reason"] == "poison"
+        assert "contexts.0.text" in letter["error"]
+        await asyncio.sleep(0.5)
+        assert await _count(js, request_id, "token") == tokens_before
+    finally:
+        await nc.close()
+
+
+async def _count(js: JetStreamContext, request_id: str, kind: str) -> int:
+    """How many events of `kind` the request's subject holds."""
+    sub = await js.subscribe(
+        f"rag.events.{request_id}", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    found = 0
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.5)
+            except nats.errors.TimeoutError:
+                return found
+            found += json.loads(msg.data).get("type") == kind
+    finally:
+        await sub.unsubscribe()
