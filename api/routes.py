@@ -52,6 +52,7 @@ from api.schemas import (
 from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
+from contracts.ingest import DOCUMENT_ID_PATTERN
 from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
@@ -72,12 +73,18 @@ JobIdPath = Annotated[
     str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
 ]
 LastEventId = Annotated[
-    int | None,
-    Header(alias="Last-Event-ID", ge=0, description="Resume after this stream sequence."),
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        max_length=20,
+        pattern=r"^(\d+|null|)$",
+        description="Resume after this stream sequence (the `id` of the last event received); "
+        "empty or `null` starts from the beginning.",
+    ),
 ]
 
 _errors: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 503)
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 503)
 }
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=_errors)
 
@@ -246,7 +253,8 @@ async def query_events(
 ) -> EventSourceResponse:
     if await store.get(request_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no request {request_id!r}")
-    return EventSourceResponse(_relay(js, store, request_id, last_event_id or 0), ping=SSE_PING_S)
+    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    return EventSourceResponse(_relay(js, store, request_id, after), ping=SSE_PING_S)
 
 
 @router.post(
@@ -375,7 +383,7 @@ async def ingest_documents(
     summary="Remove a document's chunks, vectors and graph facts everywhere",
 )
 async def delete_document(
-    document_id: Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\s]+$")],
+    document_id: Annotated[str, Path(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)],
     request: Request,
     response: Response,
     bus: BusDep,

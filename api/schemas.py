@@ -96,6 +96,21 @@ class DocumentsRequest(BaseModel):
 
     documents: list[DocumentIn] = Field(min_length=1, max_length=MAX_DOCUMENTS_PER_CALL)
 
+    @field_validator("documents")
+    @classmethod
+    def _one_version_each(cls, documents: list[DocumentIn]) -> list[DocumentIn]:
+        """Two versions of one document in one batch: which should win? Refused, not guessed."""
+        first: dict[tuple[str, str], int] = {}
+        for n, doc in enumerate(documents):
+            key = (doc.namespace, doc.id)
+            if key in first and documents[first[key]].content_hash() != doc.content_hash():
+                raise ValueError(
+                    f"document {doc.id!r} (namespace {doc.namespace!r}) appears twice with "
+                    f"different content, at {first[key]} and {n}: send one version"
+                )
+            first.setdefault(key, n)
+        return documents
+
 
 class IngestAccepted(BaseModel):
     job_id: str

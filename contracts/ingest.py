@@ -11,6 +11,12 @@ from contracts.envelope import Envelope
 from contracts.queries import NAMESPACE_PATTERN
 
 MAX_DOCUMENT_CHARS = 2_000_000
+DOCUMENT_ID_PATTERN = (
+    r"^[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$"
+)
+"""No white space: spelled out, because `\\s` means other characters to Python, to the Rust
+regex engine pydantic uses, and to the ECMA-262 engines JSON Schema validators use (U+0085
+is white space to the first two only), and the OpenAPI must say what the server accepts."""
 
 
 class DocumentIn(BaseModel):
@@ -18,7 +24,7 @@ class DocumentIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")
+    id: str = Field(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)
     title: str = Field(default="", max_length=1000)
     text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -45,7 +51,7 @@ class IngestDeletion(Envelope):
 
     type: Literal["ingest.delete"] = "ingest.delete"
     namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
-    document_id: str = Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")
+    document_id: str = Field(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)
 
 
 class IngestJobSealed(Envelope):

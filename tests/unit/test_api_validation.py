@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -162,6 +163,43 @@ def test_status_shows_public_view(client: TestClient) -> None:
 def test_bad_last_event_id(client: TestClient) -> None:
     response = client.get("/v1/queries/abc/events", headers={"Last-Event-ID": "soon"})
     assert_error(response, 422, "Last-Event-ID")
+
+
+@pytest.mark.parametrize("value", ["null", "", "0", "17"])
+def test_a_null_or_empty_last_event_id_is_no_resume_point_not_an_error(
+    client: TestClient, value: str
+) -> None:
+    response = client.get("/v1/queries/abc/events", headers={"Last-Event-ID": value})
+    assert_error(response, 404)  # the request is unknown; the header itself was fine
+
+
+def test_a_document_id_with_next_line_is_refused_as_the_openapi_says(client: TestClient) -> None:
+    pattern = client.get("/openapi.json").json()["components"]["schemas"]["DocumentIn"][
+        "properties"
+    ]["id"]["pattern"]
+    assert re.match(pattern, "a\u0085b") is None, "the published schema refuses it too"
+    body = {"documents": [_doc(id="a\u0085b")]}
+    assert_error(client.post("/v1/documents", json=body), 422, "documents.0.id")
+
+
+def test_a_batch_with_two_versions_of_one_document_is_refused_whole(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Any] = []
+
+    async def publish_job(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+
+    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    body = {"documents": [_doc(), _doc(id="other"), _doc(text="A second version.")]}
+    error = assert_error(client.post("/v1/documents", json=body), 422, "documents")
+    assert "'doc-1'" in error["message"] and "0 and 2" in error["message"]
+    assert calls == []
+
+
+def test_every_error_status_is_documented(client: TestClient) -> None:
+    responses = client.get("/openapi.json").json()["paths"]["/v1/documents"]["post"]["responses"]
+    assert {"400", "409", "422", "503"} <= set(responses)
 
 
 def _doc(**overrides: Any) -> dict[str, Any]:
