@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from nats.js.api import PubAck
 
 from contracts import subjects as sj
@@ -129,7 +130,10 @@ async def test_a_bad_document_fails_alone(
         return real(doc, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(indexer_module, "chunk_document", picky)
-    receipt = await publish_job(harness.resources.bus, DOCS, job_id=_job())
+    with structlog.testing.capture_logs() as logs:
+        receipt = await publish_job(harness.resources.bus, DOCS, job_id=_job())
+    (failure,) = [e for e in logs if e["event"] == "ingest_document_failed"]
+    assert failure["exc_info"] is True and failure["document_id"] == "b", "logged with traceback"
     job = await read_job(harness.resources.redis(), receipt.job_id)
     assert job is not None and job["status"] == "completed"
     assert (job["documents_done"], job["documents_failed"]) == (2, 1)

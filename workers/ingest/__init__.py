@@ -106,7 +106,8 @@ def create_router(resources: Resources) -> NatsRouter:
             if is_transient(exc) and delivery_count(msg) < settings.max_deliver:
                 raise  # the error policy naks with a delay
             error = f"{type(exc).__name__}: {exc}"[:2000]
-            log.warning("ingest_document_failed", job_id=job_id, document_id=doc_id, error=error)
+            # with the traceback: a failure seen once must be findable from its log line
+            log.exception("ingest_document_failed", job_id=job_id, document_id=doc_id, error=error)
             outcome = None
         completed = await jobs().record(
             job_id,
