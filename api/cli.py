@@ -16,7 +16,7 @@ import structlog
 import typer
 from rich.console import Console
 
-from api.launcher import UP_PARENT, WORKER_KINDS, serve
+from api.launcher import UP_PARENT, WORKER_KINDS, embedded_layout_problem, serve
 from contracts.enums import Intent
 from infra.errors import StartupError
 from infra.logging import configure_logging
@@ -123,7 +123,12 @@ def worker(
     kinds: Annotated[list[WorkerKind], typer.Argument(help="The worker kinds to run.")],
 ) -> None:
     """Run worker kinds in this process (run several processes for scale-out)."""
-    _serve(api=False, orchestrator=False, workers=tuple(dict.fromkeys(str(k) for k in kinds)))
+    chosen = tuple(dict.fromkeys(str(k) for k in kinds))
+    problem = embedded_layout_problem(Settings(), chosen)
+    if problem is not None:
+        typer.secho(f"ragbus: {problem}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
+    _serve(api=False, orchestrator=False, workers=chosen)
 
 
 @app.command()

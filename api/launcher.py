@@ -57,6 +57,31 @@ WORKER_KINDS: tuple[str, ...] = (
 )
 
 
+STORE_READERS = frozenset({"search", "fuse", "tool"})
+
+
+def embedded_layout_problem(settings: Settings, kinds: Sequence[str]) -> str | None:
+    """Why these worker kinds cannot run together in one process, or None.
+
+    The embedded stores (Qdrant Edge, the graph file) live in the process that opens them:
+    another process loads them once and never sees what `ingest` writes later. So in
+    embedded mode the kinds that read them run in the process that ingests."""
+    embedded = [
+        name
+        for name, url in (("vectors", settings.qdrant_url), ("graph", settings.neo4j_uri))
+        if not url
+    ]
+    readers = sorted(STORE_READERS.intersection(kinds))
+    if not embedded or not readers or "ingest" in kinds:
+        return None
+    return (
+        f"{', '.join(readers)} would read the embedded {' and '.join(embedded)} store, which "
+        "only the process that ingests sees up to date: run it in that process (for example "
+        "`ragbus worker search fuse tool ingest`, or `ragbus up`), or use the servers "
+        "(RAGBUS_QDRANT_URL, RAGBUS_NEO4J_URI)"
+    )
+
+
 def worker_router(kind: str, resources: Resources) -> NatsRouter:
     """The router of one worker kind, imported only when the process runs it."""
     if kind not in WORKER_KINDS:
