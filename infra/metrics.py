@@ -24,6 +24,11 @@ UNKNOWN_REQUESTS = Counter(
     "Messages dropped because their request does not exist or has finished",
     ["kind"],
 )
+ORPHANS_SWEPT = Counter(
+    "ragbus_orphans_swept_total",
+    "Work-queue messages found below their consumer's ack floor and deleted",
+    ["stream"],
+)
 DEAD_LETTERS = Counter("ragbus_dead_letters_total", "Messages dead-lettered", ["subject", "reason"])
 ENCODER_PASS_TEXTS = Histogram(
     "ragbus_encoder_pass_texts",

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     deadline_poll_s: float = Field(0.2, gt=0, description="How often the deadline timer looks.")
     state_ttl_s: int = Field(86_400, gt=0, description="How long finished request state is kept.")
     events_max_age_s: int = Field(3_600, gt=0, description="How long caller events are replayable.")
+    sweep_interval_s: float = Field(
+        300.0, gt=0, description="How often the orchestrator sweeps orphaned work-queue messages."
+    )
     idempotency_ttl_s: int = Field(
         86_400, gt=0, description="How long an Idempotency-Key is remembered."
     )

@@ -30,6 +30,7 @@ from infra.runtime.bus import (
 )
 from infra.runtime.dead_letters import handle_max_deliveries
 from infra.runtime.resources import Resources
+from infra.runtime.sweeper import sweep_orphans
 from infra.runtime.worker_runtime import error_policy
 from orchestrator.saga import Clock, Saga
 from orchestrator.state import RequestState
@@ -45,6 +46,7 @@ class Orchestrator:
         self.store = StateStore(resources.redis(), resources.settings)
         self.saga = Saga(resources.settings)
         self._timer: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def handle_submission(self, msg: QuerySubmitted) -> None:
         await self._apply(
@@ -126,13 +128,27 @@ class Orchestrator:
     def start_timer(self) -> None:
         if self._timer is None:
             self._timer = asyncio.create_task(self._run_timer(), name="saga-deadlines")
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._run_sweeper(), name="orphan-sweeper")
 
     async def stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+        for task in (self._timer, self._sweeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._timer = self._sweeper = None
+
+    async def _run_sweeper(self) -> None:
+        """Orphaned work-queue messages (`infra.runtime.sweeper`), now and then."""
+        while True:
+            await asyncio.sleep(self.settings.sweep_interval_s)
+            try:
+                swept = await sweep_orphans(self.bus.broker.connection.jetstream())
+                if swept:
+                    log.warning("orphans_swept", swept=swept)
+            except Exception as exc:  # the broker is away: sweep next time
+                log.warning("orphan_sweep_failed", error=str(exc))
 
     async def _run_timer(self) -> None:
         """Every replica looks; the atomic transition makes a double look harmless."""
