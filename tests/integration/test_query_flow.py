@@ -182,31 +182,6 @@ async def test_a_failing_channel_is_reported_and_its_weight_redistributed(
     assert metadata["channels"]["graph_local"]["status"] == "failed"
 
 
-async def test_a_silent_channel_misses_its_deadline_and_fusion_goes_on(
-    http: httpx.AsyncClient, stack: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import workers.search.channels as channels
-
-    release = asyncio.Event()
-
-    async def silent(*args: object, **kwargs: object) -> list[object]:
-        await release.wait()
-        return []
-
-    monkeypatch.setattr(channels, "search_sparse", silent)
-    try:
-        _, events = await ask(http, intent="navigation")
-    finally:
-        release.set()
-    assert events[-1].data["data"]["status"] == "completed"
-    dropped = [e for e in events if phase_is("sparse_search", "failed")(e)]
-    assert dropped and dropped[0].data["data"]["metadata"].get("dropped") is True
-    metadata = next(e for e in events if e.event == "answer").data["data"]["metadata"]
-    assert metadata["channels"]["sparse"]["status"] == "timed_out"
-    assert metadata["effective_weights"].get("sparse", 0.0) == 0.0
-    assert any(phase_is("fusion", "completed")(e) for e in events)
-
-
 @pytest.mark.parametrize(
     ("body", "field"),
     [
