@@ -36,6 +36,7 @@ _ERROR_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    413: "too_large",
     422: "validation_error",
     503: "unavailable",
 }

@@ -164,7 +164,7 @@ def ingest(
 ) -> None:
     """Publish documents as an ingest job and follow it until it completes."""
     from api.ingest_job import describe, ingest_and_follow
-    from infra.runtime.ingest_producer import load_documents
+    from infra.runtime.ingest_producer import DocumentTooLarge, load_documents
 
     settings = Settings()
     _interactive_logging(settings, verbose)
@@ -174,9 +174,13 @@ def ingest(
     if not documents:
         errors.print(f"no documents found in {path}")
         raise typer.Exit(1)
-    _, final = asyncio.run(
-        ingest_and_follow(settings, documents, console, job_id=job_id, timeout_s=timeout)
-    )
+    try:
+        _, final = asyncio.run(
+            ingest_and_follow(settings, documents, console, job_id=job_id, timeout_s=timeout)
+        )
+    except DocumentTooLarge as exc:
+        errors.print(f"nothing was published: {exc}")
+        raise typer.Exit(1) from None
     if final is None or final.get("status") != "completed":
         errors.print(f"ingest did not complete: {final or 'no progress events'}")
         raise typer.Exit(1)

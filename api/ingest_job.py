@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from api.event_stream import ingest_events
 from contracts.ingest import DocumentIn
 from infra.runtime.bus import Bus, create_broker, declare_streams
-from infra.runtime.ingest_producer import JobReceipt, publish_job
+from infra.runtime.ingest_producer import JobReceipt, check_sizes, publish_job
 from infra.settings import Settings
 
 
@@ -40,6 +40,7 @@ async def ingest_and_follow(
         js = nc.jetstream()
         # Idempotent: lets a producer run before any worker has declared the streams.
         await declare_streams(js, settings)
+        check_sizes(documents, nc.max_payload)  # the whole job, before any of it is sent
         receipt = await publish_job(Bus(broker), list(documents), job_id=job_id)
         console.print(
             f"job [bold]{receipt.job_id}[/bold]: {receipt.accepted} documents published"

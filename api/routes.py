@@ -26,6 +26,7 @@ from api.deps import (
     BusDep,
     IdempotencyDep,
     JetStreamDep,
+    NatsDep,
     RedisDep,
     SettingsDep,
     StoreDep,
@@ -57,7 +58,13 @@ from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
 from infra.runtime.ingest_jobs import open_job, read_job
-from infra.runtime.ingest_producer import JobReceipt, publish_deletion, publish_job
+from infra.runtime.ingest_producer import (
+    DocumentTooLarge,
+    JobReceipt,
+    check_sizes,
+    publish_deletion,
+    publish_job,
+)
 from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
 from orchestrator.store import StateExists, StateStore
@@ -354,7 +361,11 @@ async def _start_job(
     "/documents",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=IngestAccepted,
+    responses={413: {"model": ErrorResponse, "description": "A document exceeds the bus's limit."}},
     summary="Queue documents for indexing as one ingest job",
+    description="The batch is accepted whole or refused whole: a document the bus cannot carry "
+    "(larger than the NATS server's max_payload as a message) refuses the batch with 413, "
+    "naming it, before anything is queued.",
 )
 async def ingest_documents(
     body: DocumentsRequest,
@@ -362,10 +373,15 @@ async def ingest_documents(
     response: Response,
     bus: BusDep,
     redis: RedisDep,
+    nc: NatsDep,
     settings: SettingsDep,
     idempotency: IdempotencyDep,
     idempotency_key: IdempotencyKey = None,
 ) -> IngestAccepted:
+    try:
+        check_sizes(body.documents, nc.max_payload)
+    except DocumentTooLarge as exc:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
     return await _start_job(
         request,
         response,

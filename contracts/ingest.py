@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from contracts.envelope import Envelope
 from contracts.queries import NAMESPACE_PATTERN
 
 MAX_DOCUMENT_CHARS = 2_000_000
+MAX_METADATA_CHARS = 16_000
 DOCUMENT_ID_PATTERN = (
     r"^[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$"
 )
@@ -27,8 +29,18 @@ class DocumentIn(BaseModel):
     id: str = Field(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)
     title: str = Field(default="", max_length=1000)
     text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"Free-form, up to {MAX_METADATA_CHARS:,} characters as JSON.",
+    )
     namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded_metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
+            raise ValueError(f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
+        return metadata
 
     def content_hash(self) -> str:
         """Identity of this version of the document: the broker dedupes re-sent copies by it."""

@@ -23,6 +23,35 @@ log = get_logger(__name__)
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 
 
+HEADER_ALLOWANCE = 512
+"""Bytes a message's headers and protocol line take beside its body (well over what they do)."""
+
+
+class DocumentTooLarge(ValueError):
+    """A document whose bus message exceeds what the NATS server accepts (`max_payload`)."""
+
+    def __init__(self, document_id: str, size: int, limit: int) -> None:
+        self.document_id, self.size, self.limit = document_id, size, limit
+        super().__init__(
+            f"document {document_id!r} is {size:,} bytes as a bus message; the NATS server "
+            f"takes at most {limit:,} per message (its max_payload): split it, or raise the limit"
+        )
+
+
+def _message(job_id: str, document: DocumentIn) -> tuple[IngestDocument, bytes]:
+    message = IngestDocument(request_id=job_id, event_id=document.content_hash(), document=document)
+    return message, message.model_dump_json().encode()
+
+
+def check_sizes(documents: Iterable[DocumentIn], max_payload: int, job_id: str = "x") -> None:
+    """Raise `DocumentTooLarge` for the first document that the server would refuse: a batch
+    is refused whole before any of it is published."""
+    for document in documents:
+        size = len(_message(job_id, document)[1]) + HEADER_ALLOWANCE
+        if size > max_payload:
+            raise DocumentTooLarge(document.id, size, max_payload)
+
+
 @dataclass(frozen=True)
 class JobReceipt:
     job_id: str
@@ -35,16 +64,19 @@ async def publish_job(
     documents: Iterable[DocumentIn],
     job_id: str | None = None,
     progress: Callable[[int], None] | None = None,
+    max_payload: int | None = None,
 ) -> JobReceipt:
-    """Publish every document of a job, then seal it; `progress` gets the running count."""
+    """Publish every document of a job, then seal it; `progress` gets the running count. With
+    `max_payload`, a document the server would refuse raises `DocumentTooLarge` before it is
+    sent (callers with the whole batch at hand check it all first: `check_sizes`)."""
     job_id = job_id or new_request_id()
     subject = sj.ingest_docs_subject(job_id)
     accepted = duplicates = 0
     for sent, document in enumerate(documents, start=1):
-        message = IngestDocument(
-            request_id=job_id, event_id=document.content_hash(), document=document
-        )
-        ack = await bus.publish(message, subject, sj.STREAM_INGEST)
+        message, body = _message(job_id, document)
+        if max_payload is not None and len(body) + HEADER_ALLOWANCE > max_payload:
+            raise DocumentTooLarge(document.id, len(body) + HEADER_ALLOWANCE, max_payload)
+        ack = await bus.publish_raw(body, subject, sj.STREAM_INGEST, message.event_id)
         if ack is not None and ack.duplicate:
             duplicates += 1
         else:

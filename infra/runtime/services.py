@@ -126,13 +126,13 @@ NATS_MAX_PAYLOAD = 8 * 1024 * 1024
 """A document message may carry up to 2 M characters; the server default is 1 MB."""
 
 
-def start_nats(port: int, store_dir: Path) -> LocalService:
+def start_nats(port: int, store_dir: Path, max_payload: int = NATS_MAX_PAYLOAD) -> LocalService:
     store_dir = store_dir.resolve()
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
     config = store_dir / "nats-server.conf"
     config.write_text(
-        f"host: 127.0.0.1\nport: {port}\nmax_payload: {NATS_MAX_PAYLOAD}\n"
+        f"host: 127.0.0.1\nport: {port}\nmax_payload: {max_payload}\n"
         f'jetstream {{ store_dir: "{store_dir}" }}\n'
     )
     process = subprocess.Popen(

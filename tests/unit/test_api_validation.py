@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from fastapi.testclient import TestClient
 
 import api.routes
 from api.app import create_app
-from api.deps import get_bus, get_jetstream, get_redis, get_store
+from api.deps import get_bus, get_jetstream, get_nats, get_redis, get_store
 from contracts import subjects as sj
 from contracts.queries import QuerySubmitted
 from infra.runtime.services import LocalService
@@ -59,6 +60,10 @@ def store() -> FakeStore:
     return FakeStore()
 
 
+NATS_DEFAULT_PAYLOAD = 1024 * 1024
+"""What a stock nats-server accepts per message."""
+
+
 def make_client(
     bus: FakeBus, store: FakeStore, redis_url: str | None = None, **settings: Any
 ) -> TestClient:
@@ -70,6 +75,7 @@ def make_client(
         (lambda: aioredis.from_url(redis_url, decode_responses=True)) if redis_url else object
     )
     app.dependency_overrides[get_jetstream] = object
+    app.dependency_overrides[get_nats] = lambda: SimpleNamespace(max_payload=NATS_DEFAULT_PAYLOAD)
     return TestClient(app)
 
 
@@ -290,3 +296,24 @@ def test_openapi_documents_the_api(client: TestClient) -> None:
         "/readyz",
     ):
         assert path in paths
+
+
+def test_a_batch_with_a_document_the_bus_cannot_carry_is_refused_whole(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Any] = []
+
+    async def publish_job(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+
+    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    big = _doc(id="p3", text="x" * 1_500_000)
+    body = {"documents": [_doc(id="p1"), _doc(id="p2"), big]}
+    error = assert_error(client.post("/v1/documents", json=body), 413)
+    assert "'p3'" in error["message"] and "max_payload" in error["message"]
+    assert calls == [], "nothing of the batch was queued"
+
+
+def test_metadata_is_bounded(client: TestClient) -> None:
+    body = {"documents": [_doc(metadata={"blob": "x" * 20_000})]}
+    assert_error(client.post("/v1/documents", json=body), 422, "documents.0.metadata")
