@@ -166,8 +166,8 @@ class Settings(BaseSettings):
     )
     sandbox_isolation: str = Field(
         "auto",
-        description="Python tool isolation: `auto` (bwrap, else `unshare -rn`, else none), "
-        "`bwrap`, `unshare` or `none`.",
+        description="Python tool isolation: `auto` (bwrap, else `unshare -rn`, else the tool "
+        "refuses), `bwrap`, `unshare` or `none`.",
     )
 
     # Observability

@@ -76,12 +76,15 @@ async def run_tools(registry: ToolRegistry, cmd: ToolCommand) -> list[ToolOutcom
 
 def create_router(resources: Resources, registry: ToolRegistry | None = None) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
+    sandbox = sandbox_for(settings)
     tools = registry or default_registry(
         timeout_s=settings.tool_timeout_s / 2,
         resources=resources,
-        sandbox=sandbox_for(settings),
+        sandbox=sandbox,
         plugins=True,
     )
+    if registry is None:
+        resources.on_warm_up(sandbox.warm_up)  # the isolation is chosen before any call
     log.info("tool_registry_ready", tools=tools.names)
     router = step_router(resources)
     publisher = ResultPublisher(router, Step.TOOL, ToolResult)

@@ -7,10 +7,14 @@ Always, whatever the machine offers:
 - `resource` limits set in `preexec_fn`: CPU seconds (RLIMIT_CPU), address space
   (RLIMIT_AS), processes (RLIMIT_NPROC), file size (RLIMIT_FSIZE), open files, no core;
 - a wall-clock timeout after which the whole process group is killed (SIGKILL), and
-  the process group is killed at the end in any case, so no child outlives the call;
+  the process group is killed at the end in any case;
 - stdout/stderr read through a 32 KB cap (the rest is drained and dropped);
-- when the worker runs as root, the child drops to `nobody` (65534) before anything
-  else: RLIMIT_NPROC does not bind root, and root could read or write any file.
+- when the worker runs as root, the child drops to a user id of its own for this run
+  (`workers.tool.sandbox_procs`) before anything else: RLIMIT_NPROC does not bind root, root
+  could read or write any file, and one user shared by every run let one run's processes
+  starve the others. After the run every process of that user is killed, so a descendant
+  that left the process group (`setsid`) does not outlive the call either, and the worker
+  reaps what bwrap leaves behind.
 
 Isolation, picked by `RAGBUS_SANDBOX_ISOLATION` (`auto` tries them in this order and
 probes that they really work here):
@@ -21,12 +25,19 @@ probes that they really work here):
   sandbox dies with the worker (`--die-with-parent`) and its whole pid namespace goes
   when it is killed.
 - `unshare`: `unshare -rn`: a new user and network namespace, so no network; but the
-  host filesystem stays visible (read-only to the extent `nobody`/the worker's user
-  cannot write it: world-readable files such as /etc/passwd CAN be read), and a child
-  that calls `setsid()` escapes the process-group kill (RLIMIT_CPU still ends it).
+  host filesystem stays visible (read-only to the extent the run's user cannot write it:
+  world-readable files such as /etc/passwd CAN be read). A child that calls `setsid()`
+  escapes the process-group kill; as root it is killed with the run's user, otherwise it
+  lives until it exits (RLIMIT_CPU does not end a process that sleeps).
 - `none`: rlimits, the temporary directory and the timeout only: the network is
-  reachable and world-readable files can be read. Not for untrusted input; the tool says
-  which isolation ran in every result (`isolation=` in the log, see `SandboxRun`).
+  reachable and world-readable files can be read. Never chosen by `auto`; only when
+  configured, for trusted input.
+
+The isolation is chosen once, when the tool worker starts (it warms up the sandbox), and
+never changes: `auto` takes the first of bwrap and `unshare` that works (each tried a few
+times, so a moment without free process slots does not decide it). If neither works, or the
+chosen one stops working, the python tool refuses to run and says why; it never falls back
+to a weaker isolation.
 
 On a non-root worker without bwrap/unshare, RLIMIT_NPROC counts every process of the
 worker's user (its own threads included), so it is not applied in `none` mode there.
@@ -44,16 +55,18 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from infra.logging import get_logger
+from workers.tool.sandbox_procs import UidPool, become_subreaper, reap_orphans
 
 log = get_logger(__name__)
 
 OUTPUT_LIMIT: Final = 32 * 1024
-NOBODY: Final = 65534
 SANDBOX_DIR: Final = "/sandbox"
 ISOLATIONS: Final = ("bwrap", "unshare", "none")
 READ_CHUNK: Final = 65_536
@@ -209,12 +222,16 @@ def _environment(workdir: Path) -> dict[str, str]:
     }
 
 
-def _preexec(limits: SandboxLimits, isolation: str) -> None:
-    """In the child, before exec: drop root, then set the resource limits."""
-    if _drops_privileges():
+class SandboxUnavailable(RuntimeError):
+    """No isolation that may be used works here; the message says why and what to do."""
+
+
+def _preexec(limits: SandboxLimits, isolation: str, uid: int | None) -> None:
+    """In the child, before exec: drop root (to the run's own user), then set the limits."""
+    if uid is not None:
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(uid)
+        os.setuid(uid)
     mb = 1024 * 1024
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
@@ -245,14 +262,21 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-async def _execute(code: str, limits: SandboxLimits, isolation: str, python: Path) -> SandboxRun:
+_RUNNING: set[int] = set()
+"""Sandbox processes asyncio is waiting for: never reaped by `reap_orphans`."""
+
+
+async def _execute(
+    code: str, limits: SandboxLimits, isolation: str, python: Path, uid: int | None
+) -> SandboxRun:
     t0 = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="ragbus-sandbox-"))
+    process: asyncio.subprocess.Process | None = None
     try:
         (workdir / "main.py").write_text(code, encoding="utf-8")
-        if _drops_privileges():
-            os.chown(workdir, NOBODY, NOBODY)
-            os.chown(workdir / "main.py", NOBODY, NOBODY)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+            os.chown(workdir / "main.py", uid, uid)
         process = await asyncio.create_subprocess_exec(
             *build_command(isolation, python, workdir),
             stdin=asyncio.subprocess.DEVNULL,
@@ -261,8 +285,9 @@ async def _execute(code: str, limits: SandboxLimits, isolation: str, python: Pat
             cwd=workdir,
             env=_environment(workdir),
             start_new_session=True,
-            preexec_fn=lambda: _preexec(limits, isolation),
+            preexec_fn=lambda: _preexec(limits, isolation, uid),
         )
+        _RUNNING.add(process.pid)
         readers = [
             asyncio.ensure_future(_read_capped(process.stdout, limits.output_bytes)),
             asyncio.ensure_future(_read_capped(process.stderr, limits.output_bytes)),
@@ -296,74 +321,106 @@ async def _execute(code: str, limits: SandboxLimits, isolation: str, python: Pat
             duration_ms=(time.perf_counter() - t0) * 1000,
         )
     finally:
+        if process is not None:
+            _RUNNING.discard(process.pid)
+        reap_orphans(keep=_RUNNING)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-_PROBED: dict[str, bool] = {}
-
-
-async def _works(isolation: str, python: Path) -> bool:
-    """Whether this isolation really runs here (namespaces may be forbidden in a container)."""
-    if isolation not in _PROBED:
-        tool = {"bwrap": "bwrap", "unshare": "unshare"}.get(isolation)
-        if tool and shutil.which(tool) is None:
-            _PROBED[isolation] = False
-        else:
-            probe = SandboxLimits(timeout_s=10.0)
-            run = await _execute("print('ok')", probe, isolation, python)
-            _PROBED[isolation] = run.ok and run.stdout.strip() == "ok"
-            if not _PROBED[isolation]:
-                log.warning(
-                    "sandbox_isolation_unavailable",
-                    isolation=isolation,
-                    returncode=run.returncode,
-                    stderr=_last_lines(run.stderr),
-                )
-    return _PROBED[isolation]
-
-
-async def choose_isolation(requested: str = "auto") -> str:
-    """The isolation to use: `requested` if it works, or for `auto` the best one that does."""
-    python = interpreter()
-    if requested not in (*ISOLATIONS, "auto"):
-        raise ValueError(f"unknown sandbox isolation {requested!r}")
-    if requested != "auto":
-        if not await _works(requested, python):
-            raise RuntimeError(f"sandbox isolation {requested!r} does not work on this machine")
-        return requested
-    for isolation in ("bwrap", "unshare"):
-        if await _works(isolation, python):
-            return isolation
-    log.warning(
-        "sandbox_without_isolation",
-        note="neither bwrap nor `unshare -rn` works here: the python tool runs with rlimits, "
-        "a fresh directory and a timeout only — network reachable, world-readable files "
-        "readable",
-    )
-    return "none"
+PROBE_TRIES = 3
+PROBE_PAUSE_S = 0.5
 
 
 class Sandbox:
-    """The python tool's runner; decides its isolation once, on first use."""
+    """The python tool's runner. Its isolation is chosen once (`ready`, which the tool worker
+    calls as it starts) and never changes afterwards."""
 
     def __init__(self, limits: SandboxLimits, isolation: str = "auto") -> None:
+        if isolation not in (*ISOLATIONS, "auto"):
+            raise ValueError(f"unknown sandbox isolation {isolation!r}")
         self.limits = limits
         self.requested = isolation
         self.isolation: str | None = None
+        self.unavailable: str | None = None
+        self._uids = UidPool() if _drops_privileges() else None
         self._lock = asyncio.Lock()
 
-    async def ready(self) -> str:
-        async with self._lock:
-            if self.isolation is None:
-                self.isolation = await choose_isolation(self.requested)
-                log.info(
-                    "sandbox_ready",
-                    isolation=self.isolation,
-                    python=str(interpreter()),
-                    drops_to_nobody=_drops_privileges(),
+    @asynccontextmanager
+    async def _user(self) -> AsyncIterator[int | None]:
+        if self._uids is None:
+            yield None
+            return
+        async with self._uids.lease() as uid:
+            yield uid
+
+    async def _works(self, isolation: str) -> bool:
+        """Whether this isolation really runs here (namespaces may be forbidden in a
+        container), tried a few times: a probe can fail for a moment under load."""
+        if isolation != "none" and shutil.which(isolation) is None:
+            return False
+        run: SandboxRun | None = None
+        for attempt in range(PROBE_TRIES):
+            async with self._user() as uid:
+                run = await _execute("print('ok')", SandboxLimits(), isolation, interpreter(), uid)
+            if run.ok and run.stdout.strip() == "ok":
+                return True
+            if attempt + 1 < PROBE_TRIES:
+                await asyncio.sleep(PROBE_PAUSE_S)
+        log.warning(
+            "sandbox_isolation_unavailable",
+            isolation=isolation,
+            returncode=run.returncode if run else None,
+            stderr=_last_lines(run.stderr) if run else "",
+        )
+        return False
+
+    async def _choose(self) -> str:
+        if self.requested != "auto":
+            if not await self._works(self.requested):
+                raise SandboxUnavailable(
+                    f"the configured sandbox isolation {self.requested!r} does not work on "
+                    "this machine (RAGBUS_SANDBOX_ISOLATION)"
                 )
+            return self.requested
+        for isolation in ("bwrap", "unshare"):
+            if await self._works(isolation):
+                return isolation
+        raise SandboxUnavailable(
+            "neither bwrap nor `unshare -rn` works here, so the python tool will not run "
+            "untrusted code; install bubblewrap, or set RAGBUS_SANDBOX_ISOLATION=none to run "
+            "it with limits only (network reachable, world-readable files readable)"
+        )
+
+    async def ready(self) -> str:
+        """The isolation, chosen on the first call; `SandboxUnavailable` when there is none
+        (and on every later call: the tool never falls back to a weaker one)."""
+        async with self._lock:
+            if self.isolation is None and self.unavailable is None:
+                subreaper = become_subreaper()
+                try:
+                    self.isolation = await self._choose()
+                except SandboxUnavailable as exc:
+                    self.unavailable = str(exc)
+                    log.error("sandbox_unavailable", reason=self.unavailable)
+                else:
+                    log.info(
+                        "sandbox_ready",
+                        isolation=self.isolation,
+                        python=str(interpreter()),
+                        own_user_per_run=self._uids is not None,
+                        subreaper=subreaper,
+                    )
+            if self.isolation is None:
+                raise SandboxUnavailable(self.unavailable or "no sandbox")
             return self.isolation
+
+    async def warm_up(self) -> None:
+        """Choose the isolation as the worker starts; a machine with none still serves the
+        other tools, and the python tool answers every call with the reason."""
+        with contextlib.suppress(SandboxUnavailable):
+            await self.ready()
 
     async def run(self, code: str) -> SandboxRun:
         isolation = await self.ready()
-        return await _execute(code, self.limits, isolation, interpreter())
+        async with self._user() as uid:
+            return await _execute(code, self.limits, isolation, interpreter(), uid)
