@@ -11,6 +11,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.queries import NAMESPACE_PATTERN
+
 MAX_EXPRESSION_CHARS: Final = 200
 MAX_CODE_CHARS: Final = 20_000
 MAX_SEARCH_TOP_K: Final = 10
@@ -86,7 +88,7 @@ SEARCH: Final = ToolSpec(
         "type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": 1000},
-            "namespace": {"type": "string", "minLength": 1, "maxLength": 64},
+            "namespace": {"type": "string", "pattern": NAMESPACE_PATTERN},
             "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_TOP_K},
         },
         "required": ["query"],

@@ -6,6 +6,7 @@ import pytest
 
 from contracts.commands import ToolCommand
 from contracts.models import ToolCall
+from contracts.tools import SEARCH
 from workers.tool.calculator import CalculatorError, evaluate, format_number
 from workers.tool.planner import extract_expression, plan_calls
 from workers.tool.registry import ToolError, ToolRegistry
@@ -229,3 +230,21 @@ async def test_run_tools_plans_or_says_why_not() -> None:
         ),
     )
     assert failing[0].error == "division by zero"
+
+
+@pytest.mark.parametrize("namespace", ["../../../../tmp", "Other Tenant", "a/b", ""])
+async def test_the_search_tool_refuses_a_namespace_the_api_would_refuse(namespace: str) -> None:
+    ran: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.implement(SEARCH)
+    async def search(query: str, namespace: str = "default", top_k: int = 5) -> str:
+        ran.append(namespace)
+        return "searched"
+
+    outcome = await registry.call(
+        ToolCall(id="s", name="search", arguments={"query": "locks", "namespace": namespace})
+    )
+    assert not outcome.ok
+    assert (outcome.error or "").startswith("invalid arguments: $.namespace")
+    assert ran == []
