@@ -32,7 +32,10 @@ def _namespace(name: str) -> str:
     return name
 
 
-Namespace = Annotated[str, AfterValidator(_namespace)]
+Namespace = Annotated[
+    str, AfterValidator(_namespace), Field(json_schema_extra={"pattern": NAMESPACE_PATTERN})
+]
+"""Checked by `_namespace` (for its message), and published with the same pattern."""
 
 
 class QueryRequest(BaseModel):
@@ -45,7 +48,12 @@ class QueryRequest(BaseModel):
         },
     )
 
-    query: str = Field(max_length=MAX_QUERY_CHARS, description="The question, 1-4000 characters.")
+    query: str = Field(
+        max_length=MAX_QUERY_CHARS,
+        description="The question, 1-4000 characters, not all white space.",
+        # checked by `_not_blank` (for its message), published as the schema's own words
+        json_schema_extra={"minLength": 1, "pattern": r"\S"},
+    )
     session_id: str | None = Field(default=None, max_length=128)
     namespaces: list[Namespace] | None = Field(
         default=None,

@@ -1,0 +1,76 @@
+"""A whole `ragbus up` in its own process, on its own nats-server and redis-server, for the fuzz
+suites: schemathesis calls it synchronously, so it cannot share the test's event loop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.runtime.services import LocalService, free_port, start_nats, start_redis
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 180.0
+FUZZ_TOKEN = "fuzz-token-0123456789"
+"""The stack runs with bearer auth on, so the fuzzer also checks that it is enforced."""
+
+
+@dataclass(frozen=True)
+class UpStack:
+    url: str
+    nats_url: str
+    redis_url: str
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture(scope="session")
+def up_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpStack]:
+    root = tmp_path_factory.mktemp("fuzz-stack")
+    services: list[LocalService] = [
+        start_nats(free_port(), root / "nats"),
+        start_redis(free_port(), root / "redis", persistent=False),
+    ]
+    port = free_port()
+    env = {
+        **os.environ,
+        "RAGBUS_NATS_URL": services[0].url,
+        "RAGBUS_REDIS_URL": services[1].url,
+        "RAGBUS_DATA_DIR": str(root / "data"),
+        "RAGBUS_START_SERVICES": "false",
+        "RAGBUS_API_PORT": str(port),
+        "RAGBUS_API_TOKEN": FUZZ_TOKEN,
+        "RAGBUS_LOG_LEVEL": "WARNING",
+    }
+    log = (root / "up.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "api", "up"], cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            assert process.poll() is None, f"ragbus up exited: see {root / 'up.log'}"
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ragbus up was not ready in time"
+            time.sleep(0.3)
+        yield UpStack(url, services[0].url, services[1].url, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+        for service in services:
+            service.stop()
