@@ -529,5 +529,6 @@ def asyncapi(
 
 
 from api import cli_bench as _cli_bench  # noqa: E402  (registers the `bench*` commands)
+from api import cli_chaos as _cli_chaos  # noqa: E402  (registers `chaos`)
 
-__all__ = ["_cli_bench", "app", "main"]
+__all__ = ["_cli_bench", "_cli_chaos", "app", "main"]

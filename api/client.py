@@ -117,8 +117,10 @@ class RagbusClient:
         namespaces: Iterable[str] | None = None,
         session_id: str | None = None,
         mode: str | None = None,
+        idempotency_key: str | None = None,
     ) -> dict[str, Any]:
-        """`{request_id, status_url, events_url}`."""
+        """`{request_id, status_url, events_url}`. With `idempotency_key`, retrying after an
+        error is safe: the same key gives the same request, never a second one."""
         body: dict[str, Any] = {"query": query}
         if mode:
             body["mode"] = mode
@@ -130,7 +132,8 @@ class RagbusClient:
             body["namespaces"] = list(namespaces)
         if session_id:
             body["session_id"] = session_id
-        return await self._json("POST", "/v1/queries", json=body)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self._json("POST", "/v1/queries", json=body, headers=headers)
 
     async def status(self, request_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/queries/{request_id}")

@@ -1,0 +1,118 @@
+"""`ragbus chaos`: the failure suite (`bench.chaos`), with its report printed and saved.
+
+Registered on `api.cli.app` when that module loads."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from api.cli import _interactive_logging, _save_json, app, console, errors
+from infra.settings import Settings
+
+
+def _goals(report: dict[str, Any]) -> list[str]:
+    """The suite's goals that this run missed."""
+    missed = []
+    requests = report["requests"]
+    if requests["terminal_share"] != 1.0:
+        missed.append("every request terminal")
+    if any(report["duplicates"].values()):
+        missed.append("no duplicate answer or done")
+    if report["sse_streams_missing_events"]:
+        missed.append("no event missed by a stream")
+    ingest = report.get("ingest") or {}
+    if ingest and (ingest["chunks_lost"] or ingest["chunks_extra"] or ingest["documents_lost"]):
+        missed.append("every document indexed exactly once")
+    if (requests["completed_share"] or 0) < 0.95:
+        missed.append("95 % completed")
+    return missed
+
+
+def print_chaos(report: dict[str, Any]) -> None:
+    requests, ingest = report["requests"], report.get("ingest") or {}
+    table = Table(title="ragbus chaos", show_header=False)
+    rows = [
+        (
+            "kills",
+            f"{report['kills']} ({report['kills_by_role']}); nats and redis restarted "
+            f"{report['service_restarts']['nats']} + {report['service_restarts']['redis']}",
+        ),
+        (
+            "requests",
+            f"{requests['submitted']} submitted, {requests['terminal']} terminal "
+            f"({requests['by_status']})",
+        ),
+        ("completed", f"{(requests['completed_share'] or 0) * 100:.1f} %"),
+        (
+            "duplicates",
+            f"answers {report['duplicates']['answers']}, done {report['duplicates']['done']}",
+        ),
+        ("streams missing an event", str(report["sse_streams_missing_events"])),
+        ("dead letters", str(report["dead_letters"])),
+        (
+            "ingest",
+            f"{ingest.get('documents_done')} of {ingest.get('documents')} documents, "
+            f"chunks lost {ingest.get('chunks_lost')}, extra {ingest.get('chunks_extra')}",
+        ),
+        (
+            "latency",
+            f"p50 {report['latency_ms']['p50'] or 0:,.0f} ms, "
+            f"p95 {report['latency_ms']['p95'] or 0:,.0f} ms",
+        ),
+        (
+            "client",
+            f"{requests['submit_retries']} submit retries, "
+            f"{requests['stream_resumes']} stream resumes",
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
+@app.command()
+def chaos(
+    duration: Annotated[float, typer.Option("--duration", "-d", min=10, help="Seconds.")] = 60.0,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 2,
+    kill_every: Annotated[
+        float, typer.Option(min=0.5, help="Seconds between process kills (jittered).")
+    ] = 4.0,
+    ingest_documents: Annotated[
+        int, typer.Option(min=1, help="Documents of the job whose ingest process is killed.")
+    ] = 40,
+    seed: Annotated[int | None, typer.Option(help="Random seed (kills, questions).")] = None,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/chaos.json"
+    ),
+) -> None:
+    """Run every role in its own process on fresh nats-server and redis-server, ask questions,
+    SIGKILL and restart processes, kill both servers once and the ingest process mid-job;
+    then check from the broker and the stores that nothing was lost or doubled."""
+    from bench.chaos import run_chaos
+
+    _interactive_logging(Settings(), verbose=False)
+    console.print(
+        f"chaos: {duration:g} s, {concurrency} clients, a kill every ~{kill_every:g} s "
+        "(starting the cluster first)"
+    )
+    report = asyncio.run(
+        run_chaos(
+            duration_s=duration,
+            concurrency=concurrency,
+            kill_every_s=kill_every,
+            ingest_documents=ingest_documents,
+            seed=seed,
+        )
+    )
+    report["goals_missed"] = _goals(report)
+    print_chaos(report)
+    _save_json(report, out)
+    console.print(f"wrote {out}")
+    if report["goals_missed"]:
+        errors.print(f"goals missed: {', '.join(report['goals_missed'])}")
+        raise typer.Exit(1)

@@ -1,0 +1,30 @@
+"""The chaos suite, short: every role in its own process, a SIGKILL every few seconds, nats-server
+and redis-server killed and restarted once each, the ingest process killed mid-job; checked
+from the broker and the stores (`bench.chaos`). `ragbus chaos` runs the long version."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.cli_chaos import _goals
+from bench.chaos import run_chaos
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_short_chaos_run_loses_and_doubles_nothing() -> None:
+    report = await run_chaos(
+        duration_s=40, concurrency=2, kill_every_s=4, ingest_documents=24, seed=7
+    )
+    requests = report["requests"]
+    assert report["kills"] >= 5
+    assert report["service_restarts"] == {"nats": 1, "redis": 1}
+    assert requests["submitted"] >= 10
+    assert requests["terminal"] == requests["submitted"], requests
+    assert report["duplicates"] == {"answers": 0, "done": 0}
+    assert report["sse_streams_missing_events"] == 0
+    ingest = report["ingest"]
+    assert ingest["job_status"] == "completed"
+    assert ingest["documents_done"] == ingest["documents"]
+    assert (ingest["chunks_lost"], ingest["chunks_extra"], ingest["documents_lost"]) == (0, 0, 0)
+    assert _goals(report) == [], report
