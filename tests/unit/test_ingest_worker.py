@@ -14,7 +14,13 @@ import structlog.testing
 from nats.js.api import PubAck
 
 from contracts import subjects as sj
-from contracts.ingest import DocumentIn, IngestDocument, IngestJobSealed, IngestProgress
+from contracts.ingest import (
+    DocumentIn,
+    IngestDocument,
+    IngestJobSealed,
+    IngestProgress,
+    ingest_message_adapter,
+)
 from infra.errors import TransientError
 from infra.retrieval.text import SparseEncoder
 from infra.runtime.ingest_jobs import read_job
@@ -234,6 +240,13 @@ class _DedupingBus:
         if not duplicate:
             self.sent.append((subject, stream, message))
         return PubAck(stream=stream, seq=len(self.sent), duplicate=duplicate)
+
+    async def publish_raw(
+        self, body: bytes, subject: str, stream: str, event_id: str | None
+    ) -> PubAck:
+        message = ingest_message_adapter.validate_json(body)
+        assert message.event_id == event_id, "the Nats-Msg-Id is the message's event_id"
+        return await self.publish(message, subject, stream)
 
 
 async def test_producer_counts_broker_duplicates_and_seals_last() -> None:

@@ -72,7 +72,6 @@ async def test_twenty_runs_back_to_back_all_work_and_leave_no_process_behind() -
 @as_root
 async def test_a_descendant_that_leaves_the_process_group_is_killed_with_the_run() -> None:
     sandbox = await _isolated()
-    before = _leftovers()
     escape = (
         "import os, time\n"
         "if os.fork() == 0:\n"
@@ -83,8 +82,10 @@ async def test_a_descendant_that_leaves_the_process_group_is_killed_with_the_run
     )
     run = await sandbox.run(escape)
     assert run.ok and "left one behind" in run.stdout
+    assert run.uid in SANDBOX_UIDS
     await asyncio.sleep(0.2)
-    assert _leftovers() - before == set(), "nothing of the run's user survives the call"
+    survivors = [p for p in processes() if p.uid == run.uid and p.state != "Z"]
+    assert survivors == [], "nothing of the run's user survives the call"
 
 
 async def test_with_no_isolation_the_python_tool_refuses_and_says_why(

@@ -92,6 +92,8 @@ class SandboxRun:
     truncated: bool
     isolation: str
     duration_ms: float
+    uid: int | None = None
+    """The user the program ran as (its own, when the worker is root)."""
 
     @property
     def ok(self) -> bool:
@@ -319,6 +321,7 @@ async def _execute(
             truncated=out_cut,
             isolation=isolation,
             duration_ms=(time.perf_counter() - t0) * 1000,
+            uid=uid,
         )
     finally:
         if process is not None:
