@@ -56,7 +56,8 @@ def print_chaos(report: dict[str, Any]) -> None:
         ("dead letters", str(report["dead_letters"])),
         (
             "ingest",
-            f"{ingest.get('documents_done')} of {ingest.get('documents')} documents, "
+            f"{ingest.get('documents_done')} done and {ingest.get('documents_unchanged')} "
+            f"found indexed of {ingest.get('documents')} documents, "
             f"chunks lost {ingest.get('chunks_lost')}, extra {ingest.get('chunks_extra')}",
         ),
         (

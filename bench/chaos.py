@@ -406,6 +406,9 @@ def _verify_ingest(cluster: Cluster, job: dict[str, Any], record: dict[str, Any]
         "documents": len(documents),
         "job_status": record.get("status"),
         "documents_done": record.get("documents_done"),
+        # a document indexed before its process was killed, and found already indexed when
+        # its message came again, counts as unchanged: indexed once, counted once
+        "documents_unchanged": record.get("documents_unchanged"),
         "documents_failed": record.get("documents_failed"),
         "chunks_expected": sum(len(ids) for ids in expected.values()),
         "chunks_counted_by_job": record.get("chunks"),
