@@ -73,6 +73,25 @@ def settings(
     return stack_settings(nats_server.url, redis_server.url, tmp_path_factory.mktemp("data"))
 
 
+@contextlib.contextmanager
+def own_services(
+    root: Path, *, nats_max_payload: int | None = None, **overrides: object
+) -> Iterator[Settings]:
+    """A nats-server and a redis-server of the test's own (free ports, storage under `root`),
+    and stack settings pointing at them; both stopped on exit. For tests whose messages no
+    session-wide worker may take, or whose services they kill."""
+    nats_options = {} if nats_max_payload is None else {"max_payload": nats_max_payload}
+    nats_service = start_nats(free_port(), root / "nats", **nats_options)  # type: ignore[arg-type]
+    try:
+        redis_service = start_redis(free_port(), root / "redis", persistent=False)
+        try:
+            yield stack_settings(nats_service.url, redis_service.url, root / "data", **overrides)
+        finally:
+            redis_service.stop()
+    finally:
+        nats_service.stop()
+
+
 @contextlib.asynccontextmanager
 async def running(settings: Settings, **kwargs: object) -> AsyncIterator[Runtime]:
     runtime = Runtime(settings, **kwargs)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ import nats
 import pytest
 
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
-from tests.integration.conftest import running, serving_api, stack_settings
+from tests.integration.conftest import own_services, running, serving_api, stack_settings
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +37,8 @@ async def _status(http: httpx.AsyncClient, request_id: str, leaving: str) -> str
 
 
 async def test_the_same_key_gives_the_same_request_and_no_second_run(tmp_path: Path) -> None:
-    nats_service = start_nats(free_port(), tmp_path / "nats")
-    redis_service = start_redis(free_port(), tmp_path / "redis", persistent=False)
-    settings = stack_settings(nats_service.url, redis_service.url, tmp_path / "data")
     submissions: list[str] = []
-    try:
+    with own_services(tmp_path) as settings:
         async with (
             running(settings, orchestrator=True, workers=()) as runtime,
             serving_api(runtime) as url,
@@ -82,9 +79,6 @@ async def test_the_same_key_gives_the_same_request_and_no_second_run(tmp_path: P
             await asyncio.sleep(0.3)
             await nc.close()
             assert submissions == [request_id], "one submission on the bus, not two"
-    finally:
-        redis_service.stop()
-        nats_service.stop()
 
 
 async def test_a_503_during_a_nats_outage_says_it_may_still_run_and_a_keyed_retry_runs_it_once(

@@ -12,8 +12,7 @@ import nats
 import pytest
 
 from contracts import subjects as sj
-from infra.runtime.services import free_port, start_nats, start_redis
-from tests.integration.conftest import running, serving_api, stack_settings
+from tests.integration.conftest import own_services, running, serving_api
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +24,7 @@ def _doc(doc_id: str, text: str) -> dict[str, str]:
 
 
 async def test_a_document_over_max_payload_refuses_the_whole_batch(tmp_path: Path) -> None:
-    nats_service = start_nats(free_port(), tmp_path / "nats", max_payload=STOCK_MAX_PAYLOAD)
-    redis_service = start_redis(free_port(), tmp_path / "redis", persistent=False)
-    settings = stack_settings(nats_service.url, redis_service.url, tmp_path / "data")
-    try:
+    with own_services(tmp_path, nats_max_payload=STOCK_MAX_PAYLOAD) as settings:
         async with (
             running(settings, orchestrator=False, workers=()) as runtime,
             serving_api(runtime) as url,
@@ -53,6 +49,3 @@ async def test_a_document_over_max_payload_refuses_the_whole_batch(tmp_path: Pat
                 assert (await js.stream_info(sj.STREAM_INGEST)).state.messages == 3
             finally:
                 await nc.close()
-    finally:
-        redis_service.stop()
-        nats_service.stop()

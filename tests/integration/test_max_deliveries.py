@@ -20,8 +20,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from infra.runtime.services import free_port, start_nats, start_redis
-from tests.integration.conftest import running, serving_api, stack_settings
+from tests.integration.conftest import own_services, running, serving_api
 from tests.integration.test_dead_letter import dead_letters
 
 pytestmark = pytest.mark.integration
@@ -33,17 +32,12 @@ ACK_WAIT_S = 1.0
 async def test_a_command_never_acknowledged_is_dead_lettered_and_fails_its_step(
     tmp_path: Path,
 ) -> None:
-    nats_service = start_nats(free_port(), tmp_path / "nats")
-    redis_service = start_redis(free_port(), tmp_path / "redis", persistent=False)
-    settings = stack_settings(
-        nats_service.url,
-        redis_service.url,
-        tmp_path / "data",
+    with own_services(
+        tmp_path,
         max_deliver=MAX_DELIVER,
         ack_wait_s=ACK_WAIT_S,
         classify_timeout_s=60.0,  # the step deadline must not be what rescues the request
-    )
-    try:
+    ) as settings:
         async with (
             running(settings, orchestrator=True, workers=()) as runtime,
             serving_api(runtime) as url,
@@ -92,6 +86,3 @@ async def test_a_command_never_acknowledged_is_dead_lettered_and_fails_its_step(
                 assert info.num_pending == 0 and info.num_ack_pending == 0
             finally:
                 await nc.close()
-    finally:
-        redis_service.stop()
-        nats_service.stop()

@@ -25,9 +25,8 @@ from infra.runtime.liveness import DEADLINES_KEY
 from infra.runtime.readiness import ready_processes
 from infra.runtime.redis_client import connect_redis
 from infra.runtime.resources import Resources
-from infra.runtime.services import free_port, start_nats, start_redis
 from infra.settings import Settings
-from tests.integration.conftest import stack_settings
+from tests.integration.conftest import own_services
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +34,11 @@ pytestmark = pytest.mark.integration
 async def test_a_worker_loads_its_models_before_it_pulls_and_then_says_it_is_ready(
     tmp_path: Path,
 ) -> None:
-    nats_service = start_nats(free_port(), tmp_path / "nats")
-    redis_service = start_redis(free_port(), tmp_path / "redis", persistent=False)
-    settings = stack_settings(nats_service.url, redis_service.url, tmp_path / "data")
+    with own_services(tmp_path) as settings:
+        await _check_warm_up(settings)
+
+
+async def _check_warm_up(settings: Settings) -> None:
     nc = await nats.connect(settings.nats_url)
     redis = connect_redis(settings.redis_url)
     seen_while_loading: list[dict[str, Any]] = []
@@ -93,5 +94,3 @@ async def test_a_worker_loads_its_models_before_it_pulls_and_then_says_it_is_rea
             await runtime.stop()
         await nc.close()
         await redis.aclose()
-        redis_service.stop()
-        nats_service.stop()

@@ -84,6 +84,18 @@ def client(bus: FakeBus, store: FakeStore, redis_service: LocalService) -> TestC
     return make_client(bus, store, redis_service.url)
 
 
+@pytest.fixture
+def queued_jobs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What `publish_job` was asked to queue (nothing is published)."""
+    calls: list[Any] = []
+
+    async def publish_job(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+
+    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    return calls
+
+
 def assert_error(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -189,14 +201,9 @@ def test_a_document_id_with_next_line_is_refused_as_the_openapi_says(client: Tes
 
 
 def test_a_batch_with_two_versions_of_one_document_is_refused_whole(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, queued_jobs: list[Any]
 ) -> None:
-    calls: list[Any] = []
-
-    async def publish_job(*args: Any, **kwargs: Any) -> None:
-        calls.append(args)
-
-    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    calls = queued_jobs
     body = {"documents": [_doc(), _doc(id="other"), _doc(text="A second version.")]}
     error = assert_error(client.post("/v1/documents", json=body), 422, "documents")
     assert "'doc-1'" in error["message"] and "0 and 2" in error["message"]
@@ -229,16 +236,11 @@ def _doc(**overrides: Any) -> dict[str, Any]:
 def test_bad_documents_are_refused_and_nothing_published(
     client: TestClient,
     bus: FakeBus,
-    monkeypatch: pytest.MonkeyPatch,
+    queued_jobs: list[Any],
     body: dict[str, Any],
     field: str,
 ) -> None:
-    calls: list[Any] = []
-
-    async def publish_job(*args: Any, **kwargs: Any) -> None:
-        calls.append(args)
-
-    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    calls = queued_jobs
     assert_error(client.post("/v1/documents", json=body), 422, field)
     assert calls == []
     assert bus.published == []
@@ -299,14 +301,9 @@ def test_openapi_documents_the_api(client: TestClient) -> None:
 
 
 def test_a_batch_with_a_document_the_bus_cannot_carry_is_refused_whole(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, queued_jobs: list[Any]
 ) -> None:
-    calls: list[Any] = []
-
-    async def publish_job(*args: Any, **kwargs: Any) -> None:
-        calls.append(args)
-
-    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    calls = queued_jobs
     big = _doc(id="p3", text="x" * 1_500_000)
     body = {"documents": [_doc(id="p1"), _doc(id="p2"), big]}
     error = assert_error(client.post("/v1/documents", json=body), 413)
