@@ -126,6 +126,26 @@ async def request_events(
                 return
 
 
+async def stored_events(
+    js: JetStreamContext, request_id: str, quiet_s: float = 0.5
+) -> list[tuple[int, dict[str, Any]]]:
+    """Every caller event the stream holds for a request now, with its sequence: read from
+    the start until the subject is quiet for `quiet_s` (for checks, not for following)."""
+    sub = await js.subscribe(
+        sj.events_subject(request_id), ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    found: list[tuple[int, dict[str, Any]]] = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=quiet_s)
+            except nats.errors.TimeoutError:
+                return found
+            found.append((msg.metadata.sequence.stream, json.loads(msg.data)))
+    finally:
+        await sub.unsubscribe()
+
+
 INGEST_TERMINAL = frozenset({"completed", "failed"})
 
 

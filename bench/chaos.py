@@ -38,9 +38,9 @@ from typing import Any
 
 import httpx
 import nats
-from nats.js.api import DeliverPolicy
 
 from api.client import RagbusClient
+from api.event_stream import stored_events
 from bench.load import percentile
 from contracts import subjects as sj
 from contracts.ingest import DocumentIn
@@ -316,22 +316,6 @@ async def _chaos(
     await asyncio.gather(*pending_restarts, return_exceptions=True)
 
 
-async def _stream_events(js: Any, request_id: str) -> list[tuple[int, str]]:
-    sub = await js.subscribe(
-        sj.events_subject(request_id), ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-    )
-    found: list[tuple[int, str]] = []
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except nats.errors.TimeoutError:
-                return found
-            found.append((msg.metadata.sequence.stream, json.loads(msg.data).get("type", "")))
-    finally:
-        await sub.unsubscribe()
-
-
 async def _verify_requests(cluster: Cluster, tracked: Sequence[Tracked]) -> dict[str, Any]:
     nc = await nats.connect(cluster.env["RAGBUS_NATS_URL"])
     duplicates = {"answers": 0, "done": 0}
@@ -343,8 +327,8 @@ async def _verify_requests(cluster: Cluster, tracked: Sequence[Tracked]) -> dict
             for request in tracked:
                 state = await client.status(request.request_id)
                 statuses[str(state["status"])] += 1
-                events = await _stream_events(js, request.request_id)
-                kinds = Counter(kind for _, kind in events)
+                events = await stored_events(js, request.request_id)
+                kinds = Counter(str(event.get("type", "")) for _, event in events)
                 duplicates["answers"] += kinds["answer"] > 1
                 duplicates["done"] += kinds["done"] > 1
                 stored = {seq for seq, _ in events}

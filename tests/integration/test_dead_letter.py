@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import httpx
 import nats
-import nats.errors
 import pytest
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
+from api.event_stream import stored_events
 from api.launcher import Runtime
 from tests.integration.sse import read_events
 
@@ -111,16 +111,4 @@ async def test_an_oversized_command_is_dead_lettered_and_floods_nothing(
 
 async def _count(js: JetStreamContext, request_id: str, kind: str) -> int:
     """How many events of `kind` the request's subject holds."""
-    sub = await js.subscribe(
-        f"rag.events.{request_id}", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-    )
-    found = 0
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except nats.errors.TimeoutError:
-                return found
-            found += json.loads(msg.data).get("type") == kind
-    finally:
-        await sub.unsubscribe()
+    return sum(event.get("type") == kind for _, event in await stored_events(js, request_id))
