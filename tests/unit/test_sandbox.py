@@ -23,7 +23,7 @@ from workers import tool
 from workers.tool.python_tool import register_python
 from workers.tool.registry import ToolRegistry
 from workers.tool.router import default_registry
-from workers.tool.sandbox import Sandbox, SandboxLimits
+from workers.tool.sandbox import Sandbox, SandboxLimits, SandboxRun
 
 LIMITS = SandboxLimits(timeout_s=4.0, cpu_s=2, memory_mb=256, max_procs=16, file_size_mb=4)
 
@@ -110,6 +110,19 @@ async def test_attacks_end_in_a_clear_tool_error(
     assert any(text in (outcome.error or "") for text in expected), outcome.error
     after = await run(registry, "print(2 ** 10)")  # and the next call works as ever
     assert (after.ok, after.output) == (True, "1024")
+
+
+def test_a_fork_bombs_interleaved_tracebacks_still_name_the_process_limit() -> None:
+    """Forked children write their tracebacks over each other; the last line may be any of them."""
+    stderr = (
+        'Traceback (most recent call last):\n  File "<string>", line 3, in <module>\n'
+        "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
+        "Traceback (most recent call last):\n"
+    )
+    run = SandboxRun(1, "", stderr, False, False, "none", 5.0)
+    assert run.error(LIMITS) == (
+        "the program tried to run more than 16 processes (Resource temporarily unavailable)"
+    )
 
 
 async def test_output_is_truncated_at_32_kb(sandbox: Sandbox) -> None:

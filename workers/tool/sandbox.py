@@ -119,8 +119,15 @@ class SandboxRun:
         if signum:
             return f"the program was killed by signal {signal.Signals(signum).name}"
         tail = _last_lines(self.stderr)
-        if "MemoryError" in tail:
+        # A program that forks writes several interleaved tracebacks, so the cause is looked
+        # for in all of its error output, not only in its last line.
+        if "MemoryError" in self.stderr:
             return f"the program ran out of memory (limit {limits.memory_mb} MB): {tail}"
+        if "BlockingIOError" in self.stderr or "Resource temporarily unavailable" in self.stderr:
+            return (
+                f"the program tried to run more than {limits.max_procs} processes "
+                "(Resource temporarily unavailable)"
+            )
         return f"the program exited with status {code}: {tail or '(no error output)'}"
 
 
