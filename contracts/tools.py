@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.queries import NAMESPACE_PATTERN
+from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
 
 MAX_EXPRESSION_CHARS: Final = 200
 MAX_CODE_CHARS: Final = 20_000
@@ -88,7 +88,12 @@ SEARCH: Final = ToolSpec(
         "type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": 1000},
-            "namespace": {"type": "string", "pattern": NAMESPACE_PATTERN},
+            "namespace": {
+                "type": "string",
+                "pattern": NAMESPACE_PATTERN,
+                "maxLength": MAX_CALLER_NAMESPACE_CHARS,
+                "description": "One of the request's namespaces; unset = its first.",
+            },
             "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_TOP_K},
         },
         "required": ["query"],

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from contracts.models import ToolCall, ToolOutcome
+from contracts.tenancy import DEFAULT_TENANT
 from contracts.tools import INVALID_ARGUMENTS_KEY, ToolSpec, openai_tool
 from infra.logging import get_logger
 from workers.tool.schema import check_schema, validate
@@ -30,6 +32,10 @@ from workers.tool.schema import check_schema, validate
 log = get_logger(__name__)
 
 PLUGIN_GROUP = "ragbus.tools"
+
+calling_tenant: ContextVar[str] = ContextVar("calling_tenant", default=DEFAULT_TENANT)
+"""The tenant whose request runs the tool call in progress: tools that read data (`search`)
+read only that tenant's (the tool worker sets it from the command)."""
 
 ToolHandler = Callable[..., Awaitable[str]]
 """Called with the validated arguments as keywords; returns the tool's output text."""

@@ -21,7 +21,7 @@ from infra.settings import Settings
 from workers.tool.calculator import register_calculator
 from workers.tool.planner import plan_calls
 from workers.tool.python_tool import register_python
-from workers.tool.registry import ToolRegistry, load_plugins
+from workers.tool.registry import ToolRegistry, calling_tenant, load_plugins
 from workers.tool.sandbox import Sandbox, SandboxLimits
 from workers.tool.search_tool import register_search
 
@@ -93,7 +93,11 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
     async def execute(cmd: ToolCommand) -> None:
         """Run the requested (or planned) tool calls; tool errors become failed outcomes."""
         async with phase(bus, cmd, Phase.TOOL_EXECUTION, planned=not cmd.calls) as run:
-            outcomes = await run_tools(tools, cmd)
+            tenant = calling_tenant.set(cmd.tenant)
+            try:
+                outcomes = await run_tools(tools, cmd)
+            finally:
+                calling_tenant.reset(tenant)
             run.metadata.update(
                 calls=[o.name for o in outcomes],
                 ok=sum(o.ok for o in outcomes),

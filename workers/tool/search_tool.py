@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from contracts.tenancy import store_namespace
 from contracts.tools import SEARCH
 from infra.runtime.resources import Resources
-from workers.tool.registry import ToolRegistry
+from workers.tool.registry import ToolRegistry, calling_tenant
 
 DEFAULT_TOP_K: Final = 5
 PASSAGE_CHARS: Final = 600
@@ -25,7 +26,8 @@ def register_search(registry: ToolRegistry, resources: Resources) -> None:
         encoder = await resources.encoder()
         vector = [float(x) for x in (await encoder.aencode([query]))[0]]
         store = await resources.vectors()
-        found = await store.read(store.search_dense, [namespace], vector, top_k)
+        space = store_namespace(calling_tenant.get(), namespace)  # the caller's own, only
+        found = await store.read(store.search_dense, [space], vector, top_k)
         chunks = await store.read(store.hydrate, found)
         if not chunks:
             return f"no passages found for {query!r} in namespace {namespace!r}"

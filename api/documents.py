@@ -1,0 +1,326 @@
+"""The `/v1` document endpoints: ingest a batch as a job, delete a document, follow a job.
+
+Each acts for its caller's tenant (`api.auth`): the caller's namespaces are kept in the stores
+under the tenant's name (`contracts.tenancy.store_namespace`), its documents count against its
+limits (`infra.tenancy.quotas`), and its jobs answer only to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import redis.asyncio as aioredis
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
+from sse_starlette import EventSourceResponse
+
+from api.auth import Caller, CallerDep, authenticate
+from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
+from api.event_stream import INGEST_TERMINAL, ingest_events
+from api.idempotency import (
+    IDEMPOTENCY_HEADER,
+    REPLAYED_HEADER,
+    Claim,
+    Idempotency,
+    IdempotencyDep,
+    IdempotencyKey,
+    fingerprint,
+)
+from api.routes import (
+    SSE_DOC,
+    SSE_PING_S,
+    V1_ERRORS,
+    LastEventId,
+    relay_to_end,
+    resume_after,
+    take_submission,
+    unconfirmed,
+)
+from api.schemas import (
+    DocumentEntry,
+    DocumentList,
+    DocumentsRequest,
+    DocumentUpload,
+    ErrorResponse,
+    IngestAccepted,
+    JobView,
+    NamespaceCount,
+    Namespaces,
+)
+from contracts import subjects as sj
+from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
+from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, IngestProgress, JobCounts
+from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
+from contracts.tenancy import caller_namespace, store_namespace
+from infra.logging import get_logger
+from infra.runtime.ingest_jobs import open_job, read_job
+from infra.runtime.ingest_producer import (
+    DocumentTooLarge,
+    JobReceipt,
+    check_sizes,
+    publish_deletion,
+    publish_job,
+)
+from infra.runtime.redis_client import RETRY_AFTER_S
+from infra.settings import Settings
+from infra.tenancy.quotas import DocumentSize, QuotaExceeded
+
+log = get_logger(__name__)
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)], responses=V1_ERRORS)
+
+NamespaceQuery = Annotated[
+    str, Query(pattern=NAMESPACE_PATTERN, max_length=MAX_CALLER_NAMESPACE_CHARS)
+]
+COUNT_FIELDS = frozenset(JobCounts.model_fields)
+MAX_LISTED = 1000
+"""Documents `GET /v1/documents` lists at most."""
+
+JobIdPath = Annotated[
+    str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
+]
+
+
+def stored(caller: Caller, upload: DocumentUpload) -> DocumentIn:
+    """A caller's document as the bus and the stores take it: in the tenant's namespace."""
+    fields = upload.model_dump()
+    fields["namespace"] = store_namespace(caller.tenant, upload.namespace)
+    return DocumentIn.model_validate(fields)
+
+
+async def _start_job(
+    request: Request,
+    response: Response,
+    caller: Caller,
+    redis: aioredis.Redis,
+    settings: Settings,
+    publish: Callable[[str], Awaitable[JobReceipt]],
+    idempotent: tuple[Idempotency, str, str] | None = None,
+) -> IngestAccepted:
+    """Make the job readable, publish it, and answer 202 with where to follow it.
+    `idempotent` = (the store, the key, the body's fingerprint): a key whose job was accepted
+    answers with that job; one whose job is still being published answers 409."""
+    job_id = new_request_id()
+    if idempotent is not None:
+        idempotency, key, body_print = idempotent
+        earlier = await idempotency.claim(
+            "documents", key, Claim(work_id=job_id, fingerprint=body_print)
+        )
+        if earlier is not None:
+            if earlier.receipt is None:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT,
+                    f"job {earlier.work_id} with this {IDEMPOTENCY_HEADER} is still being queued",
+                    headers={"Retry-After": str(RETRY_AFTER_S)},
+                )
+            response.headers["Location"] = str(earlier.receipt["status_url"])
+            response.headers[REPLAYED_HEADER] = "true"
+            return IngestAccepted.model_validate(earlier.receipt)
+    try:
+        await open_job(redis, job_id, settings.state_ttl_s, caller.tenant)
+        receipt = await publish(job_id)
+    except Exception as exc:
+        log.exception("ingest_publish_failed", job_id=job_id)
+        if idempotent is not None:
+            await idempotent[0].release("documents", idempotent[1])
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            unconfirmed(
+                f"ingest job {job_id}",
+                f"/v1/ingest/{job_id}",
+                idempotent[1] if idempotent is not None else None,
+            ),
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from exc
+    accepted = IngestAccepted(
+        job_id=receipt.job_id,
+        accepted=receipt.accepted,
+        duplicates=receipt.duplicates,
+        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
+        events_url=request.app.url_path_for("job_events", job_id=receipt.job_id),
+    )
+    if idempotent is not None:
+        idempotency, key, body_print = idempotent
+        done = Claim(work_id=job_id, fingerprint=body_print, receipt=accepted.model_dump())
+        await idempotency.accepted("documents", key, done)
+    response.headers["Location"] = accepted.status_url
+    return accepted
+
+
+@router.post(
+    "/documents",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestAccepted,
+    responses={
+        413: {"model": ErrorResponse, "description": "A document exceeds the bus's limit."},
+        429: {
+            "model": ErrorResponse,
+            "description": "Over the tenant's submission rate (with Retry-After), or the batch "
+            "would take its documents, namespaces or bytes over their limits.",
+        },
+    },
+    summary="Queue documents for indexing as one ingest job",
+    description="The batch is accepted whole or refused whole: a document the bus cannot carry "
+    "(larger than the NATS server's max_payload as a message) refuses the batch with 413, "
+    "naming it, before anything is queued.",
+)
+async def ingest_documents(
+    body: DocumentsRequest,
+    request: Request,
+    response: Response,
+    caller: CallerDep,
+    bus: BusDep,
+    redis: RedisDep,
+    nc: NatsDep,
+    settings: SettingsDep,
+    quotas: QuotasDep,
+    idempotency: IdempotencyDep,
+    idempotency_key: IdempotencyKey = None,
+) -> IngestAccepted:
+    await take_submission(quotas, caller)
+    documents = [stored(caller, upload) for upload in body.documents]
+    try:
+        check_sizes(documents, nc.max_payload)
+    except DocumentTooLarge as exc:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
+    sizes = [DocumentSize(d.namespace, d.id, len(d.text.encode())) for d in documents]
+    try:
+        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
+    except QuotaExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
+        ) from exc
+    return await _start_job(
+        request,
+        response,
+        caller,
+        redis,
+        settings,
+        lambda job_id: publish_job(bus, documents, job_id=job_id),
+        None if idempotency_key is None else (idempotency, idempotency_key, fingerprint(body)),
+    )
+
+
+@router.delete(
+    "/documents/{document_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestAccepted,
+    summary="Remove a document's chunks, vectors and graph facts everywhere",
+)
+async def delete_document(
+    document_id: Annotated[str, Path(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)],
+    request: Request,
+    response: Response,
+    caller: CallerDep,
+    bus: BusDep,
+    redis: RedisDep,
+    settings: SettingsDep,
+    quotas: QuotasDep,
+    namespace: NamespaceQuery = "default",
+) -> IngestAccepted:
+    space = store_namespace(caller.tenant, namespace)
+    accepted = await _start_job(
+        request,
+        response,
+        caller,
+        redis,
+        settings,
+        lambda job_id: publish_deletion(bus, space, document_id, job_id=job_id),
+    )
+    await quotas.release_document(caller.tenant, space, document_id)
+    return accepted
+
+
+@router.get(
+    "/ingest/{job_id}",
+    response_model=JobView,
+    name="get_job",
+    summary="An ingest job's progress and counts",
+)
+async def get_job(job_id: JobIdPath, caller: CallerDep, redis: RedisDep) -> JobView:
+    job = await _owned_job(redis, caller, job_id)
+    return JobView.model_validate({**job, "job_id": job_id})
+
+
+async def _owned_job(redis: aioredis.Redis, caller: Caller, job_id: str) -> dict[str, Any]:
+    job = await read_job(redis, job_id)
+    if job is None or job["tenant"] != caller.tenant:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r}")
+    return job
+
+
+@router.get(
+    "/ingest/{job_id}/events",
+    name="job_events",
+    response_class=EventSourceResponse,
+    responses=SSE_DOC,
+    summary="Replay then follow an ingest job's progress (SSE); resumes after Last-Event-ID",
+)
+async def job_events(
+    job_id: JobIdPath,
+    caller: CallerDep,
+    redis: RedisDep,
+    js: JetStreamDep,
+    last_event_id: LastEventId = None,
+) -> EventSourceResponse:
+    """`progress` events, each the job's counts after one document, until the one whose
+    status is `completed` or `failed`. Events that expired are summed up by one from the
+    job's record, with an id like every event."""
+    await _owned_job(redis, caller, job_id)
+    after = resume_after(last_event_id)
+
+    async def finished() -> bool:
+        job = await read_job(redis, job_id)
+        return job is None or job["status"] in INGEST_TERMINAL
+
+    async def progress_from_job(_: int) -> dict[str, Any] | None:
+        job = await read_job(redis, job_id)
+        if job is None:
+            return None
+        counts = JobCounts.model_validate({k: v for k, v in job.items() if k in COUNT_FIELDS})
+        progress = IngestProgress(request_id=job_id, tenant=caller.tenant, data=counts.model_dump())
+        return progress.model_dump(mode="json")
+
+    relay = relay_to_end(
+        ingest_events(js, job_id, after, is_finished=finished),
+        ends=lambda event: (event.get("data") or {}).get("status") in INGEST_TERMINAL,
+        stream=(js, sj.STREAM_INGEST_EVENTS, sj.ingest_events_subject(job_id), after),
+        summary=progress_from_job,
+        name="progress",
+    )
+    return EventSourceResponse(relay, ping=SSE_PING_S)
+
+
+@router.get(
+    "/namespaces",
+    response_model=Namespaces,
+    summary="The caller's namespaces and how many documents each keeps",
+)
+async def list_namespaces(caller: CallerDep, quotas: QuotasDep) -> Namespaces:
+    spaces = await quotas.namespaces(caller.tenant)
+    return Namespaces(
+        namespaces=[
+            NamespaceCount(namespace=caller_namespace(caller.tenant, space), documents=count)
+            for space, count in sorted(spaces.items())
+        ]
+    )
+
+
+@router.get(
+    "/documents",
+    response_model=DocumentList,
+    summary="The documents the caller keeps in a namespace (accepted through this API), by id",
+)
+async def list_documents(
+    caller: CallerDep,
+    quotas: QuotasDep,
+    namespace: NamespaceQuery = "default",
+    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 200,
+) -> DocumentList:
+    space = store_namespace(caller.tenant, namespace)
+    documents = await quotas.documents(caller.tenant, space, limit)
+    return DocumentList(
+        namespace=namespace,
+        documents=[DocumentEntry(id=doc.document_id, bytes=doc.bytes) for doc in documents],
+    )

@@ -1,0 +1,178 @@
+"""Tenant records and API keys in Redis.
+
+An API key is shown once, when the tenant is created; Redis keeps only its SHA-256 (a key is
+32 random bytes, so a fast hash is the right one: there is nothing to brute-force, and every
+request looks one up). The tenant's NATS password is kept as a bcrypt hash, the form
+nats-server's configuration takes.
+
+- `ragbus:tenants`: hash, tenant name -> its record (JSON);
+- `ragbus:tenant-keys`: hash, SHA-256 of an API key -> tenant name;
+- `ragbus:tenants:version`: bumped on every change, so the NATS authorization follows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+from typing import Final
+
+import bcrypt
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.envelope import utcnow
+from contracts.subjects import tenant_events_prefix
+from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
+
+TENANTS_KEY: Final = "ragbus:tenants"
+KEYS_KEY: Final = "ragbus:tenant-keys"
+VERSION_KEY: Final = "ragbus:tenants:version"
+API_KEY_PREFIX: Final = "rbk_"
+NATS_USER_PREFIX: Final = "tenant-"
+BCRYPT_ROUNDS: Final = 10
+
+
+class TenantError(ValueError):
+    """A tenant that cannot be created or found, said plainly."""
+
+
+class Limits(BaseModel):
+    """A tenant's own limits; unset ones are the settings' (`RAGBUS_QUOTA_*`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_s: float | None = Field(default=None, ge=0)
+    burst: int | None = Field(default=None, ge=1)
+    documents: int | None = Field(default=None, ge=0)
+    namespaces: int | None = Field(default=None, ge=0)
+    bytes: int | None = Field(default=None, ge=0)
+
+
+class Tenant(BaseModel):
+    """What Redis keeps of a tenant (never its keys or passwords in the clear)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: TenantName
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+    key_hashes: list[str] = Field(default_factory=list)
+    nats_user: str
+    nats_password_bcrypt: str
+    limits: Limits = Field(default_factory=Limits)
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+    def public(self) -> dict[str, object]:
+        return {
+            "tenant": self.tenant,
+            "created_at": self.created_at.isoformat(),
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+            "active": self.active,
+            "nats_user": self.nats_user,
+            "limits": self.limits.model_dump(exclude_none=True),
+        }
+
+
+class NewTenant(BaseModel):
+    """`ragbus tenant create NAME --json`: the secrets, shown this once."""
+
+    tenant: str
+    api_key: str
+    nats_user: str
+    nats_password: str
+    events_subject: str = Field(description="what the tenant's NATS user may subscribe to")
+    inbox_prefix: str = Field(description="the inbox prefix its NATS client must use")
+
+
+def key_hash(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def bcrypt_hash(password: str) -> str:
+    """nats-server 2.9 knows bcrypt hashes by the `$2a$` prefix; `$2b$` is the same scheme."""
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=BCRYPT_ROUNDS)).decode()
+    return "$2a$" + hashed[4:] if hashed.startswith("$2b$") else hashed
+
+
+def nats_inbox_prefix(tenant: str) -> str:
+    return f"_INBOX_{tenant}"
+
+
+class TenantRegistry:
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self.redis = redis
+
+    async def create(self, name: str, limits: Limits | None = None) -> NewTenant:
+        if not is_valid_tenant(name):
+            raise TenantError(
+                f"invalid tenant name {name!r}: use 1-32 lowercase letters, digits or inner '-'"
+            )
+        if name in RESERVED_TENANTS:
+            raise TenantError(f"the tenant name {name!r} is reserved")
+        api_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+        password = secrets.token_urlsafe(24)
+        tenant = Tenant(
+            tenant=name,
+            key_hashes=[key_hash(api_key)],
+            nats_user=NATS_USER_PREFIX + name,
+            nats_password_bcrypt=bcrypt_hash(password),
+            limits=limits or Limits(),
+        )
+        if not await self.redis.hsetnx(TENANTS_KEY, name, tenant.model_dump_json()):
+            raise TenantError(f"tenant {name!r} exists (revoked tenants keep their name)")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(KEYS_KEY, key_hash(api_key), name)
+            pipe.incr(VERSION_KEY)
+            await pipe.execute()
+        return NewTenant(
+            tenant=name,
+            api_key=api_key,
+            nats_user=tenant.nats_user,
+            nats_password=password,
+            events_subject=f"{tenant_events_prefix(name)}.>",
+            inbox_prefix=nats_inbox_prefix(name),
+        )
+
+    async def get(self, name: str) -> Tenant | None:
+        raw = await self.redis.hget(TENANTS_KEY, name)
+        return Tenant.model_validate_json(raw) if raw else None
+
+    async def list(self) -> list[Tenant]:
+        raw = await self.redis.hgetall(TENANTS_KEY)
+        return sorted(
+            (Tenant.model_validate_json(value) for value in raw.values()),
+            key=lambda t: t.tenant,
+        )
+
+    async def revoke(self, name: str) -> Tenant:
+        """Its keys stop working at once and its NATS user goes with the next reload; its
+        data stays (a revoked tenant's name is never given to another)."""
+        tenant = await self.get(name)
+        if tenant is None:
+            raise TenantError(f"no tenant {name!r}")
+        if tenant.revoked_at is None:
+            tenant.revoked_at = utcnow()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
+            if tenant.key_hashes:
+                pipe.hdel(KEYS_KEY, *tenant.key_hashes)
+            pipe.incr(VERSION_KEY)
+            await pipe.execute()
+        return tenant
+
+    async def authenticate(self, api_key: str) -> Tenant | None:
+        """The active tenant this key belongs to, or None."""
+        if not api_key.startswith(API_KEY_PREFIX):
+            return None
+        name = await self.redis.hget(KEYS_KEY, key_hash(api_key))
+        if name is None:
+            return None
+        tenant = await self.get(name.decode() if isinstance(name, bytes) else str(name))
+        return tenant if tenant is not None and tenant.active else None
+
+    async def version(self) -> int:
+        return int(await self.redis.get(VERSION_KEY) or 0)
