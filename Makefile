@@ -12,13 +12,15 @@ INTENT_MODEL := $(DATA)/intent-model/meta.json
 
 setup: services $(VENV)/.installed
 
-# nats-server and redis-server from Debian, when they are not installed yet, and bubblewrap,
-# which the python tool's sandbox uses to hide the file system and the network.
+# nats-server and redis-server from Debian, when they are not installed yet, bubblewrap,
+# which the python tool's sandbox uses to hide the file system and the network, and chromium,
+# which the web page's browser tests drive (Playwright never downloads a browser of its own).
 services:
 	@need=""; \
 	{ command -v nats-server || [ -x /usr/sbin/nats-server ]; } >/dev/null || need="$$need nats-server"; \
 	{ command -v redis-server || [ -x /usr/bin/redis-server ]; } >/dev/null || need="$$need redis-server"; \
 	command -v bwrap >/dev/null || need="$$need bubblewrap"; \
+	command -v chromium >/dev/null || need="$$need chromium"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing$$need (Debian packages)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$need; \

@@ -1,5 +1,5 @@
 """`python -m api …`: the `ragbus` command, for a process started without the entry point."""
 
-from api.cli import main
+from api.entry import main
 
 main()

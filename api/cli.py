@@ -462,16 +462,23 @@ def demo(
     question: Annotated[str, typer.Option(help="The question to ask.")] = DEMO_QUESTION,
     data_dir: Annotated[Path | None, typer.Option(help="Where stores and services live.")] = None,
     port: Annotated[int | None, typer.Option(help="API port.")] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve/--no-serve", help="Keep serving the API and the web page afterwards."
+        ),
+    ] = True,
     verbose: Verbose = False,
 ) -> None:
-    """Start everything, ingest the bundled Panama Canal corpus, ask a question, stop."""
+    """Start everything, ingest the bundled Panama Canal corpus, ask a question; then keep
+    serving the web page until Ctrl-C (`--no-serve`: stop)."""
     from api.demo import run_demo
 
     overrides: dict[str, Any] = {"data_dir": data_dir, "api_port": port}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     _interactive_logging(settings, verbose)
     sample = Path(str(files("api").joinpath("sample")))
-    code = asyncio.run(run_demo(settings, sample, question, console))
+    code = asyncio.run(run_demo(settings, sample, question, console, keep_serving=serve))
     raise typer.Exit(code)
 
 
@@ -530,5 +537,6 @@ def asyncapi(
 
 from api import cli_bench as _cli_bench  # noqa: E402  (registers the `bench*` commands)
 from api import cli_chaos as _cli_chaos  # noqa: E402  (registers `chaos`)
+from api import cli_tenants as _cli_tenants  # noqa: E402  (registers `tenant`)
 
-__all__ = ["_cli_bench", "_cli_chaos", "app", "main"]
+__all__ = ["_cli_bench", "_cli_chaos", "_cli_tenants", "app", "main"]

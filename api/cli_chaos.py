@@ -52,7 +52,11 @@ def print_chaos(report: dict[str, Any]) -> None:
             "duplicates",
             f"answers {report['duplicates']['answers']}, done {report['duplicates']['done']}",
         ),
-        ("streams missing an event", str(report["sse_streams_missing_events"])),
+        (
+            "streams missing an event",
+            f"{report['sse_streams_missing_events']} "
+            f"({report['sse_events_after_done']} events published after their done)",
+        ),
         ("dead letters", str(report["dead_letters"])),
         (
             "ingest",

@@ -43,8 +43,16 @@ async def _wait_until_ready(
         await asyncio.sleep(0.5)
 
 
-async def run_demo(settings: Settings, sample_dir: Path, question: str, console: Console) -> int:
-    """Returns the process exit code: 0 when the question was answered."""
+async def run_demo(
+    settings: Settings,
+    sample_dir: Path,
+    question: str,
+    console: Console,
+    *,
+    keep_serving: bool = True,
+) -> int:
+    """Returns the process exit code: 0 when the question was answered. With `keep_serving`,
+    the stack stays up after the answer, for the web page, until Ctrl-C (or SIGTERM)."""
     console.rule("[bold]ragbus demo")
     console.print(f"[bold]1/4[/bold] finding or starting NATS and Redis in {settings.data_dir}")
     services = await ensure_services(settings)
@@ -81,6 +89,12 @@ async def run_demo(settings: Settings, sample_dir: Path, question: str, console:
 
             console.print(f"[bold]3/4[/bold] asking: [italic]{question}[/italic]")
             status = await ask_question(client, question, console)
+            if keep_serving and status == "completed":
+                console.print(
+                    f"\n[bold]Open {api_url}/[/bold] to ask, upload and watch the phases; "
+                    "Ctrl-C stops everything."
+                )
+                await asyncio.gather(server, return_exceptions=True)
     finally:
         console.print("[bold]4/4[/bold] shutting down")
         server.cancel()

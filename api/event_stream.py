@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts import subjects as sj
+from contracts.tenancy import DEFAULT_TENANT
 from infra.logging import get_logger
 
 log = get_logger(__name__)
@@ -106,13 +107,14 @@ async def request_events(
     request_id: str,
     after_seq: int = 0,
     *,
+    tenant: str = DEFAULT_TENANT,
     is_finished: Finished | None = None,
     idle_s: float = IDLE_CHECK_S,
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
     """A request's caller events, each with `"seq"` added; ends after its `done` event."""
     messages = stream_messages(
         js,
-        sj.events_subject(request_id),
+        sj.events_subject(tenant, request_id),
         sj.STREAM_EVENTS,
         after_seq,
         is_finished=is_finished,
@@ -127,12 +129,14 @@ async def request_events(
 
 
 async def stored_events(
-    js: JetStreamContext, request_id: str, quiet_s: float = 0.5
+    js: JetStreamContext, request_id: str, quiet_s: float = 0.5, tenant: str = DEFAULT_TENANT
 ) -> list[tuple[int, dict[str, Any]]]:
     """Every caller event the stream holds for a request now, with its sequence: read from
     the start until the subject is quiet for `quiet_s` (for checks, not for following)."""
     sub = await js.subscribe(
-        sj.events_subject(request_id), ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        sj.events_subject(tenant, request_id),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
     )
     found: list[tuple[int, dict[str, Any]]] = []
     try:
@@ -150,11 +154,20 @@ INGEST_TERMINAL = frozenset({"completed", "failed"})
 
 
 async def ingest_events(
-    js: JetStreamContext, job_id: str, after_seq: int = 0
+    js: JetStreamContext,
+    job_id: str,
+    after_seq: int = 0,
+    *,
+    is_finished: Finished | None = None,
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
-    """An ingest job's progress events; ends after the one that says `completed`/`failed`."""
+    """An ingest job's progress events; ends after the one that says `completed`/`failed`
+    (or, with `is_finished`, when the job is over and the stream holds nothing more)."""
     messages = stream_messages(
-        js, sj.ingest_events_subject(job_id), sj.STREAM_INGEST_EVENTS, after_seq
+        js,
+        sj.ingest_events_subject(job_id),
+        sj.STREAM_INGEST_EVENTS,
+        after_seq,
+        is_finished=is_finished,
     )
     async with aclosing(messages):
         async for seq, event in messages:

@@ -14,8 +14,12 @@ import hashlib
 from typing import Annotated, Any, Literal
 
 import redis.asyncio as aioredis
-from fastapi import Header, HTTPException, status
+from fastapi import Depends, Header, HTTPException, status
 from pydantic import BaseModel, Field
+
+from api.auth import CallerDep
+from api.deps import RedisDep, SettingsDep
+from contracts.tenancy import DEFAULT_TENANT
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -49,19 +53,22 @@ def fingerprint(body: BaseModel) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
-def _key(scope: Scope, key: str) -> str:
-    return f"ragbus:idem:{scope}:{hashlib.sha256(key.encode()).hexdigest()}"
-
-
 class Idempotency:
-    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+    """One tenant's keys: two tenants who pick the same key never meet."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: int, tenant: str = DEFAULT_TENANT) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        self.tenant = tenant
+
+    def _key(self, scope: Scope, key: str) -> str:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return f"ragbus:idem:{self.tenant}:{scope}:{digest}"
 
     async def claim(self, scope: Scope, key: str, claim: Claim) -> Claim | None:
         """Claim `key` for `claim`; None when it is ours, else the earlier claim (checked to be
         for the same body: a different one is a 422)."""
-        redis_key = _key(scope, key)
+        redis_key = self._key(scope, key)
         if await self.redis.set(redis_key, claim.model_dump_json(), nx=True, ex=self.ttl_s):
             return None
         raw = await self.redis.get(redis_key)
@@ -77,8 +84,15 @@ class Idempotency:
 
     async def accepted(self, scope: Scope, key: str, claim: Claim) -> None:
         """Remember the answer, so a retry gets it as it was."""
-        await self.redis.set(_key(scope, key), claim.model_dump_json(), ex=self.ttl_s)
+        await self.redis.set(self._key(scope, key), claim.model_dump_json(), ex=self.ttl_s)
 
     async def release(self, scope: Scope, key: str) -> None:
         """Forget a claim whose work was not accepted, so a retry starts afresh."""
-        await self.redis.delete(_key(scope, key))
+        await self.redis.delete(self._key(scope, key))
+
+
+async def get_idempotency(caller: CallerDep, redis: RedisDep, settings: SettingsDep) -> Idempotency:
+    return Idempotency(redis, settings.idempotency_ttl_s, caller.tenant)
+
+
+IdempotencyDep = Annotated[Idempotency, Depends(get_idempotency)]

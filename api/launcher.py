@@ -23,8 +23,11 @@ from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker, declare_topology
 from infra.runtime.readiness import Beacon
 from infra.runtime.resources import Resources
-from infra.runtime.services import Services, ensure_services
+from infra.runtime.services import Services, ensure_services, redacted
 from infra.settings import Settings
+from infra.telemetry import setup_tracing, shutdown_tracing
+from infra.tenancy.nats_auth import NatsAuthorizer, service_password
+from infra.tenancy.registry import bcrypt_hash
 
 if TYPE_CHECKING:
     from orchestrator.service import Orchestrator
@@ -130,6 +133,7 @@ class Runtime:
         self.resources: Resources | None = None
         self.orchestrator: Orchestrator | None = None
         self.beacon: Beacon | None = None
+        self.authorizer: NatsAuthorizer | None = None
 
     async def start(self) -> None:
         owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
@@ -155,18 +159,36 @@ class Runtime:
         roles = (["orchestrator"] if self.run_orchestrator else []) + self.workers
         self.beacon = Beacon(self.resources.redis(), roles)
         await self.beacon.start()
+        self._authorize_tenants()
         log.info(
             "runtime_started",
             orchestrator=self.run_orchestrator,
             workers=self.workers,
-            nats=self.settings.nats_url,
+            auth=self.settings.auth,
+            nats=redacted(self.settings.nats_url),
             redis=self.settings.redis_url,
         )
+
+    def _authorize_tenants(self) -> None:
+        """In `tenants` mode, the nats-server this process started follows the registry."""
+        nats = self.services.started_service("nats-server") if self.services else None
+        if self.settings.auth != "tenants" or nats is None or self.resources is None:
+            return
+        nats_dir = self.settings.data_dir / "nats"
+        self.authorizer = NatsAuthorizer(
+            self.resources.redis(),
+            nats_dir.resolve(),
+            nats.process,
+            bcrypt_hash(service_password(nats_dir)),
+        )
+        self.authorizer.start()
 
     async def stop(self) -> None:
         """Stop every part, each within `STOP_STEP_TIMEOUT_S`: a broker whose server vanished
         can wait forever on its consumers, and that must not keep the process (and the
         services it started) alive."""
+        if self.authorizer is not None:
+            await _bounded("nats-authorizer", self.authorizer.stop())
         if self.beacon is not None:
             await _bounded("readiness", self.beacon.stop())
         if self.orchestrator is not None:
@@ -192,6 +214,15 @@ async def _bounded(part: str, stopping: Awaitable[object]) -> None:
         log.warning("stop_failed", part=part, error=f"{type(exc).__name__}: {exc}")
 
 
+def process_role(*, api: bool, orchestrator: bool, workers: Sequence[str]) -> str:
+    """What this process is, for its traces' `service.name` (`ragbus-<role>`)."""
+    if api:
+        return "api"
+    if orchestrator:
+        return "orchestrator"
+    return "worker-" + "-".join(workers) if workers else "idle"
+
+
 async def serve(
     settings: Settings,
     *,
@@ -204,6 +235,7 @@ async def serve(
 ) -> None:
     """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
     (`api.processes`) on the services this one found or started."""
+    setup_tracing(process_role(api=api, orchestrator=orchestrator, workers=workers))
     runtime = Runtime(
         settings,
         orchestrator=orchestrator,
@@ -278,6 +310,7 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError):
                 await supervisor
         await runtime.stop()
+        shutdown_tracing()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # as when adding them
                 loop.remove_signal_handler(sig)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable
 
 from fastapi import APIRouter, Response, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
+from api.entry import MULTIPROC_VARIABLE
 from api.schemas import Health, Readiness
 from infra.runtime.bus import stream_specs
 from infra.runtime.readiness import QUERY_ROLES, ready_processes
@@ -81,4 +84,9 @@ async def readyz(
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics")
 async def metrics() -> Response:
+    """This process's metrics; under `ragbus up`, every process's, summed (`api.entry`)."""
+    if os.environ.get(MULTIPROC_VARIABLE):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,13 +1,15 @@
-"""The `/v1` endpoints: submit, status, SSE events, chat, and document ingestion."""
+"""The `/v1` query endpoints: submit, status, SSE events and chat, each for its caller's
+tenant (`api.auth`); documents and ingest jobs are `api.documents`."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Annotated, Any
 
-import redis.asyncio as aioredis
+import structlog
 from fastapi import (
     APIRouter,
     Depends,
@@ -20,63 +22,49 @@ from fastapi import (
     status,
 )
 from nats.js import JetStreamContext
+from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from api.deps import (
-    BusDep,
-    IdempotencyDep,
-    JetStreamDep,
-    NatsDep,
-    RedisDep,
-    SettingsDep,
-    StoreDep,
-    require_token,
-)
+from api.auth import Caller, CallerDep, authenticate
+from api.deps import BusDep, JetStreamDep, QuotasDep, SettingsDep, StoreDep
 from api.event_stream import last_sequence, request_events
 from api.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
     Claim,
     Idempotency,
+    IdempotencyDep,
     IdempotencyKey,
     fingerprint,
 )
 from api.schemas import (
-    DocumentsRequest,
     ErrorResponse,
-    IngestAccepted,
-    JobView,
     QueryAccepted,
     QueryRequest,
     QueryView,
+    RecentRequest,
+    RecentRequests,
+    WhoAmI,
 )
 from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
-from contracts.ingest import DOCUMENT_ID_PATTERN
-from contracts.queries import NAMESPACE_PATTERN, QuerySubmitted
+from contracts.queries import QueryCancelled, QuerySubmitted
+from contracts.tenancy import store_namespace
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
-from infra.runtime.ingest_jobs import open_job, read_job
-from infra.runtime.ingest_producer import (
-    DocumentTooLarge,
-    JobReceipt,
-    check_sizes,
-    publish_deletion,
-    publish_job,
-)
 from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
-from orchestrator.store import StateExists, StateStore
+from infra.telemetry import mint_trace
+from infra.tenancy.quotas import Quotas, RateLimited
+from orchestrator.state import RequestState
+from orchestrator.store import RECENT_KEPT, StateExists, StateStore
 
 log = get_logger(__name__)
 
 SSE_PING_S = 15
 
 RequestIdPath = Annotated[
-    str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
-]
-JobIdPath = Annotated[
     str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
 ]
 LastEventId = Annotated[
@@ -90,10 +78,10 @@ LastEventId = Annotated[
     ),
 ]
 
-_errors: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 503)
+V1_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 429, 503)
 }
-router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=_errors)
+router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)], responses=V1_ERRORS)
 
 
 # -- queries -----------------------------------------------------------------------------
@@ -101,6 +89,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], response
 
 async def submit_query(
     body: QueryRequest,
+    caller: Caller,
     store: StateStore,
     bus: Bus,
     settings: Settings,
@@ -110,7 +99,8 @@ async def submit_query(
     """Record the request, then publish it: the orchestrator always finds the state it expects.
     With an `Idempotency-Key` seen before (same body), the earlier request is the answer, and
     it is published again only if it may never have reached the bus. The flag says whether
-    the request is such an earlier one."""
+    the request is such an earlier one. FastAPI's span of the HTTP request (`POST
+    /v1/queries`) is the root of the request's trace (`infra.telemetry`)."""
     request_id, replayed = new_request_id(), False
     if key is not None:
         claim = Claim(work_id=request_id, fingerprint=fingerprint(body))
@@ -119,12 +109,18 @@ async def submit_query(
             request_id, replayed = earlier.work_id, True
     submitted = QuerySubmitted(
         request_id=request_id,
+        tenant=caller.tenant,
         query=body.query,
         session_id=body.session_id,
-        namespaces=body.namespaces or ["default"],
+        namespaces=[store_namespace(caller.tenant, ns) for ns in body.namespaces or ["default"]],
         intent=body.intent,
         top_k=body.top_k or settings.default_top_k,
         mode=body.mode,
+        trace=mint_trace(),
+    )
+    structlog.contextvars.bind_contextvars(request_id=request_id, trace_id=submitted.trace.trace_id)
+    trace.get_current_span().set_attributes(
+        {"ragbus.request_id": request_id, "ragbus.replayed": replayed}
     )
     try:
         await store.create(submitted)
@@ -140,14 +136,26 @@ async def submit_query(
         log.exception("submit_publish_failed", request_id=request_id)
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE,
-            _unconfirmed(f"request {request_id}", f"/v1/queries/{request_id}", key),
+            unconfirmed(f"request {request_id}", f"/v1/queries/{request_id}", key),
             headers={"Retry-After": str(RETRY_AFTER_S)},
         ) from exc
     log.info("query_submitted", request_id=request_id, intent=body.intent, replayed=replayed)
     return submitted, replayed
 
 
-def _unconfirmed(what: str, status_url: str, key: str | None) -> str:
+async def take_submission(quotas: Quotas, caller: Caller) -> None:
+    """One submission of the caller's rate, or 429 with when to come back."""
+    try:
+        await quotas.take_submission(caller.tenant, caller.limits)
+    except RateLimited as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"too many submissions: {exc}; retry after the Retry-After seconds",
+            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))},
+        ) from exc
+
+
+def unconfirmed(what: str, status_url: str, key: str | None) -> str:
     """A 503 that tells the truth: the bus took the message or not, nobody knows which."""
     retry = (
         f"retrying with the same {IDEMPOTENCY_HEADER} runs it once"
@@ -167,25 +175,54 @@ async def create_query(
     body: QueryRequest,
     request: Request,
     response: Response,
+    caller: CallerDep,
     store: StoreDep,
     bus: BusDep,
     settings: SettingsDep,
+    quotas: QuotasDep,
     idempotency: IdempotencyDep,
     idempotency_key: IdempotencyKey = None,
 ) -> QueryAccepted:
+    await take_submission(quotas, caller)
     submitted, replayed = await submit_query(
-        body, store, bus, settings, idempotency, idempotency_key
+        body, caller, store, bus, settings, idempotency, idempotency_key
     )
     rid = submitted.request_id
-    accepted = QueryAccepted(
-        request_id=rid,
-        status_url=request.app.url_path_for("get_query", request_id=rid),
-        events_url=request.app.url_path_for("query_events", request_id=rid),
-    )
+    accepted = _where(request, rid)
     response.headers["Location"] = accepted.status_url
     if replayed:
         response.headers[REPLAYED_HEADER] = "true"
     return accepted
+
+
+@router.get("/whoami", response_model=WhoAmI, summary="Who the credentials sent are")
+async def whoami(caller: CallerDep, settings: SettingsDep) -> WhoAmI:
+    """A page or script checks its key here: 401 when one is needed and missing or wrong."""
+    return WhoAmI(tenant=caller.tenant, auth_mode=settings.auth)
+
+
+@router.get(
+    "/queries",
+    response_model=RecentRequests,
+    summary="The caller's latest requests, newest first",
+)
+async def list_queries(
+    caller: CallerDep,
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=RECENT_KEPT)] = 20,
+) -> RecentRequests:
+    states = await store.recent(caller.tenant, limit)
+    return RecentRequests(
+        requests=[
+            RecentRequest(
+                request_id=state.request_id,
+                query=state.query,
+                status=state.status,
+                created_at=state.created_at,
+            )
+            for state in states
+        ]
+    )
 
 
 @router.get(
@@ -194,53 +231,144 @@ async def create_query(
     name="get_query",
     summary="A request's status and, once done, its answer",
 )
-async def get_query(request_id: RequestIdPath, store: StoreDep) -> dict[str, Any]:
+async def get_query(
+    request_id: RequestIdPath, caller: CallerDep, store: StoreDep
+) -> dict[str, Any]:
+    return (await owned_request(store, caller, request_id)).public_view()
+
+
+@router.delete(
+    "/queries/{request_id}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=QueryAccepted,
+    summary="Cancel a running request: it ends with `done` and status `cancelled`",
+)
+async def cancel_query(
+    request_id: RequestIdPath,
+    request: Request,
+    caller: CallerDep,
+    store: StoreDep,
+    bus: BusDep,
+) -> QueryAccepted:
+    """Accepted means asked: the saga stops the request when it takes the message (at once,
+    unless a step's result gets there first and finishes it). A finished request is 409."""
+    state = await owned_request(store, caller, request_id)
+    if state.status.is_terminal:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"request {request_id!r} already finished with status {state.status.value!r}",
+        )
+    cancel = QueryCancelled(
+        request_id=request_id, tenant=state.tenant, attempt=state.attempt, trace=state.trace
+    )
+    try:
+        await bus.publish(cancel, sj.QUERY_CANCEL, sj.STREAM_QUERIES)
+    except Exception as exc:
+        log.exception("cancel_publish_failed", request_id=request_id)
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"the bus is unavailable: the cancellation of {request_id} may not have been "
+            f"taken; check GET /v1/queries/{request_id}, then ask again",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from exc
+    log.info("query_cancel_requested", request_id=request_id)
+    return _where(request, request_id)
+
+
+def _where(request: Request, request_id: str) -> QueryAccepted:
+    """Where to follow a request: its status and its events."""
+    return QueryAccepted(
+        request_id=request_id,
+        status_url=request.app.url_path_for("get_query", request_id=request_id),
+        events_url=request.app.url_path_for("query_events", request_id=request_id),
+    )
+
+
+async def owned_request(store: StateStore, caller: Caller, request_id: str) -> RequestState:
+    """The caller's request, or 404: another tenant's answers exactly as a missing one."""
     state = await store.get(request_id)
-    if state is None:
+    if state is None or state.tenant != caller.tenant:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no request {request_id!r}")
-    return state.public_view()
+    return state
 
 
-def _sse(seq: int, event: dict[str, Any]) -> ServerSentEvent:
+def sse_message(seq: int, event: dict[str, Any], name: str | None = None) -> ServerSentEvent:
     return ServerSentEvent(
         data=json.dumps(event, separators=(",", ":")),
-        event=str(event.get("type", "message")),
+        event=name or str(event.get("type", "message")),
         id=str(seq),
     )
 
 
 async def _relay(
-    js: JetStreamContext, store: StateStore, request_id: str, after_seq: int
+    js: JetStreamContext, store: StateStore, tenant: str, request_id: str, after_seq: int
 ) -> AsyncGenerator[ServerSentEvent]:
     """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
     `done` from the state (with an id, like every event)."""
 
     async def finished() -> bool:
+        """Terminal, with every event it decided published. A state is committed before its
+        events go out: an orchestrator killed in between leaves them in the outbox, and the
+        redelivery that publishes them comes seconds later. Until then the request is not
+        finished for a reader, whatever its status says."""
         state = await store.get(request_id)
-        return state is None or state.status.is_terminal
+        if state is None:
+            return True
+        return state.status.is_terminal and not await store.outbox_pending(request_id)
 
-    saw_done = False
-    events = request_events(js, request_id, after_seq, is_finished=finished)
-    async with aclosing(events):
-        async for seq, event in events:
-            saw_done = event.get("type") == "done"
-            yield _sse(seq, event)
-    if not saw_done and (state := await store.get(request_id)) is not None:
-        # Every event the stream holds was relayed and none was `done`: they expired. The
-        # `done` comes from the state, with an id a resuming client can send back.
-        seq = max(
-            after_seq, await last_sequence(js, sj.STREAM_EVENTS, sj.events_subject(request_id))
-        )
-        done = {
+    async def done_from_state(seq: int) -> dict[str, Any] | None:
+        state = await store.get(request_id)
+        if state is None:
+            return None
+        return {
             "type": "done",
             "request_id": request_id,
             "seq": seq,
             "data": {"status": state.status.value},
         }
-        yield _sse(seq, done)
+
+    events = request_events(js, request_id, after_seq, tenant=tenant, is_finished=finished)
+    subject = sj.events_subject(tenant, request_id)
+    async for message in relay_to_end(
+        events,
+        ends=lambda event: event.get("type") == "done",
+        stream=(js, sj.STREAM_EVENTS, subject, after_seq),
+        summary=done_from_state,
+    ):
+        yield message
 
 
-_SSE_DOC: dict[int | str, dict[str, Any]] = {
+async def relay_to_end(
+    events: AsyncGenerator[tuple[int, dict[str, Any]]],
+    *,
+    ends: Callable[[dict[str, Any]], bool],
+    stream: tuple[JetStreamContext, str, str, int],
+    summary: Callable[[int], Awaitable[dict[str, Any] | None]],
+    name: str | None = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """A stream's events as SSE, up to its terminal one. If none of those it held was terminal
+    (they expired), `summary` makes the end from the record, with an id a resuming client can
+    send back: the stream's last sequence for the subject (`stream` = JetStream, stream name,
+    subject, and the sequence the reader resumed after)."""
+    ended = False
+    async with aclosing(events):
+        async for seq, event in events:
+            ended = ends(event)
+            yield sse_message(seq, event, name)
+    if not ended:
+        js, stream_name, subject, after_seq = stream
+        seq = max(after_seq, await last_sequence(js, stream_name, subject))
+        closing = await summary(seq)
+        if closing is not None:
+            yield sse_message(seq, closing, name)
+
+
+def resume_after(last_event_id: str | None) -> int:
+    """The stream sequence a `Last-Event-ID` resumes after (0: from the start)."""
+    return int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+
+
+SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}
 }
 
@@ -249,181 +377,52 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
     "/queries/{request_id}/events",
     name="query_events",
     response_class=EventSourceResponse,
-    responses=_SSE_DOC,
+    responses=SSE_DOC,
     summary="Replay then follow a request's events (SSE); resumes after Last-Event-ID",
 )
 async def query_events(
     request_id: RequestIdPath,
+    caller: CallerDep,
     store: StoreDep,
     js: JetStreamDep,
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
-    if await store.get(request_id) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no request {request_id!r}")
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-    return EventSourceResponse(_relay(js, store, request_id, after), ping=SSE_PING_S)
+    await owned_request(store, caller, request_id)
+    relay = _relay(js, store, caller.tenant, request_id, resume_after(last_event_id))
+    return EventSourceResponse(relay, ping=SSE_PING_S)
 
 
 @router.post(
     "/chat",
     response_class=EventSourceResponse,
-    responses=_SSE_DOC,
+    responses=SSE_DOC,
     summary="Submit a question and stream its events in one response (SSE)",
 )
 async def chat(
     body: QueryRequest,
+    caller: CallerDep,
     store: StoreDep,
     bus: BusDep,
     js: JetStreamDep,
     settings: SettingsDep,
+    quotas: QuotasDep,
     idempotency: IdempotencyDep,
     idempotency_key: IdempotencyKey = None,
 ) -> EventSourceResponse:
     """With an `Idempotency-Key` seen before, the earlier request's events from the start."""
+    await take_submission(quotas, caller)
     submitted, replayed = await submit_query(
-        body, store, bus, settings, idempotency, idempotency_key
+        body, caller, store, bus, settings, idempotency, idempotency_key
     )
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(
             data=json.dumps({"request_id": submitted.request_id}), event="submitted"
         )
-        relay = _relay(js, store, submitted.request_id, 0)
+        relay = _relay(js, store, caller.tenant, submitted.request_id, 0)
         async with aclosing(relay):
             async for message in relay:
                 yield message
 
     headers = {REPLAYED_HEADER: "true"} if replayed else None
     return EventSourceResponse(stream(), ping=SSE_PING_S, headers=headers)
-
-
-# -- ingestion ---------------------------------------------------------------------------
-
-
-async def _start_job(
-    request: Request,
-    response: Response,
-    redis: aioredis.Redis,
-    settings: Settings,
-    publish: Callable[[str], Awaitable[JobReceipt]],
-    idempotent: tuple[Idempotency, str, str] | None = None,
-) -> IngestAccepted:
-    """Make the job readable, publish it, and answer 202 with where to follow it.
-    `idempotent` = (the store, the key, the body's fingerprint): a key whose job was accepted
-    answers with that job; one whose job is still being published answers 409."""
-    job_id = new_request_id()
-    if idempotent is not None:
-        idempotency, key, body_print = idempotent
-        earlier = await idempotency.claim(
-            "documents", key, Claim(work_id=job_id, fingerprint=body_print)
-        )
-        if earlier is not None:
-            if earlier.receipt is None:
-                raise HTTPException(
-                    status.HTTP_409_CONFLICT,
-                    f"job {earlier.work_id} with this {IDEMPOTENCY_HEADER} is still being queued",
-                    headers={"Retry-After": str(RETRY_AFTER_S)},
-                )
-            response.headers["Location"] = str(earlier.receipt["status_url"])
-            response.headers[REPLAYED_HEADER] = "true"
-            return IngestAccepted.model_validate(earlier.receipt)
-    try:
-        await open_job(redis, job_id, settings.state_ttl_s)
-        receipt = await publish(job_id)
-    except Exception as exc:
-        log.exception("ingest_publish_failed", job_id=job_id)
-        if idempotent is not None:
-            await idempotent[0].release("documents", idempotent[1])
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            _unconfirmed(
-                f"ingest job {job_id}",
-                f"/v1/ingest/{job_id}",
-                idempotent[1] if idempotent is not None else None,
-            ),
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        ) from exc
-    accepted = IngestAccepted(
-        job_id=receipt.job_id,
-        accepted=receipt.accepted,
-        duplicates=receipt.duplicates,
-        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
-    )
-    if idempotent is not None:
-        idempotency, key, body_print = idempotent
-        done = Claim(work_id=job_id, fingerprint=body_print, receipt=accepted.model_dump())
-        await idempotency.accepted("documents", key, done)
-    response.headers["Location"] = accepted.status_url
-    return accepted
-
-
-@router.post(
-    "/documents",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=IngestAccepted,
-    responses={413: {"model": ErrorResponse, "description": "A document exceeds the bus's limit."}},
-    summary="Queue documents for indexing as one ingest job",
-    description="The batch is accepted whole or refused whole: a document the bus cannot carry "
-    "(larger than the NATS server's max_payload as a message) refuses the batch with 413, "
-    "naming it, before anything is queued.",
-)
-async def ingest_documents(
-    body: DocumentsRequest,
-    request: Request,
-    response: Response,
-    bus: BusDep,
-    redis: RedisDep,
-    nc: NatsDep,
-    settings: SettingsDep,
-    idempotency: IdempotencyDep,
-    idempotency_key: IdempotencyKey = None,
-) -> IngestAccepted:
-    try:
-        check_sizes(body.documents, nc.max_payload)
-    except DocumentTooLarge as exc:
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
-    return await _start_job(
-        request,
-        response,
-        redis,
-        settings,
-        lambda job_id: publish_job(bus, body.documents, job_id=job_id),
-        None if idempotency_key is None else (idempotency, idempotency_key, fingerprint(body)),
-    )
-
-
-@router.delete(
-    "/documents/{document_id}",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=IngestAccepted,
-    summary="Remove a document's chunks, vectors and graph facts everywhere",
-)
-async def delete_document(
-    document_id: Annotated[str, Path(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)],
-    request: Request,
-    response: Response,
-    bus: BusDep,
-    redis: RedisDep,
-    settings: SettingsDep,
-    namespace: Annotated[str, Query(pattern=NAMESPACE_PATTERN)] = "default",
-) -> IngestAccepted:
-    return await _start_job(
-        request,
-        response,
-        redis,
-        settings,
-        lambda job_id: publish_deletion(bus, namespace, document_id, job_id=job_id),
-    )
-
-
-@router.get(
-    "/ingest/{job_id}",
-    response_model=JobView,
-    name="get_job",
-    summary="An ingest job's progress and counts",
-)
-async def get_job(job_id: JobIdPath, redis: RedisDep) -> JobView:
-    job = await read_job(redis, job_id)
-    if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r}")
-    return JobView.model_validate({**job, "job_id": job_id})

@@ -16,7 +16,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from contracts.enums import Intent, RequestStatus
 from contracts.events import AnswerData, ErrorData
 from contracts.ingest import DocumentIn, JobCounts
-from contracts.queries import MAX_QUERY_CHARS, MAX_TOP_K, NAMESPACE_PATTERN, QueryMode
+from contracts.queries import (
+    MAX_CALLER_NAMESPACE_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_TOP_K,
+    NAMESPACE_PATTERN,
+    QueryMode,
+)
+from contracts.tenancy import TENANT_PATTERN
+from infra.tenancy.registry import Limits
 
 MAX_DOCUMENTS_PER_CALL = 1000
 
@@ -24,16 +32,24 @@ _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
 
 
 def _namespace(name: str) -> str:
-    if not _NAMESPACE_RE.fullmatch(name):
+    if len(name) > MAX_CALLER_NAMESPACE_CHARS or not _NAMESPACE_RE.fullmatch(name):
         raise ValueError(
             f"invalid namespace {name!r}: use 1-63 lowercase letters, digits, '_' or '-',"
-            " starting with a letter or digit"
+            " starting with a letter or digit, and no '__'"
         )
     return name
 
 
 Namespace = Annotated[
-    str, AfterValidator(_namespace), Field(json_schema_extra={"pattern": NAMESPACE_PATTERN})
+    str,
+    AfterValidator(_namespace),
+    Field(
+        json_schema_extra={
+            "pattern": NAMESPACE_PATTERN,
+            "minLength": 1,
+            "maxLength": MAX_CALLER_NAMESPACE_CHARS,
+        }
+    ),
 ]
 """Checked by `_namespace` (for its message), and published with the same pattern."""
 
@@ -97,16 +113,60 @@ class QueryView(BaseModel):
     updated_at: datetime
     answer: AnswerData | None = None
     error: ErrorData | None = None
+    trace_id: str | None = Field(
+        default=None, description="The request's OpenTelemetry trace id (32 hex digits)."
+    )
+
+
+class RecentRequest(BaseModel):
+    request_id: str
+    query: str
+    status: RequestStatus
+    created_at: datetime
+
+
+class RecentRequests(BaseModel):
+    requests: list[RecentRequest] = Field(description="Newest first.")
+
+
+class WhoAmI(BaseModel):
+    tenant: str
+    auth_mode: Literal["none", "token", "tenants"]
+
+
+class NamespaceCount(BaseModel):
+    namespace: str
+    documents: int
+
+
+class Namespaces(BaseModel):
+    namespaces: list[NamespaceCount]
+
+
+class DocumentEntry(BaseModel):
+    id: str
+    bytes: int = Field(description="Its text's size, as counted against the tenant's limit.")
+
+
+class DocumentList(BaseModel):
+    namespace: str
+    documents: list[DocumentEntry] = Field(description="By id; at most `limit`.")
+
+
+class DocumentUpload(DocumentIn):
+    """A document as a caller sends it: in one of the caller's namespaces."""
+
+    namespace: Namespace = "default"
 
 
 class DocumentsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    documents: list[DocumentIn] = Field(min_length=1, max_length=MAX_DOCUMENTS_PER_CALL)
+    documents: list[DocumentUpload] = Field(min_length=1, max_length=MAX_DOCUMENTS_PER_CALL)
 
     @field_validator("documents")
     @classmethod
-    def _one_version_each(cls, documents: list[DocumentIn]) -> list[DocumentIn]:
+    def _one_version_each(cls, documents: list[DocumentUpload]) -> list[DocumentUpload]:
         """Two versions of one document in one batch: which should win? Refused, not guessed."""
         first: dict[tuple[str, str], int] = {}
         for n, doc in enumerate(documents):
@@ -125,6 +185,9 @@ class IngestAccepted(BaseModel):
     accepted: int = Field(description="Documents the broker took for this job.")
     duplicates: int = Field(description="Re-sent copies the broker dropped.")
     status_url: str
+    events_url: str | None = Field(
+        default=None, description="Its progress as server-sent events (absent on old receipts)."
+    )
 
 
 class JobView(JobCounts):
@@ -157,3 +220,14 @@ class ErrorResponse(BaseModel):
     """The one shape every 4xx/5xx this API produces itself has."""
 
     error: ErrorDetail
+
+
+class TenantCreate(BaseModel):
+    """`POST /v1/admin/tenants`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(
+        pattern=TENANT_PATTERN, description="1-32 lowercase letters, digits or inner '-'."
+    )
+    limits: Limits = Field(default_factory=Limits, description="Unset ones: RAGBUS_QUOTA_*.")

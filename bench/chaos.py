@@ -58,11 +58,13 @@ QUESTIONS = (
 ROLES: dict[str, tuple[list[str], int]] = {
     "api": (["api"], 1),
     "orchestrator": (["orchestrator"], 2),
-    "classify": (["worker", "classify"], 1),
+    # Two of every role that can have two: a kill then takes one process of a role, never the
+    # role. The embedded stores belong to one process, so that role has one.
+    "classify": (["worker", "classify"], 2),
     "stores": (["worker", "search", "fuse", "tool", "ingest"], 1),
-    "answer": (["worker", "generate", "critic"], 1),
+    "answer": (["worker", "generate", "critic"], 2),
 }
-TERMINAL = frozenset({"completed", "failed", "timed_out"})
+TERMINAL = frozenset({"completed", "failed", "timed_out", "cancelled"})
 SETTINGS_ENV = {
     # A killed worker is back within seconds, but loading its models on two busy cores can
     # take a while: deadlines that outlast a restart, so that a kill delays and degrades.
@@ -82,6 +84,10 @@ SETTINGS_ENV = {
 }
 CHAOS_NAMESPACE = "chaos"
 READY_TIMEOUT_S = 240.0
+VERIFY_CONCURRENCY = 16
+"""Requests checked at once: each read waits half a second of quiet after its last event."""
+MISSED_LISTED = 20
+"""Requests whose client stream missed an event, listed by id in the report at most."""
 
 
 @dataclass
@@ -316,34 +322,73 @@ async def _chaos(
     await asyncio.gather(*pending_restarts, return_exceptions=True)
 
 
+def _describe(seq: int, event: dict[str, Any], done_seq: int | None) -> dict[str, object]:
+    data = event.get("data") or {}
+    return {
+        "seq": seq,
+        "type": event.get("type"),
+        "phase": data.get("phase"),
+        "status": data.get("status"),
+        "attempt": event.get("attempt"),
+        "after_done": done_seq is not None and seq > done_seq,
+    }
+
+
 async def _verify_requests(cluster: Cluster, tracked: Sequence[Tracked]) -> dict[str, Any]:
     nc = await nats.connect(cluster.env["RAGBUS_NATS_URL"])
     duplicates = {"answers": 0, "done": 0}
-    missing_streams, missing_events = 0, 0
+    missing_streams, missing_events, after_done = 0, 0, 0
     statuses: Counter[str] = Counter()
+    why_not: Counter[str] = Counter()
+    missed: list[dict[str, object]] = []
     try:
         js = nc.jetstream()
-        async with RagbusClient(cluster.url, timeout=10) as client:
-            for request in tracked:
+        checking = asyncio.Semaphore(VERIFY_CONCURRENCY)
+
+        async def check(client: RagbusClient, request: Tracked) -> None:
+            nonlocal missing_streams, missing_events, after_done
+            async with checking:
                 state = await client.status(request.request_id)
-                statuses[str(state["status"])] += 1
                 events = await stored_events(js, request.request_id)
-                kinds = Counter(str(event.get("type", "")) for _, event in events)
-                duplicates["answers"] += kinds["answer"] > 1
-                duplicates["done"] += kinds["done"] > 1
-                stored = {seq for seq, _ in events}
-                lost = stored - request.seqs if request.status != "unfinished" else set()
-                missing_streams += bool(lost)
-                missing_events += len(lost)
+            statuses[str(state["status"])] += 1
+            if state["status"] != "completed":
+                error = state.get("error") or {}
+                why_not[f"{state['status']}: {error.get('code')} in {error.get('phase')}"] += 1
+            kinds = Counter(str(event.get("type", "")) for _, event in events)
+            duplicates["answers"] += kinds["answer"] > 1
+            duplicates["done"] += kinds["done"] > 1
+            stored = {seq for seq, _ in events}
+            lost = stored - request.seqs if request.status != "unfinished" else set()
+            # A stream ends at `done`: an event stored after it was published late (by a
+            # step that outlived its request), which no reader of the stream is owed.
+            done_seq = min((q for q, e in events if e.get("type") == "done"), default=None)
+            late = {q for q in lost if done_seq is not None and q > done_seq}
+            missing_streams += bool(lost - late)
+            missing_events += len(lost - late)
+            after_done += len(late)
+            if lost and len(missed) < MISSED_LISTED:
+                missed.append(
+                    {
+                        "request_id": request.request_id,
+                        "resumes": request.resumes,
+                        "lost": [_describe(q, e, done_seq) for q, e in events if q in lost],
+                    }
+                )
+
+        async with RagbusClient(cluster.url, timeout=30) as client:
+            await asyncio.gather(*(check(client, request) for request in tracked))
         dead_letters = (await js.stream_info(sj.STREAM_DLQ)).state.messages
     finally:
         await nc.close()
     return {
         "by_status": dict(statuses),
+        "why_not_completed": dict(why_not),
+        "streams_missing": missed,
         "terminal": sum(n for s, n in statuses.items() if s in TERMINAL),
         "duplicates": duplicates,
         "streams_missing_events": missing_streams,
         "events_missed": missing_events,
+        "events_after_done": after_done,
         "dead_letters": dead_letters,
     }
 
@@ -472,6 +517,7 @@ async def run_chaos(
                 "terminal_share": round(requests["terminal"] / submitted, 4) if submitted else None,
                 "completed_share": round(completed / submitted, 4) if submitted else None,
                 "by_status": requests["by_status"],
+                "why_not_completed": requests["why_not_completed"],
                 "submit_retries": clients.submit_retries,
                 "gave_up_submitting": clients.gave_up_submitting,
                 "stream_resumes": sum(t.resumes for t in clients.tracked),
@@ -479,6 +525,8 @@ async def run_chaos(
             "duplicates": requests["duplicates"],
             "sse_streams_missing_events": requests["streams_missing_events"],
             "sse_events_missed": requests["events_missed"],
+            "sse_events_after_done": requests["events_after_done"],
+            "sse_streams_missing": requests["streams_missing"],
             "dead_letters": requests["dead_letters"],
             "ingest": ingest,
             "latency_ms": {

@@ -75,10 +75,21 @@ class RequestStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
 
     @property
     def is_terminal(self) -> bool:
-        return self in (RequestStatus.COMPLETED, RequestStatus.FAILED, RequestStatus.TIMED_OUT)
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        RequestStatus.COMPLETED,
+        RequestStatus.FAILED,
+        RequestStatus.TIMED_OUT,
+        RequestStatus.CANCELLED,
+    }
+)
 
 
 class StepStatus(StrEnum):

@@ -9,6 +9,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from contracts.tenancy import DEFAULT_TENANT, TenantName
+
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 """Request and job ids become subject tokens: no dots, spaces or wildcards may get in."""
 
@@ -41,6 +43,14 @@ class TraceContext(BaseModel):
     traceparent: str | None = None
     tracestate: str | None = None
 
+    @property
+    def trace_id(self) -> str | None:
+        """The trace id of `traceparent` (`00-<trace id>-<span id>-<flags>`), or None."""
+        parts = (self.traceparent or "").split("-")
+        if len(parts) == 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
+            return parts[1]
+        return None
+
 
 class Envelope(BaseModel):
     """Fields common to every message: identity, correlation, retry round and time.
@@ -53,7 +63,21 @@ class Envelope(BaseModel):
 
     event_id: str = Field(default_factory=new_event_id, min_length=1, max_length=128)
     request_id: RequestId
+    tenant: TenantName = Field(
+        default=DEFAULT_TENANT,
+        description="who owns the request (or job): its events go to "
+        "`rag.events.<tenant>.<request_id>`",
+    )
     type: str
     attempt: int = Field(default=1, ge=1, le=100)
     occurred_at: datetime = Field(default_factory=utcnow)
     trace: TraceContext = Field(default_factory=TraceContext)
+
+    def correlation(self) -> dict[str, object]:
+        """The fields a message about the same request copies from this one."""
+        return {
+            "request_id": self.request_id,
+            "tenant": self.tenant,
+            "attempt": self.attempt,
+            "trace": self.trace,
+        }

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from contracts.envelope import Envelope
-from contracts.queries import NAMESPACE_PATTERN
+from contracts.queries import STORE_NAMESPACE_PATTERN
 
 MAX_DOCUMENT_CHARS = 2_000_000
 MAX_METADATA_CHARS = 16_000
@@ -33,7 +33,7 @@ class DocumentIn(BaseModel):
         default_factory=dict,
         description=f"Free-form, up to {MAX_METADATA_CHARS:,} characters as JSON.",
     )
-    namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
+    namespace: str = Field(default="default", pattern=STORE_NAMESPACE_PATTERN)
 
     @field_validator("metadata")
     @classmethod
@@ -62,7 +62,7 @@ class IngestDeletion(Envelope):
     """Remove a document's chunks, vectors and graph facts everywhere. `request_id` is the job."""
 
     type: Literal["ingest.delete"] = "ingest.delete"
-    namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
+    namespace: str = Field(default="default", pattern=STORE_NAMESPACE_PATTERN)
     document_id: str = Field(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)
 
 

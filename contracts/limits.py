@@ -11,7 +11,10 @@ MAX_ID_CHARS: Final = 256
 """Chunk, document, command and tool-call ids."""
 MAX_TITLE_CHARS: Final = 1_000
 MAX_SOURCE_CHARS: Final = 2_000
-MAX_NAMESPACE_CHARS: Final = 64
+MAX_NAMESPACE_CHARS: Final = 97
+"""A store namespace: a tenant (32), `__` and the tenant's own name for it (63)."""
+MAX_SNIPPET_CHARS: Final = 600
+"""The start of a cited passage an answer carries."""
 MAX_CHUNK_CHARS: Final = 32_000
 """One chunk's text (or a community summary's)."""
 MAX_CHUNKS: Final = 400

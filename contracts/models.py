@@ -13,6 +13,7 @@ from contracts.limits import (
     MAX_ID_CHARS,
     MAX_MESSAGE_CHARS,
     MAX_NAMESPACE_CHARS,
+    MAX_SNIPPET_CHARS,
     MAX_SOURCE_CHARS,
     MAX_TITLE_CHARS,
     MAX_TOOL_ARGUMENTS_CHARS,
@@ -82,6 +83,16 @@ class Citation(BaseModel):
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     source: str = Field(default="", max_length=MAX_SOURCE_CHARS)
     score: float = 0.0
+    snippet: str = Field(
+        default="",
+        max_length=MAX_SNIPPET_CHARS,
+        description="The start of the cited passage, as the stores keep it.",
+    )
+    channels: dict[str, int] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="channel name -> 1-based rank at which that channel found the passage",
+    )
 
 
 class ToolCall(BaseModel):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
 from contracts.enums import Intent
 from contracts.envelope import Envelope
@@ -12,14 +12,28 @@ from contracts.envelope import Envelope
 MAX_QUERY_CHARS = 4000
 MAX_TOP_K = 100
 QueryMode = Literal["answer", "retrieve"]
-NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+NAMESPACE_PATTERN = r"^[a-z0-9](?:[a-z0-9-]|_[a-z0-9-])*_?$"
+"""A namespace as callers name it (at most `MAX_CALLER_NAMESPACE_CHARS`): lowercase letters,
+digits, `-` and `_`, never `__`, which separates a tenant from its namespace in the stores."""
+MAX_CALLER_NAMESPACE_CHARS = 63
+STORE_NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,96}$"
+"""A namespace as the stores and the bus know it (`contracts.tenancy.store_namespace`)."""
+
+
+class QueryCancelled(Envelope):
+    """A caller asked to stop a request (`DELETE /v1/queries/{id}`): on `rag.query.cancel`."""
+
+    type: Literal["query.cancel"] = "query.cancel"
+    reason: str = Field(default="cancelled by the caller", max_length=500)
 
 
 class QuerySubmitted(Envelope):
     type: Literal["query.submitted"] = "query.submitted"
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     session_id: str | None = Field(default=None, max_length=128)
-    namespaces: list[str] = Field(default_factory=lambda: ["default"], min_length=1, max_length=16)
+    namespaces: list[Annotated[str, Field(pattern=STORE_NAMESPACE_PATTERN)]] = Field(
+        default_factory=lambda: ["default"], min_length=1, max_length=16
+    )
     intent: Intent | None = None
     top_k: int = Field(default=8, ge=1, le=MAX_TOP_K)
     mode: QueryMode = Field(
@@ -27,3 +41,17 @@ class QuerySubmitted(Envelope):
         description="`answer`: the whole agentic loop; `retrieve`: stop after fusion and return "
         "every channel's ranking and the fused one (search APIs, evaluation).",
     )
+
+
+def _query_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "query.cancel" if kind == "query.cancel" else "query.submitted"
+
+
+QueryMessage = Annotated[
+    Annotated[QuerySubmitted, Tag("query.submitted")]
+    | Annotated[QueryCancelled, Tag("query.cancel")],
+    Discriminator(_query_kind),
+]
+"""What the orchestrator's `rag.query.>` consumer takes. Anything but a cancellation is
+validated as a submission, so a malformed one is refused with what is wrong with it."""

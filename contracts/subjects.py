@@ -6,6 +6,7 @@ from typing import Final
 
 from contracts.enums import Channel, Step
 from contracts.envelope import is_valid_request_id
+from contracts.tenancy import is_valid_tenant
 
 # Streams
 STREAM_QUERIES: Final = "RAG_QUERIES"
@@ -19,6 +20,7 @@ STREAM_ADVISORIES: Final = "RAG_ADVISORIES"
 
 # Subjects
 QUERY_SUBMITTED: Final = "rag.query.submitted"
+QUERY_CANCEL: Final = "rag.query.cancel"
 CMD_PREFIX: Final = "rag.cmd"
 RES_PREFIX: Final = "rag.res"
 EVENTS_PREFIX: Final = "rag.events"
@@ -60,8 +62,16 @@ def result_subject_for(command_subject: str) -> str | None:
     return RES_PREFIX + "." + command_subject[len(prefix) :]
 
 
-def events_subject(request_id: str) -> str:
-    return f"{EVENTS_PREFIX}.{_checked(request_id)}"
+def events_subject(tenant: str, request_id: str) -> str:
+    """A request's caller events: `rag.events.<tenant>.<request_id>`, so a tenant's NATS user
+    may subscribe to `rag.events.<tenant>.>` and to nothing of anyone else's."""
+    return f"{tenant_events_prefix(tenant)}.{_checked(request_id)}"
+
+
+def tenant_events_prefix(tenant: str) -> str:
+    if not is_valid_tenant(tenant):
+        raise ValueError(f"invalid tenant for a subject token: {tenant!r}")
+    return f"{EVENTS_PREFIX}.{tenant}"
 
 
 def ingest_docs_subject(job_id: str) -> str:

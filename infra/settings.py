@@ -45,7 +45,31 @@ class Settings(BaseSettings):
     # API
     api_host: str = Field("127.0.0.1", description="API bind address.")
     api_port: int = Field(8000, description="API port.")
-    api_token: str | None = Field(None, description="Bearer token the API demands when set.")
+    api_token: str | None = Field(
+        None, description="The bearer token of `token` mode (one user, one shared secret)."
+    )
+    auth_mode: Literal["none", "token", "tenants"] | None = Field(
+        None,
+        description="Who may call: `none`, `token` (RAGBUS_API_TOKEN) or `tenants` (each "
+        "tenant's own API key; `ragbus tenant create`); unset = `token` when RAGBUS_API_TOKEN "
+        "is set, else `none`.",
+    )
+    admin_token: str | None = Field(
+        None, description="Bearer token of the admin API (`/v1/admin`); unset = no admin API."
+    )
+    quota_requests_per_s: float = Field(
+        50.0, ge=0, description="Submissions per second per tenant (token bucket); 0 = no limit."
+    )
+    quota_burst: int = Field(100, ge=1, description="Submissions a tenant may make at once.")
+    quota_documents: int = Field(
+        1_000_000, ge=0, description="Documents a tenant may keep; 0 = no limit."
+    )
+    quota_namespaces: int = Field(
+        100, ge=0, description="Namespaces a tenant may fill; 0 = no limit."
+    )
+    quota_bytes: int = Field(
+        10_000_000_000, ge=0, description="Document text (bytes) a tenant may keep; 0 = no limit."
+    )
     up_processes: int = Field(
         0,
         ge=0,
@@ -78,6 +102,14 @@ class Settings(BaseSettings):
     # Consumers
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after a worker goes silent.")
     max_deliver: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
+    ingest_requeues: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="Times an ingest document whose every delivery died unacknowledged (its "
+        "process killed or hung, never an error it raised) is published afresh before it is "
+        "dead-lettered: under repeated kills a healthy document must not be lost.",
+    )
     retry_delay_s: float = Field(1.0, ge=0, description="Nak delay for transient failures.")
     worker_concurrency: int = Field(4, ge=1, description="Messages one subscriber handles at once.")
 
@@ -189,6 +221,19 @@ class Settings(BaseSettings):
                 f"{self.request_timeout_s:g}: {', '.join(too_long)}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _token_mode_has_a_token(self) -> Settings:
+        if self.auth_mode == "token" and not self.api_token:
+            raise ValueError("RAGBUS_AUTH_MODE=token needs RAGBUS_API_TOKEN")
+        return self
+
+    @property
+    def auth(self) -> Literal["none", "token", "tenants"]:
+        """The auth mode in force (RAGBUS_AUTH_MODE, or what RAGBUS_API_TOKEN implies)."""
+        if self.auth_mode is not None:
+            return self.auth_mode
+        return "token" if self.api_token else "none"
 
     @property
     def qdrant_path(self) -> Path:

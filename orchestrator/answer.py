@@ -8,12 +8,21 @@ from datetime import datetime
 from typing import Any
 
 from contracts.events import AnswerData
+from contracts.limits import MAX_SNIPPET_CHARS
 from contracts.models import Citation, RetrievedChunk
 from orchestrator.state import RequestState
 
 FALLBACK_PASSAGES = 3
 FALLBACK_CHARS = 320
 FALLBACK_INTRO = "The answer could not be composed; the most relevant passages:"
+
+
+def snippet(text: str) -> str:
+    """A passage's start, cut at a word within `MAX_SNIPPET_CHARS`."""
+    text = " ".join(text.split())
+    if len(text) <= MAX_SNIPPET_CHARS:
+        return text
+    return text[: MAX_SNIPPET_CHARS - 1].rsplit(" ", 1)[0] + "…"
 
 
 def build_answer(state: RequestState, finished: datetime, critic_note: str | None) -> AnswerData:
@@ -25,6 +34,8 @@ def build_answer(state: RequestState, finished: datetime, critic_note: str | Non
             title=by_id[cid].title,
             source=by_id[cid].source,
             score=by_id[cid].score,
+            snippet=snippet(by_id[cid].text),
+            channels=by_id[cid].channels,
         )
         for n, cid in sorted(state.draft_citations.items())
         if cid in by_id
@@ -47,6 +58,7 @@ def build_answer(state: RequestState, finished: datetime, critic_note: str | Non
         "generator": state.generator,
         "tools": [t.model_dump(mode="json") for t in state.tool_results],
         "latency_ms": round((finished - state.created_at).total_seconds() * 1000, 2),
+        "trace_id": state.trace.trace_id,
     }
     if critic_note:
         metadata["critic_note"] = critic_note

@@ -5,7 +5,8 @@ failed channels, critic retries) is unit-testable. `orchestrator.service` commit
 each `Transition` atomically and publishes its messages.
 
 States: submitted -> classifying -> searching -> fusing -> generating <-> tooling ->
-critiquing -> (retrying -> searching ...) -> completed | failed | timed_out.
+critiquing -> (retrying -> searching ...) -> completed | failed | timed_out; any running
+state -> cancelled (`on_cancelled`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from contracts.events import (
     PhaseEvent,
 )
 from contracts.models import ChannelReport, RetrievedChunk, ToolCall, ToolOutcome
-from contracts.queries import QuerySubmitted
+from contracts.queries import QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
     CriticResult,
@@ -106,6 +107,16 @@ class Saga:
         if isinstance(result, CriticResult):
             return self._on_critique(state, result, clock)
         return Transition(None)
+
+    def on_cancelled(self, state: RequestState | None, msg: QueryCancelled) -> Transition:
+        """Stop a request where it stands: `error` (code `cancelled`) and `done` with status
+        `cancelled`. Results still on their way are ignored, as for any finished request, and
+        workers skip commands of a request that is no longer live. A finished request stays as
+        it finished."""
+        if state is None or state.status.is_terminal:
+            return Transition(None)
+        phase = _STEP_PHASE.get(state.pending.step) if state.pending else None
+        return self._finish_error(state, RequestStatus.CANCELLED, "cancelled", msg.reason, phase)
 
     def on_tick(self, state: RequestState | None, clock: Clock) -> Transition:
         """Deadlines: the whole request's, then the pending step's."""
@@ -530,7 +541,12 @@ class Saga:
 
     @staticmethod
     def _corr(state: RequestState) -> dict[str, object]:
-        return {"request_id": state.request_id, "attempt": state.attempt, "trace": state.trace}
+        return {
+            "request_id": state.request_id,
+            "tenant": state.tenant,
+            "attempt": state.attempt,
+            "trace": state.trace,
+        }
 
     @staticmethod
     def _pending(step: Step, awaited: dict[str, str], timeout: float, clock: Clock) -> PendingStep:
@@ -547,7 +563,7 @@ class Saga:
 
     @staticmethod
     def _event(event: Envelope) -> Outgoing:
-        return Outgoing(sj.events_subject(event.request_id), sj.STREAM_EVENTS, event)
+        return Outgoing(sj.events_subject(event.tenant, event.request_id), sj.STREAM_EVENTS, event)
 
     def _phase(
         self, state: RequestState, phase: Phase, status: PhaseStatus, **metadata: object

@@ -17,7 +17,8 @@ from faststream import AckPolicy
 from faststream.nats import NatsRouter
 
 from contracts.advisories import MaxDeliveriesAdvisory
-from contracts.queries import QuerySubmitted
+from contracts.envelope import TraceContext
+from contracts.queries import QueryCancelled, QueryMessage, QuerySubmitted
 from contracts.results import AnyResult
 from infra.logging import get_logger
 from infra.metrics import REQUEST_SECONDS, REQUESTS, UNKNOWN_REQUESTS
@@ -29,9 +30,11 @@ from infra.runtime.bus import (
     subscriber_kwargs,
 )
 from infra.runtime.dead_letters import handle_max_deliveries
+from infra.runtime.ingest_jobs import JobTracker
 from infra.runtime.resources import Resources
 from infra.runtime.sweeper import sweep_orphans
 from infra.runtime.worker_runtime import error_policy
+from infra.telemetry import continue_trace, tracer, tracing_on
 from orchestrator.saga import Clock, Saga
 from orchestrator.state import RequestState
 from orchestrator.store import OutboxEntry, StateStore, Transition
@@ -55,6 +58,17 @@ class Orchestrator:
             self._known(
                 "submission", lambda state: self.saga.on_submitted(state, msg, Clock.system())
             ),
+            step=msg.type,
+            trace=msg.trace,
+        )
+
+    async def handle_cancel(self, msg: QueryCancelled) -> None:
+        await self._apply(
+            msg.request_id,
+            msg.event_id,
+            self._known("cancel", lambda state: self.saga.on_cancelled(state, msg)),
+            step=msg.type,
+            trace=msg.trace,
         )
 
     async def handle_result(self, result: AnyResult) -> None:
@@ -62,6 +76,8 @@ class Orchestrator:
             result.request_id,
             result.event_id,
             self._known("result", lambda state: self.saga.on_result(state, result, Clock.system())),
+            step=result.type,
+            trace=result.trace,
         )
 
     @staticmethod
@@ -80,21 +96,47 @@ class Orchestrator:
         return checked
 
     async def tick(self, request_id: str) -> None:
-        await self._apply(request_id, None, lambda state: self.saga.on_tick(state, Clock.system()))
+        """A deadline passed. No message brought the request's trace here: with tracing on,
+        its state does."""
+        state = await self.store.get(request_id) if tracing_on() else None
+        await self._apply(
+            request_id,
+            None,
+            lambda state: self.saga.on_tick(state, Clock.system()),
+            step="deadline",
+            trace=state.trace if state is not None else None,
+        )
 
     async def _apply(
         self,
         request_id: str,
         event_id: str | None,
         decide: Callable[[RequestState | None], Transition],
+        *,
+        step: str,
+        trace: TraceContext | None,
     ) -> None:
-        structlog.contextvars.bind_contextvars(request_id=request_id)
-        applied = await self.store.apply(request_id, event_id, decide)
-        if applied.duplicate:
-            log.info("event_already_applied", event_id=event_id, resend=len(applied.outbox))
-        elif applied.transition and applied.transition.state:
-            self._observe(applied.transition.state)
-        await self._publish(request_id, applied.outbox)
+        """One saga transition, as the span `saga <what came>` of the request's trace."""
+        structlog.contextvars.bind_contextvars(
+            request_id=request_id, trace_id=trace.trace_id if trace else None
+        )
+        with (
+            continue_trace(trace),
+            tracer().start_as_current_span(
+                f"saga {step}", attributes={"ragbus.request_id": request_id}
+            ) as span,
+        ):
+            applied = await self.store.apply(request_id, event_id, decide)
+            if applied.duplicate:
+                log.info("event_already_applied", event_id=event_id, resend=len(applied.outbox))
+                span.set_attribute("ragbus.duplicate", True)
+            elif applied.transition and applied.transition.state:
+                state = applied.transition.state
+                self._observe(state)
+                span.set_attributes(
+                    {"ragbus.status": state.status.value, "ragbus.attempt": state.attempt}
+                )
+            await self._publish(request_id, applied.outbox)
 
     async def _publish(self, request_id: str, entries: list[OutboxEntry]) -> None:
         """Publish a transition's messages: one subject's messages in their order (a request's
@@ -175,10 +217,13 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
     @router.subscriber(
         **subscriber_kwargs(ORCHESTRATOR_QUERIES, resources.settings),
         title="orchestrator:submissions",
-        description="Starts a request's saga.",
+        description="Starts a request's saga, or cancels one.",
     )
-    async def on_submitted(msg: QuerySubmitted) -> None:
-        await orch.handle_submission(msg)
+    async def on_query(msg: QueryMessage) -> None:
+        if isinstance(msg, QueryCancelled):
+            await orch.handle_cancel(msg)
+        else:
+            await orch.handle_submission(msg)
 
     @router.subscriber(
         **subscriber_kwargs(ORCHESTRATOR_RESULTS, resources.settings),
@@ -196,7 +241,10 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
     )
     async def on_max_deliveries(advisory: MaxDeliveriesAdvisory) -> None:
         js = resources.bus.broker.connection.jetstream()
-        await handle_max_deliveries(js, resources.bus, advisory)
+        jobs = JobTracker(resources.redis(), resources.settings.state_ttl_s)
+        await handle_max_deliveries(
+            js, resources.bus, advisory, jobs, resources.settings.ingest_requeues
+        )
 
     router.orchestrator = orch  # type: ignore[attr-defined]
     return router

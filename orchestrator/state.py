@@ -12,6 +12,7 @@ from contracts.envelope import TraceContext, utcnow
 from contracts.events import AnswerData, ErrorData
 from contracts.models import ChannelReport, RetrievedChunk, ToolOutcome
 from contracts.queries import QueryMode
+from contracts.tenancy import DEFAULT_TENANT
 
 
 class PendingStep(BaseModel):
@@ -46,6 +47,7 @@ class RequestState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     request_id: str
+    tenant: str = DEFAULT_TENANT
     status: RequestStatus = RequestStatus.SUBMITTED
     query: str
     search_queries: list[str] = Field(
@@ -124,4 +126,5 @@ class RequestState(BaseModel):
             "updated_at": self.updated_at.isoformat(),
             "answer": self.answer.model_dump(mode="json") if self.answer else None,
             "error": self.error.model_dump(mode="json") if self.error else None,
+            "trace_id": self.trace.trace_id,
         }

@@ -50,6 +50,27 @@ def version_key(request_id: str) -> str:
     return f"ragbus:req:{{{request_id}}}:version"
 
 
+def recent_key(tenant: str) -> str:
+    """A tenant's latest request ids, scored by submission time (`GET /v1/queries`)."""
+    return f"ragbus:recent:{{{tenant}}}"
+
+
+RECENT_KEPT = 200
+"""Request ids a tenant's recent list keeps (their states expire on their own TTL)."""
+
+CREATE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
+if ARGV[3] ~= '' then redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4]) end
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[6]) - 1)
+redis.call('EXPIRE', KEYS[3], ARGV[7])
+return 1
+"""
+"""KEYS: state, deadlines, the tenant's recent list. ARGV: the state, its TTL, its first
+deadline (or ''), the request id, its submission time, how many recent ids to keep, the
+recent list's TTL. Returns 1 when created, 0 when the id was taken."""
+
+
 COMMIT = """
 local version = redis.call('GET', KEYS[2])
 if version and version ~= ARGV[1] then return 0 end
@@ -86,24 +107,36 @@ before versions had a key of their own has no version key: it is taken as read."
 @dataclass(frozen=True)
 class OutboxEntry:
     """A message waiting to be published: its body is the JSON it will be published as,
-    serialised once. Kept in Redis as `subject`, `stream` and body on three lines (neither
-    a subject nor a stream name holds a line break, and the body's JSON is one line)."""
+    serialised once. Kept in Redis as its place, `subject`, `stream` and body on four lines
+    (neither a subject nor a stream name holds a line break, and the body's JSON is one line).
+
+    The place (`#<version>.<index>`: the commit that queued it, then its rank in that commit)
+    is what keeps a request's messages in order when a redelivery publishes them: a Redis hash
+    keeps its fields in insertion order only while it is small, and an `answer` is not, so
+    `HGETALL` once gave a `done` before its `answer`."""
 
     event_id: str
     subject: str
     stream: str
     body: str
+    place: tuple[int, int] = (0, 0)
 
     def to_json(self) -> str:
-        return f"{self.subject}\n{self.stream}\n{self.body}"
+        version, index = self.place
+        return f"#{version}.{index}\n{self.subject}\n{self.stream}\n{self.body}"
 
     @classmethod
     def from_json(cls, event_id: str, text: str) -> OutboxEntry:
         if text.startswith("{"):  # kept by a version that stored the entry as one JSON object
             data = json.loads(text)
             return cls(event_id, data["subject"], data["stream"], json.dumps(data["body"]))
+        place = (0, 0)
+        if text.startswith("#"):
+            mark, text = text.split("\n", 1)
+            version, index = mark[1:].split(".", 1)
+            place = (int(version), int(index))
         subject, stream, body = text.split("\n", 2)
-        return cls(event_id, subject, stream, body)
+        return cls(event_id, subject, stream, body, place)
 
 
 @dataclass(frozen=True)
@@ -138,6 +171,7 @@ class Applied:
 def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> RequestState:
     return RequestState(
         request_id=submitted.request_id,
+        tenant=submitted.tenant,
         query=submitted.query,
         search_queries=[submitted.query],
         session_id=submitted.session_id,
@@ -170,6 +204,7 @@ class StateStore:
         self.redis = redis
         self.settings = settings
         self._commit_script = redis.register_script(COMMIT)
+        self._create_script = redis.register_script(CREATE)
 
     def _ttl(self, state: RequestState) -> int:
         if state.status.is_terminal:
@@ -177,15 +212,35 @@ class StateStore:
         return int(self.settings.request_timeout_s * 3 + self.settings.state_ttl_s)
 
     async def create(self, submitted: QuerySubmitted) -> RequestState:
+        """Record a new request, its first deadline and its place in its tenant's recent
+        requests, in one atomic round trip; `StateExists` when its id is taken."""
         state = initial_state(submitted, self.settings, time.time())
-        key = state_key(state.request_id)
-        created = await self.redis.set(key, state.model_dump_json(), nx=True, ex=self._ttl(state))
+        due = next_due(state)
+        created = await self._create_script(
+            keys=[state_key(state.request_id), DEADLINES_KEY, recent_key(state.tenant)],
+            args=[
+                state.model_dump_json(),
+                self._ttl(state),
+                "" if due is None else repr(due),
+                state.request_id,
+                repr(state.created_at.timestamp()),
+                RECENT_KEPT,
+                self.settings.state_ttl_s,
+            ],
+        )
         if not created:
             raise StateExists(state.request_id)
-        due = next_due(state)
-        if due is not None:
-            await self.redis.zadd(DEADLINES_KEY, {state.request_id: due})
         return state
+
+    async def recent(self, tenant: str, limit: int) -> list[RequestState]:
+        """The tenant's latest requests, newest first (those whose state has not expired)."""
+        ids = await self.redis.zrevrange(recent_key(tenant), 0, max(0, limit - 1))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for request_id in ids:
+                pipe.get(state_key(str(request_id)))
+            raws = await pipe.execute()
+        states = [RequestState.model_validate_json(raw) for raw in raws if raw]
+        return [state for state in states if state.tenant == tenant]
 
     async def get(self, request_id: str) -> RequestState | None:
         raw = await self.redis.get(state_key(request_id))
@@ -259,14 +314,24 @@ class StateStore:
             self.settings.state_ttl_s,
             len(entries),
         ]
-        for entry in entries:
-            args += [entry.event_id, entry.to_json()]
+        for index, entry in enumerate(entries):
+            placed = OutboxEntry(
+                entry.event_id, entry.subject, entry.stream, entry.body, (version + 1, index)
+            )
+            args += [placed.event_id, placed.to_json()]
         return int(await self._commit_script(keys=keys, args=args))
 
     async def outbox_sent(self, request_id: str, event_ids: list[str]) -> None:
         if event_ids:
             await self.redis.hdel(outbox_key(request_id), *event_ids)
 
+    async def outbox_pending(self, request_id: str) -> bool:
+        """Whether a committed transition's messages are still to be published (its process
+        died between the commit and the publish; a redelivery will publish them)."""
+        return bool(await self.redis.exists(outbox_key(request_id)))
+
     async def pending_outbox(self, request_id: str) -> list[OutboxEntry]:
+        """The messages still to publish, in the order their transitions decided them."""
         raw = await self.redis.hgetall(outbox_key(request_id))
-        return [OutboxEntry.from_json(str(eid), str(text)) for eid, text in raw.items()]
+        entries = [OutboxEntry.from_json(str(eid), str(text)) for eid, text in raw.items()]
+        return sorted(entries, key=lambda entry: entry.place)

@@ -18,6 +18,7 @@ import asyncio
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -41,11 +42,26 @@ _child_settings: Settings | None = None
 _child_encoder: Encoder | None = None
 
 
-def _child_init(settings: Settings, nice: int) -> None:
+def _child_init(settings: Settings, nice: int, parent_pid: int) -> None:
     global _child_settings
     _child_settings = settings
     if nice:
         os.nice(nice)
+    threading.Thread(
+        target=_exit_with_parent, args=(parent_pid,), name="parent-watch", daemon=True
+    ).start()
+
+
+PARENT_WATCH_S = 1.0
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A parent that was SIGKILLed cannot shut its pool down: the child notices that it was
+    handed to another parent and exits, rather than live on holding memory and models. (A
+    thread, not PR_SET_PDEATHSIG, which fires when the parent's spawning *thread* ends.)"""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_WATCH_S)
+    os._exit(0)
 
 
 def child_encode(texts: list[str]) -> np.ndarray:
@@ -74,7 +90,7 @@ class BackgroundWork:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_child_init,
-                    initargs=(self.settings, BACKGROUND_NICE),
+                    initargs=(self.settings, BACKGROUND_NICE, os.getpid()),
                 )
                 log.info("background_process_started", nice=BACKGROUND_NICE)
             return self._executor

@@ -25,6 +25,7 @@ from contracts.enums import Channel, Step
 from contracts.events import CallerEvent
 from infra.logging import get_logger
 from infra.settings import Settings
+from infra.telemetry import broker_middlewares
 
 log = get_logger(__name__)
 
@@ -164,6 +165,7 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     return NatsBroker(
         settings.nats_url,
         name=name,
+        middlewares=broker_middlewares(),
         graceful_timeout=10.0,
         logger=logging.getLogger("ragbus.broker"),
         log_level=logging.DEBUG,
@@ -219,4 +221,6 @@ class Bus:
 
     async def emit(self, event: CallerEvent) -> None:
         """A caller event on the request's own subject."""
-        await self.publish(event, sj.events_subject(event.request_id), sj.STREAM_EVENTS)
+        await self.publish(
+            event, sj.events_subject(event.tenant, event.request_id), sj.STREAM_EVENTS
+        )

@@ -29,6 +29,7 @@ from contracts.results import StepFailure
 from infra.logging import get_logger
 from infra.metrics import DEAD_LETTERS
 from infra.runtime.bus import Bus
+from infra.runtime.ingest_jobs import JobTracker
 
 log = get_logger(__name__)
 
@@ -103,13 +104,73 @@ async def report_step_failure(bus: Bus, subject: str, body: str, error: str) -> 
     return True
 
 
+async def report_document_failure(jobs: JobTracker, body: str, error: str) -> bool:
+    """Count an ingest document (or deletion) JetStream gave up on as failed in its job, so the
+    job still ends, and says which document and why. False when the body says no job."""
+    raw = _json_object(body)
+    if raw is None:
+        return False
+    job_id, event_id = raw.get("request_id"), raw.get("event_id")
+    document = raw.get("document")
+    document_id = document.get("id") if isinstance(document, dict) else raw.get("document_id")
+    if not (isinstance(job_id, str) and is_valid_request_id(job_id)) or not event_id:
+        return False
+    if raw.get("type") not in ("ingest.document", "ingest.delete"):
+        return False
+    await jobs.record(
+        job_id, str(event_id), "failed", document_id=str(document_id or ""), error=error[:2000]
+    )
+    return True
+
+
+async def _requeue_document(
+    js: JetStreamContext,
+    bus: Bus,
+    jobs: JobTracker,
+    advisory: MaxDeliveriesAdvisory,
+    subject: str,
+    body: str,
+    limit: int,
+) -> bool:
+    """Publish an ingest document afresh (a new delivery budget) when its deliveries all died
+    unacknowledged, at most `limit` times per document. A message only reaches here when no
+    delivery acknowledged it or raised (the worker dead-letters what raises), so this is a
+    process killed or hung over and over; indexing is idempotent by content, and the job
+    counts the document once (by its event id)."""
+    raw = _json_object(body)
+    if raw is None or raw.get("type") != "ingest.document":
+        return False
+    job_id, event_id = raw.get("request_id"), raw.get("event_id")
+    if not (isinstance(job_id, str) and is_valid_request_id(job_id)) or not event_id:
+        return False
+    count = await jobs.requeue(job_id, str(event_id), limit)
+    if count is None:
+        return False
+    await bus.publish_raw(body.encode(), subject, advisory.stream, f"{event_id}~requeue{count}")
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await js.delete_msg(advisory.stream, advisory.stream_seq)
+    log.warning(
+        "ingest_document_requeued",
+        job_id=job_id,
+        event_id=event_id,
+        requeue=count,
+        deliveries=advisory.deliveries,
+    )
+    return True
+
+
 async def handle_max_deliveries(
-    js: JetStreamContext, bus: Bus, advisory: MaxDeliveriesAdvisory
+    js: JetStreamContext,
+    bus: Bus,
+    advisory: MaxDeliveriesAdvisory,
+    jobs: JobTracker | None = None,
+    ingest_requeues: int = 0,
 ) -> DeadLetter | None:
-    """Dead-letter the message JetStream stopped delivering, report its step failed, and take it
-    out of its work queue. None when there is nothing to do: not one of our work queues, or the
-    message is already gone (acknowledged late, or handled by an earlier delivery of this
-    advisory)."""
+    """Dead-letter the message JetStream stopped delivering, report its step failed (or, for an
+    ingest document, count it failed in its job), and take it out of its work queue. None when
+    there is nothing to do: not one of our work queues, or the message is already gone
+    (acknowledged late, or handled by an earlier delivery of this advisory), or it is an
+    ingest document started afresh (`ingest_requeues`)."""
     if advisory.stream not in WORK_QUEUES:
         return None
     try:
@@ -119,6 +180,13 @@ async def handle_max_deliveries(
         return None
     subject = stored.subject or ""
     body = (stored.data or b"").decode("utf-8", errors="replace")
+    if (
+        advisory.stream == sj.STREAM_INGEST
+        and jobs is not None
+        and ingest_requeues > 0
+        and await _requeue_document(js, bus, jobs, advisory, subject, body, ingest_requeues)
+    ):
+        return None
     headers = {k: str(v) for k, v in (stored.headers or {}).items()}
     error = (
         f"delivered {advisory.deliveries} times to consumer {advisory.consumer} and never "
@@ -134,7 +202,11 @@ async def handle_max_deliveries(
         deliveries=advisory.deliveries,
         event_id=f"max-deliveries-{advisory.stream}-{advisory.stream_seq}",
     )
-    await report_step_failure(bus, subject, body, error)
+    if advisory.stream == sj.STREAM_INGEST:
+        if jobs is not None:
+            await report_document_failure(jobs, body, error)
+    else:
+        await report_step_failure(bus, subject, body, error)
     with contextlib.suppress(nats.js.errors.NotFoundError):  # acknowledged meanwhile
         await js.delete_msg(advisory.stream, advisory.stream_seq)
     return letter

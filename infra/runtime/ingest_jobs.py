@@ -11,6 +11,8 @@ from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 
+from contracts.tenancy import DEFAULT_TENANT
+
 Outcome = Literal["done", "failed", "unchanged"]
 
 COUNTERS = (
@@ -110,18 +112,31 @@ class JobTracker:
         _fresh, completed = await self._record(keys=_keys(job_id), args=args)
         return bool(completed)
 
+    async def requeue(self, job_id: str, event_id: str, limit: int) -> int | None:
+        """Count one more fresh start of a document message; its number, or None when the
+        message already had `limit` of them."""
+        key = f"{job_key(job_id)}:requeues"
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(key, event_id, 1)
+            pipe.expire(key, self._ttl)
+            count, _ = await pipe.execute()
+        return int(count) if int(count) <= limit else None
+
     async def seal(self, job_id: str, expected: int, duplicates: int) -> bool:
         """Note how many documents the job holds; returns True when this call completed it."""
         _, completed = await self._seal(keys=_keys(job_id), args=[expected, duplicates, self._ttl])
         return bool(completed)
 
 
-async def open_job(redis: aioredis.Redis, job_id: str, ttl_s: int) -> None:
-    """Make a job known as `running` before its first message is published, so its status is
-    readable at once (a worker may not have seen any of it yet)."""
+async def open_job(
+    redis: aioredis.Redis, job_id: str, ttl_s: int, tenant: str = DEFAULT_TENANT
+) -> None:
+    """Make a job known as `running`, and whose it is, before its first message is published,
+    so its status is readable at once (a worker may not have seen any of it yet)."""
     key = job_key(job_id)
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hsetnx(key, "status", "running")
+        pipe.hsetnx(key, "tenant", tenant)
         pipe.expire(key, ttl_s)
         await pipe.execute()
 
@@ -135,6 +150,7 @@ async def read_job(redis: aioredis.Redis, job_id: str) -> dict[str, Any] | None:
     expected = raw.get("expected")
     return {
         "job_id": job_id,
+        "tenant": raw.get("tenant", DEFAULT_TENANT),
         "status": raw.get("status", "running"),
         "expected": int(expected) if expected is not None else None,
         **{name: int(raw.get(name, 0)) for name in COUNTERS},

@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from infra.errors import StartupError
 from infra.logging import get_logger
@@ -50,9 +50,12 @@ class Services:
     settings: Settings
     started: list[LocalService] = field(default_factory=list)
 
+    def started_service(self, name: str) -> LocalService | None:
+        return next((s for s in self.started if s.name == name), None)
+
     def stop(self) -> None:
         for service in reversed(self.started):
-            log.info("service_stopping", service=service.name, url=service.url)
+            log.info("service_stopping", service=service.name, url=redacted(service.url))
             service.stop()
         self.started.clear()
 
@@ -122,28 +125,55 @@ def _wait_until(
     raise ServiceError(f"{what} did not become ready within {timeout:.0f}s")
 
 
+def redacted(url: str) -> str:
+    """A service URL fit for a log line: any password replaced by `***`."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = f"{parsed.username}:***@{parsed.hostname}" + (f":{parsed.port}" if parsed.port else "")
+    return parsed._replace(netloc=netloc).geturl()
+
+
 NATS_MAX_PAYLOAD = 8 * 1024 * 1024
 """A document message may carry up to 2 M characters; the server default is 1 MB."""
 
 
-def start_nats(port: int, store_dir: Path, max_payload: int = NATS_MAX_PAYLOAD) -> LocalService:
+def start_nats(
+    port: int,
+    store_dir: Path,
+    max_payload: int = NATS_MAX_PAYLOAD,
+    *,
+    service_password: str | None = None,
+) -> LocalService:
+    """A `nats-server -js` on `port`; with `service_password`, with authorization: the service
+    user `ragbus` and the tenants' users (`infra.tenancy.nats_auth`), and the URL it answers
+    carries the service user's credentials."""
     store_dir = store_dir.resolve()
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
     config = store_dir / "nats-server.conf"
-    config.write_text(
+    text = (
         f"host: 127.0.0.1\nport: {port}\nmax_payload: {max_payload}\n"
         f'jetstream {{ store_dir: "{store_dir}" }}\n'
     )
+    credentials = ""
+    if service_password is not None:
+        from infra.tenancy.nats_auth import AUTH_FILE, SERVICE_USER, write_auth
+        from infra.tenancy.registry import bcrypt_hash
+
+        write_auth(store_dir, bcrypt_hash(service_password), [])
+        text += f"include ./{AUTH_FILE}\n"
+        credentials = f"{SERVICE_USER}:{quote(service_password, safe='')}@"
+    config.write_text(text)
     process = subprocess.Popen(
         [_binary("nats-server"), "-c", str(config), "-l", str(log_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    url = f"nats://127.0.0.1:{port}"
+    url = f"nats://{credentials}127.0.0.1:{port}"
     _wait_until(lambda: nats_reachable(url), "nats-server", process, log_path)
-    log.info("service_started", service="nats-server", url=url, dir=str(store_dir))
+    log.info("service_started", service="nats-server", url=redacted(url), dir=str(store_dir))
     return LocalService("nats-server", url, process, log_path)
 
 
@@ -197,7 +227,15 @@ def ensure_services_sync(settings: Settings) -> Services:
         if not nats_reachable(settings.nats_url):
             if not settings.start_services:
                 raise ServiceError(f"NATS is not reachable at {settings.nats_url}")
-            nats = start_nats(_port_for(settings.nats_url, 4222), settings.data_dir / "nats")
+            nats_dir = settings.data_dir / "nats"
+            password = None
+            if settings.auth == "tenants":
+                from infra.tenancy.nats_auth import service_password
+
+                password = service_password(nats_dir)
+            nats = start_nats(
+                _port_for(settings.nats_url, 4222), nats_dir, service_password=password
+            )
             services.started.append(nats)
             updates["nats_url"] = nats.url
         if not redis_reachable(settings.redis_url):

@@ -35,6 +35,7 @@ from infra.runtime.bus import Bus, acked, json_headers
 from infra.runtime.dead_letters import dead_letter, report_step_failure
 from infra.runtime.resources import Resources
 from infra.settings import Settings
+from infra.telemetry import tracer
 
 log = get_logger(__name__)
 
@@ -199,15 +200,32 @@ async def phase(
     """Emit `in_progress`, run the body, emit `completed` or `failed` with the measured time.
     A step of a request that is not live does not start (`RequestNotLive`)."""
     await require_live(envelope.request_id)
-    structlog.contextvars.bind_contextvars(request_id=envelope.request_id, phase=name.value)
+    structlog.contextvars.bind_contextvars(
+        request_id=envelope.request_id, trace_id=envelope.trace.trace_id, phase=name.value
+    )
+    with tracer().start_as_current_span(
+        name.value,
+        attributes={
+            "ragbus.request_id": envelope.request_id,
+            "ragbus.attempt": envelope.attempt,
+            "ragbus.phase": name.value,
+        },
+    ) as span:
+        async with _phase_events(bus, envelope, name, metadata) as run:
+            yield run
+        span.set_attribute("ragbus.duration_ms", round(run.duration_ms, 2))
+
+
+@asynccontextmanager
+async def _phase_events(
+    bus: Bus, envelope: Envelope, name: Phase, metadata: dict[str, Any]
+) -> AsyncIterator[PhaseRun]:
     run = PhaseRun(metadata=dict(metadata))
     started_at = utcnow()
     t0 = time.perf_counter()
     await bus.emit(
         PhaseEvent(
-            request_id=envelope.request_id,
-            attempt=envelope.attempt,
-            trace=envelope.trace,
+            **envelope.correlation(),
             data=PhaseData(
                 phase=name,
                 status=PhaseStatus.IN_PROGRESS,
@@ -229,9 +247,7 @@ async def phase(
         log.info("phase_" + status.value, duration_ms=round(run.duration_ms, 2))
         await bus.emit(
             PhaseEvent(
-                request_id=envelope.request_id,
-                attempt=envelope.attempt,
-                trace=envelope.trace,
+                **envelope.correlation(),
                 data=PhaseData(
                     phase=name,
                     status=status,
@@ -247,9 +263,7 @@ async def phase(
 def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:
     """Correlation fields every result copies from its command."""
     return {
-        "request_id": cmd.request_id,
-        "attempt": cmd.attempt,
-        "trace": cmd.trace,
+        **cmd.correlation(),
         "command_id": cmd.event_id,
         "duration_ms": run.duration_ms,
         "status": StepStatus.OK,

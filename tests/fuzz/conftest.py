@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
+from tests.up_process import ragbus_up
 
-ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 180.0
 FUZZ_TOKEN = "fuzz-token-0123456789"
 """The stack runs with bearer auth on, so the fuzzer also checks that it is enforced."""
@@ -48,29 +44,10 @@ def up_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpStack]:
         "RAGBUS_API_TOKEN": FUZZ_TOKEN,
         "RAGBUS_LOG_LEVEL": "WARNING",
     }
-    log = (root / "up.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "api", "up"], cwd=ROOT, env=env, stdout=log, stderr=log
-    )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            assert process.poll() is None, f"ragbus up exited: see {root / 'up.log'}"
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ragbus up was not ready in time"
-            time.sleep(0.3)
-        yield UpStack(url, services[0].url, services[1].url, process)
+        with ragbus_up(env, root / "up.log", url, READY_TIMEOUT_S) as process:
+            yield UpStack(url, services[0].url, services[1].url, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
         for service in services:
             service.stop()

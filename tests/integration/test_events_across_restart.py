@@ -55,7 +55,7 @@ async def test_the_reader_delivers_every_event_across_a_nats_server_restart(
     try:
         js = nc.jetstream()
         await declare_streams(js, Settings(nats_url=server.url))
-        subject = sj.events_subject(REQUEST)
+        subject = sj.events_subject("default", REQUEST)
         for n in range(3):
             await js.publish(subject, _event("phase", n), stream=sj.STREAM_EVENTS)
 

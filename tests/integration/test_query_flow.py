@@ -96,6 +96,8 @@ async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
     for n, citation in answer_data["citations"].items():
         assert f"[{n}]" in answer_data["content"]
         assert citation["chunk_id"] in known
+        assert citation["snippet"], "a source card shows the passage"
+        assert citation["channels"] and all(r >= 1 for r in citation["channels"].values())
     cited_documents = {c["document_id"] for c in answer_data["citations"].values()}
     assert EXPECTED_DOCUMENT in cited_documents
     tokens = "".join(

@@ -12,6 +12,8 @@ import pytest
 from nats.js.api import DeliverPolicy
 
 from api.launcher import WORKER_KINDS
+from contracts import subjects as sj
+from contracts.tenancy import DEFAULT_TENANT
 from infra.runtime.services import free_port, start_nats, start_redis
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 
@@ -22,7 +24,9 @@ REQUESTS = 50
 
 async def count_events(js: nats.js.JetStreamContext, request_id: str) -> Counter[str]:
     sub = await js.subscribe(
-        f"rag.events.{request_id}", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        sj.events_subject(DEFAULT_TENANT, request_id),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
     )
     kinds: Counter[str] = Counter()
     try:

@@ -93,6 +93,11 @@ async def test_up_runs_two_processes_and_restarts_its_worker_child(tmp_path: Pat
                 await asyncio.sleep(0.2)
             assert job["status"] == "completed", job
             await ask(http, "Who sculpted the Colossus of Rhodes?")
+            # /metrics reports the roles of both processes: classify runs in the parent,
+            # fuse and generate in the child.
+            metrics = (await http.get("/metrics")).text
+            for phase in ("intent_classification", "fusion", "generation"):
+                assert f'ragbus_step_seconds_count{{phase="{phase}"}}' in metrics, phase
 
             os.kill(child, signal.SIGKILL)  # the parent starts another one
             for _ in range(300):

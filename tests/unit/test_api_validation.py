@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
-import api.routes
+import api.documents
 from api.app import create_app
 from api.deps import get_bus, get_jetstream, get_nats, get_redis, get_store
 from contracts import subjects as sj
@@ -92,7 +92,7 @@ def queued_jobs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     async def publish_job(*args: Any, **kwargs: Any) -> None:
         calls.append(args)
 
-    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    monkeypatch.setattr(api.documents, "publish_job", publish_job)
     return calls
 
 
@@ -192,7 +192,7 @@ def test_a_null_or_empty_last_event_id_is_no_resume_point_not_an_error(
 
 
 def test_a_document_id_with_next_line_is_refused_as_the_openapi_says(client: TestClient) -> None:
-    pattern = client.get("/openapi.json").json()["components"]["schemas"]["DocumentIn"][
+    pattern = client.get("/openapi.json").json()["components"]["schemas"]["DocumentUpload"][
         "properties"
     ]["id"]["pattern"]
     assert re.match(pattern, "a\u0085b") is None, "the published schema refuses it too"
@@ -252,7 +252,7 @@ def test_good_documents_become_a_job(client: TestClient, monkeypatch: pytest.Mon
     async def publish_job(bus: Any, documents: list[Any], **_: Any) -> JobReceipt:
         return JobReceipt(job_id="job-1", accepted=len(documents), duplicates=0)
 
-    monkeypatch.setattr(api.routes, "publish_job", publish_job)
+    monkeypatch.setattr(api.documents, "publish_job", publish_job)
     response = client.post("/v1/documents", json={"documents": [_doc(), _doc(id="doc-2")]})
     assert response.status_code == 202, response.text
     assert response.json() == {
@@ -260,6 +260,7 @@ def test_good_documents_become_a_job(client: TestClient, monkeypatch: pytest.Mon
         "accepted": 2,
         "duplicates": 0,
         "status_url": "/v1/ingest/job-1",
+        "events_url": "/v1/ingest/job-1/events",
     }
 
 
@@ -267,13 +268,15 @@ def test_unknown_job_is_404(client: TestClient, monkeypatch: pytest.MonkeyPatch)
     async def read_job(redis: Any, job_id: str) -> None:
         return None
 
-    monkeypatch.setattr(api.routes, "read_job", read_job)
+    monkeypatch.setattr(api.documents, "read_job", read_job)
     assert_error(client.get("/v1/ingest/nosuchjob"), 404)
     assert_error(client.get("/v1/ingest/bad.job"), 422, "job_id")
 
 
-def test_token_is_required_when_configured(bus: FakeBus, store: FakeStore) -> None:
-    client = make_client(bus, store, api_token="s3cret")
+def test_token_is_required_when_configured(
+    bus: FakeBus, store: FakeStore, redis_service: LocalService
+) -> None:
+    client = make_client(bus, store, redis_service.url, api_token="s3cret")
     body = {"query": "What is Gatun Lake?"}
     error = assert_error(client.post("/v1/queries", json=body), 401)
     assert error["code"] == "unauthorized"
@@ -285,6 +288,21 @@ def test_token_is_required_when_configured(bus: FakeBus, store: FakeStore) -> No
     assert client.get("/healthz").json() == {"status": "ok"}
 
 
+def test_the_token_cookie_serves_reads_only(
+    bus: FakeBus, store: FakeStore, redis_service: LocalService
+) -> None:
+    """A browser's EventSource cannot send a header, so GETs take the token from a cookie;
+    a cookie rides along with other sites' requests too, so nothing that changes state does."""
+    client = make_client(bus, store, redis_service.url, api_token="s3cret")
+    assert_error(client.get("/v1/whoami"), 401)
+    client.cookies.set("ragbus_token", "nope")
+    assert_error(client.get("/v1/whoami"), 401)
+    client.cookies.set("ragbus_token", "s3cret")
+    assert client.get("/v1/whoami").json() == {"tenant": "default", "auth_mode": "token"}
+    assert_error(client.post("/v1/queries", json={"query": "What is Gatun Lake?"}), 401)
+    assert bus.published == []
+
+
 def test_openapi_documents_the_api(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     for path in (
@@ -294,6 +312,9 @@ def test_openapi_documents_the_api(client: TestClient) -> None:
         "/v1/chat",
         "/v1/documents",
         "/v1/ingest/{job_id}",
+        "/v1/ingest/{job_id}/events",
+        "/v1/namespaces",
+        "/v1/whoami",
         "/healthz",
         "/readyz",
     ):

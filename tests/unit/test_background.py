@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,3 +68,39 @@ async def test_off_it_runs_in_a_thread_of_this_process(tmp_path: Path) -> None:
         await local.call(_fail, "here")
     assert local.run(os.getpid) == os.getpid()
     local.close()
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_the_child_exits_when_its_parent_is_killed() -> None:
+    """A SIGKILLed worker cannot shut its pool down; its background child must not outlive it
+    (the chaos suite found them by the dozen)."""
+    code = (
+        "import os, time\n"
+        "from infra.runtime.background import BackgroundWork\n"
+        "from infra.settings import Settings\n"
+        "work = BackgroundWork(Settings())\n"
+        "print(work.run(os.getpid), flush=True)\n"
+        "work.submit(time.sleep, 2)  # busy when its parent dies\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert not _gone(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 15
+        while not _gone(child):
+            assert time.monotonic() < deadline, "the background child outlived its parent"
+            time.sleep(0.1)
+    finally:
+        parent.kill()

@@ -17,7 +17,7 @@ from contracts.commands import (
 from contracts.enums import Channel, Intent, RequestStatus
 from contracts.events import AnswerEvent, DoneEvent, ErrorEvent, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk, ToolOutcome
-from contracts.queries import QuerySubmitted
+from contracts.queries import QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
     CriticResult,
@@ -166,6 +166,7 @@ def test_happy_path_reaches_completed_with_one_answer_and_one_done() -> None:
     assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
     answer: AnswerEvent = sent[0]
     assert answer.data.citations[1].chunk_id == "c1"
+    assert answer.data.citations[1].snippet == "Pharos light."  # the passage, for its card
     assert answer.data.metadata["attempts"] == 1
     assert run.state.status is RequestStatus.COMPLETED
     assert run.state.pending is None
@@ -557,3 +558,30 @@ def test_rebalance_with_bridge_terms_searches_every_channel_with_the_expanded_qu
     assert {s.channel for s in searches} == set(Channel)
     assert all(s.query == "who built the lighthouse Sostratus" for s in searches)
     assert run.state.weights == dict(EVEN)
+
+
+def test_a_cancelled_request_ends_cancelled_and_ignores_what_comes_after() -> None:
+    run = Run()
+    run.submit()
+    run.classify()
+    cancel = QueryCancelled(request_id="r1", reason="the user changed their mind")
+    sent = run._take(run.saga.on_cancelled(run.state, cancel))
+    assert kinds(sent) == ["ErrorEvent", "DoneEvent"]
+    error, done = sent
+    assert (error.data.code, error.data.message) == ("cancelled", "the user changed their mind")
+    assert done.data.status is RequestStatus.CANCELLED
+    assert run.state and run.state.status is RequestStatus.CANCELLED
+    assert run.state.status.is_terminal and run.state.pending is None
+    # the searches still on their way, a second cancel, and the deadline change nothing
+    assert run.search_all() == []
+    assert run.saga.on_cancelled(run.state, cancel).state is None
+    assert run.tick(10_000) == []
+
+
+def test_a_finished_request_is_not_cancelled() -> None:
+    run = Run()
+    run.to_critic()
+    run.critic()
+    cancelled = run.saga.on_cancelled(run.state, QueryCancelled(request_id="r1"))
+    assert cancelled.state is None and cancelled.messages == []
+    assert run.state and run.state.status is RequestStatus.COMPLETED

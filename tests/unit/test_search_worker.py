@@ -111,7 +111,7 @@ async def test_each_channel_answers_with_ranked_chunks(
         assert all(c.channels == {channel.value: c.rank} for c in result.chunks)
         assert len(result.chunks) <= cmd.top_k
 
-        phases = [e["data"] for e in harness.on(sj.events_subject("req-1"))]
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
         assert [p["status"] for p in phases] == ["in_progress", "completed"]
         assert {p["phase"] for p in phases} == {CHANNEL_PHASE[channel].value}
         assert phases[1]["metadata"] == {
@@ -176,7 +176,7 @@ async def test_a_failing_channel_is_dead_lettered_and_reported(
         assert failure.status == "failed" and failure.command_id == cmd.event_id
         assert "index corrupted" in (failure.error.message if failure.error else "")
         assert harness.on("rag.dlq.rag.cmd.search.sparse")[0]["reason"] == "failed"
-        phases = [e["data"] for e in harness.on(sj.events_subject("req-1"))]
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
         assert phases[-1]["status"] == "failed"
 
 

@@ -60,9 +60,7 @@ class TokenEmitter:
         for piece in pieces(held):
             await self.bus.emit(
                 TokenEvent(
-                    request_id=self.cmd.request_id,
-                    attempt=self.cmd.attempt,
-                    trace=self.cmd.trace,
+                    **self.cmd.correlation(),
                     data=TokenData(text=piece, index=self.count),
                 )
             )
