@@ -18,6 +18,9 @@ digits, `-` and `_`, never `__`, which separates a tenant from its namespace in 
 MAX_CALLER_NAMESPACE_CHARS = 63
 STORE_NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,96}$"
 """A namespace as the stores and the bus know it (`contracts.tenancy.store_namespace`)."""
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+"""A session id as callers choose it: letters, digits, `.`, `_`, `:` and `-`, at most 128
+characters (no braces, spaces or wildcards: it becomes part of Redis keys and store names)."""
 
 
 class QueryCancelled(Envelope):
@@ -30,7 +33,7 @@ class QueryCancelled(Envelope):
 class QuerySubmitted(Envelope):
     type: Literal["query.submitted"] = "query.submitted"
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    session_id: str | None = Field(default=None, max_length=128)
+    session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN)
     namespaces: list[Annotated[str, Field(pattern=STORE_NAMESPACE_PATTERN)]] = Field(
         default_factory=lambda: ["default"], min_length=1, max_length=16
     )
