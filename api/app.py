@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 from faststream.nats import NatsBroker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import admin, documents, ops, routes, web
+from api import admin, documents, ops, routes, sessions, web
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = 
     app.state.settings = settings
     app.include_router(routes.router)
     app.include_router(documents.router)
+    app.include_router(sessions.router)
     app.include_router(admin.router)
     app.include_router(ops.router)
     app.include_router(web.router)

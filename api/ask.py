@@ -37,7 +37,10 @@ def _sources(answer: dict[str, Any]) -> list[str]:
     for number in sorted(citations, key=int):
         cite = citations[number]
         title = cite.get("title") or cite.get("source") or "(untitled)"
-        lines.append(f"[{number}] {title} — {cite.get('document_id')} ({cite.get('score', 0):.3f})")
+        kind = " (memory)" if cite.get("kind") == "memory" else ""
+        lines.append(
+            f"[{number}] {title}{kind} — {cite.get('document_id')} ({cite.get('score', 0):.3f})"
+        )
     return lines
 
 
@@ -49,9 +52,13 @@ async def ask_question(
     intent: str | None = None,
     top_k: int | None = None,
     namespaces: Sequence[str] | None = None,
+    session_id: str | None = None,
 ) -> str | None:
-    """Submit, print phases and answer tokens live, then the sources; returns the final status."""
-    accepted = await client.submit(question, intent=intent, top_k=top_k, namespaces=namespaces)
+    """Submit, print phases and answer tokens live, then the sources; returns the final status.
+    In a session, a follow-up's standalone question is shown when it differs from the asked."""
+    accepted = await client.submit(
+        question, intent=intent, top_k=top_k, namespaces=namespaces, session_id=session_id
+    )
     request_id = accepted["request_id"]
     console.print(f"[dim]request {request_id}[/dim]")
     streaming = streamed = False
@@ -63,6 +70,9 @@ async def ask_question(
             console.print()
             streaming = False
         if message.event == "phase":
+            standalone = (data.get("metadata") or {}).get("standalone_query")
+            if data.get("phase") == "query_rewrite" and standalone and standalone != question:
+                console.print(f"[bold]understood as[/bold] {standalone}", highlight=False)
             if (line := _phase_line(data)) is not None:
                 console.print(line, highlight=False)
         elif message.event == "token":

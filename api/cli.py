@@ -195,6 +195,13 @@ def ask(
     namespace: Annotated[
         list[str] | None, typer.Option(help="Namespace to search (repeatable).")
     ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            help="A conversation: follow-ups are understood from its earlier turns, and what "
+            "it taught is recalled (`GET /v1/sessions/<id>` shows it).",
+        ),
+    ] = None,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     verbose: Verbose = False,
@@ -214,6 +221,7 @@ def ask(
                 intent=intent.value if intent else None,
                 top_k=top_k,
                 namespaces=namespace,
+                session_id=session,
             )
 
     try:

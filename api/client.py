@@ -138,6 +138,13 @@ class RagbusClient:
     async def status(self, request_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/queries/{request_id}")
 
+    async def session(self, session_id: str) -> dict[str, Any]:
+        """`{session_id, turns: [{request_id, query, standalone_query, answer, ...}]}`."""
+        return await self._json("GET", f"/v1/sessions/{session_id}")
+
+    async def forget_session(self, session_id: str) -> dict[str, Any]:
+        return await self._json("DELETE", f"/v1/sessions/{session_id}")
+
     async def stream_events(
         self, request_id: str, last_event_id: str | int | None = None
     ) -> AsyncIterator[SSEMessage]:

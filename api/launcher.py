@@ -57,6 +57,7 @@ WORKER_KINDS: tuple[str, ...] = (
     "critic",
     "tool",
     "ingest",
+    "memory",
 )
 
 

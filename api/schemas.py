@@ -21,6 +21,7 @@ from contracts.queries import (
     MAX_QUERY_CHARS,
     MAX_TOP_K,
     NAMESPACE_PATTERN,
+    SESSION_ID_PATTERN,
     QueryMode,
 )
 from contracts.tenancy import TENANT_PATTERN
@@ -70,7 +71,13 @@ class QueryRequest(BaseModel):
         # checked by `_not_blank` (for its message), published as the schema's own words
         json_schema_extra={"minLength": 1, "pattern": r"\S"},
     )
-    session_id: str | None = Field(default=None, max_length=128)
+    session_id: str | None = Field(
+        default=None,
+        pattern=SESSION_ID_PATTERN,
+        description="A conversation: the question is made standalone from the session's earlier "
+        "turns, becomes a turn itself (`GET /v1/sessions/{id}`), and the memory channel recalls "
+        "what the session remembered. Letters, digits, '.', '_', ':' or '-'; 1-128.",
+    )
     namespaces: list[Namespace] | None = Field(
         default=None,
         min_length=1,

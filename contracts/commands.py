@@ -22,7 +22,7 @@ from contracts.limits import (
     MAX_TOOL_CALLS,
 )
 from contracts.models import PackedVector, RetrievedChunk, ToolCall, ToolOutcome
-from contracts.queries import MAX_QUERY_CHARS
+from contracts.queries import MAX_QUERY_CHARS, SESSION_ID_PATTERN
 
 Chunks = Annotated[list[RetrievedChunk], Field(max_length=MAX_CHUNKS)]
 
@@ -31,6 +31,15 @@ class ClassifyCommand(Envelope):
     type: Literal["cmd.classify"] = "cmd.classify"
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     intent_override: Intent | None = None
+    session_id: str | None = Field(
+        default=None,
+        pattern=SESSION_ID_PATTERN,
+        description="the conversation the question belongs to: it is made standalone from "
+        "the session's earlier turns before it is classified",
+    )
+    submitted_at: float | None = Field(
+        default=None, description="epoch seconds: the turns before this one are the earlier"
+    )
 
 
 class SearchCommand(Envelope):
@@ -43,6 +52,9 @@ class SearchCommand(Envelope):
     top_k: int = Field(ge=1, le=200)
     query_vector: PackedVector | None = Field(
         default=None, description="the query's embedding from classify, reused by dense search"
+    )
+    session_id: str | None = Field(
+        default=None, pattern=SESSION_ID_PATTERN, description="the memory channel's scope"
     )
 
 

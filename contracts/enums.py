@@ -22,6 +22,8 @@ class Channel(StrEnum):
     SPARSE = "sparse"
     GRAPH_LOCAL = "graph_local"
     GRAPH_GLOBAL = "graph_global"
+    MEMORY = "memory"
+    """What the conversation's scope remembers (`workers.memory`), not the documents."""
 
 
 class Step(StrEnum):
@@ -33,14 +35,18 @@ class Step(StrEnum):
     GENERATE = "generate"
     CRITIC = "critic"
     TOOL = "tool"
+    MEMORY = "memory"
+    """Record a finished turn, remember it, forget a scope: nothing waits on its result."""
 
 
 class Phase(StrEnum):
+    QUERY_REWRITE = "query_rewrite"
     INTENT_CLASSIFICATION = "intent_classification"
     VECTOR_SEARCH = "vector_search"
     SPARSE_SEARCH = "sparse_search"
     GRAPH_LOCAL_SEARCH = "graph_local_search"
     GRAPH_GLOBAL_SEARCH = "graph_global_search"
+    MEMORY_SEARCH = "memory_search"
     FUSION = "fusion"
     GENERATION = "generation"
     TOOL_EXECUTION = "tool_execution"
@@ -48,11 +54,15 @@ class Phase(StrEnum):
     RETRY = "retry"
 
 
+DOCUMENT_CHANNELS: frozenset[Channel] = frozenset(set(Channel) - {Channel.MEMORY})
+"""The channels that search the documents (memory searches what a conversation taught)."""
+
 CHANNEL_PHASE: dict[Channel, Phase] = {
     Channel.VECTOR: Phase.VECTOR_SEARCH,
     Channel.SPARSE: Phase.SPARSE_SEARCH,
     Channel.GRAPH_LOCAL: Phase.GRAPH_LOCAL_SEARCH,
     Channel.GRAPH_GLOBAL: Phase.GRAPH_GLOBAL_SEARCH,
+    Channel.MEMORY: Phase.MEMORY_SEARCH,
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -92,6 +92,11 @@ class Citation(BaseModel):
         default_factory=dict,
         max_length=16,
         description="channel name -> 1-based rank at which that channel found the passage",
+    )
+    kind: Literal["document", "memory"] = Field(
+        default="document",
+        description="`memory`: something the conversation's scope remembered (an earlier "
+        "answer, a fact the user stated), not a document",
     )
 
 

@@ -47,6 +47,12 @@ class ClassifyResult(StepResult):
     method: str = Field(max_length=64)
     weights: dict[Channel, float]
     query_vector: PackedVector | None = None
+    standalone_query: str | None = Field(
+        default=None,
+        max_length=MAX_QUERY_CHARS,
+        description="a follow-up made standalone from its session (unset: asked as it is)",
+    )
+    rewrite_method: str | None = Field(default=None, max_length=16)
 
 
 class SearchResult(StepResult):

@@ -99,6 +99,33 @@ class Settings(BaseSettings):
         86_400, gt=0, description="How long an Idempotency-Key is remembered."
     )
 
+    # Conversations and memory
+    session_max_turns: int = Field(
+        50, ge=1, le=1000, description="Turns a session keeps; the oldest go first."
+    )
+    session_ttl_s: int = Field(
+        7 * 86_400,
+        gt=0,
+        description="How long a turn is kept, and a session after its latest turn.",
+    )
+    session_context_turns: int = Field(
+        3, ge=0, le=20, description="Earlier turns a follow-up is made standalone from."
+    )
+    memory_scope: Literal["session", "tenant"] = Field(
+        "session",
+        description="What semantic memory is shared by: one session (the default), or every "
+        "session of a tenant. A memory is never recalled outside its scope.",
+    )
+    memory_ttl_s: int = Field(
+        30 * 86_400, gt=0, description="How long a scope's memory index lives after its last write."
+    )
+    memory_min_score: float = Field(
+        0.35,
+        ge=-1.0,
+        le=1.0,
+        description="Cosine similarity below which a memory is not recalled for a question.",
+    )
+
     # Consumers
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after a worker goes silent.")
     max_deliver: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
@@ -244,6 +271,11 @@ class Settings(BaseSettings):
     def vectors_path(self) -> Path:
         """The embedded Qdrant Edge store: one shard per namespace."""
         return self.data_dir / "vectors"
+
+    @property
+    def memory_path(self) -> Path:
+        """The embedded semantic memory: one shard per memory scope."""
+        return self.data_dir / "memory"
 
     @property
     def models_path(self) -> Path:

@@ -10,6 +10,7 @@ from typing import Any
 from contracts.events import AnswerData
 from contracts.limits import MAX_SNIPPET_CHARS
 from contracts.models import Citation, RetrievedChunk
+from contracts.sessions import MEMORY_PREFIX
 from orchestrator.state import RequestState
 
 FALLBACK_PASSAGES = 3
@@ -36,6 +37,7 @@ def build_answer(state: RequestState, finished: datetime, critic_note: str | Non
             score=by_id[cid].score,
             snippet=snippet(by_id[cid].text),
             channels=by_id[cid].channels,
+            kind="memory" if by_id[cid].document_id.startswith(MEMORY_PREFIX) else "document",
         )
         for n, cid in sorted(state.draft_citations.items())
         if cid in by_id
@@ -59,6 +61,9 @@ def build_answer(state: RequestState, finished: datetime, critic_note: str | Non
         "tools": [t.model_dump(mode="json") for t in state.tool_results],
         "latency_ms": round((finished - state.created_at).total_seconds() * 1000, 2),
         "trace_id": state.trace.trace_id,
+        "standalone_query": state.question,
+        "rewrite_method": state.rewrite_method,
+        "session_id": state.session_id,
     }
     if critic_note:
         metadata["critic_note"] = critic_note

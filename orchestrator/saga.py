@@ -60,6 +60,7 @@ from infra.settings import Settings
 from orchestrator.answer import build_answer, passages_draft
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
+from orchestrator.turns import remember_turn
 
 FALLBACK_WEIGHTS: dict[Channel, float] = dict(PRIOR)
 """Used when classification failed or timed out: the prior, not a guess at an intent."""
@@ -203,6 +204,10 @@ class Saga:
         )
 
     def _on_classified(self, state: RequestState, res: ClassifyResult, clock: Clock) -> Transition:
+        state.rewrite_method = res.rewrite_method
+        if res.standalone_query and res.standalone_query != state.query:
+            state.standalone_query = res.standalone_query
+            state.search_queries = [res.standalone_query]
         state.intent = res.intent
         state.intent_confidence = res.confidence
         state.intent_method = res.method
@@ -268,7 +273,11 @@ class Saga:
     # ----------------------------------------------------------------- steps
     def _start_classify(self, state: RequestState, clock: Clock) -> Transition:
         cmd = ClassifyCommand(
-            **self._corr(state), query=state.query, intent_override=state.intent_override
+            **self._corr(state),
+            query=state.query,
+            intent_override=state.intent_override,
+            session_id=state.session_id,
+            submitted_at=state.created_at.timestamp(),
         )
         state.status = RequestStatus.CLASSIFYING
         state.pending = self._pending(
@@ -301,6 +310,16 @@ class Saga:
         state.sub_results = [{} for _ in state.search_queries[1:]]
         awaited: dict[str, str] = {}
         for channel in Channel:
+            if channel is Channel.MEMORY and not self._has_memory(state):
+                state.channel_reports[channel] = ChannelReport(
+                    channel=channel, status="skipped", reason="no session"
+                )
+                messages.append(
+                    self._phase(
+                        state, CHANNEL_PHASE[channel], PhaseStatus.SKIPPED, reason="no session"
+                    )
+                )
+                continue
             if state.weights.get(channel, 0.0) <= 0.0 and state.mode == "answer":
                 state.channel_reports[channel] = ChannelReport(
                     channel=channel, status="skipped", reason="weight 0 for this intent"
@@ -322,6 +341,7 @@ class Saga:
                     namespaces=state.namespaces,
                     top_k=state.channel_top_k,
                     query_vector=self._vector_of(state, query),
+                    session_id=state.session_id,
                 )
                 awaited[_search_key(channel, index)] = cmd.event_id
                 messages.append(self._cmd(cmd, Step.SEARCH, channel))
@@ -383,7 +403,7 @@ class Saga:
     ) -> Transition:
         cmd = FuseCommand(
             **self._corr(state),
-            query=state.query,
+            query=state.question,
             weights=state.weights,
             results=state.channel_results,
             top_k=state.top_k,
@@ -402,7 +422,7 @@ class Saga:
         follow_ups = state.search_queries if state.carried else []  # a decomposed attempt
         cmd = GenerateCommand(
             **self._corr(state),
-            query=state.query,
+            query=state.question,
             intent=state.intent or Intent.FACTUAL,
             contexts=state.fused,
             tool_results=state.tool_results,
@@ -410,7 +430,7 @@ class Saga:
             follow_ups=follow_ups,
             query_vectors={
                 text: vector
-                for text in [state.query, *follow_ups]
+                for text in [state.question, *follow_ups]
                 if (vector := self._vector_of(state, text)) is not None
             },
         )
@@ -424,7 +444,7 @@ class Saga:
         return self._moved(state, [self._cmd(cmd, Step.GENERATE)])
 
     def _start_tool(self, state: RequestState, calls: list[ToolCall], clock: Clock) -> Transition:
-        cmd = ToolCommand(**self._corr(state), query=state.query, calls=calls)
+        cmd = ToolCommand(**self._corr(state), query=state.question, calls=calls)
         state.status = RequestStatus.TOOLING
         state.tool_rounds += 1
         state.pending = self._pending(
@@ -435,7 +455,7 @@ class Saga:
     def _start_critic(self, state: RequestState, clock: Clock) -> Transition:
         cmd = CriticCommand(
             **self._corr(state),
-            query=state.query,
+            query=state.question,
             intent=state.intent or Intent.FACTUAL,
             answer=state.draft or "",
             citations=state.draft_citations,
@@ -497,7 +517,8 @@ class Saga:
         state.finished_at = finished
         answer = AnswerEvent(**self._corr(state), data=state.answer)
         done = DoneEvent(**self._corr(state), data=DoneData(status=RequestStatus.COMPLETED))
-        return self._moved(state, [*messages, self._event(answer), self._event(done)])
+        ending = [*messages, self._event(answer), self._event(done), *self._remember(state)]
+        return self._moved(state, ending)
 
     def _passages_answer(self, state: RequestState, reason: str) -> Transition:
         """When generation fails but retrieval worked, the answer is the best passages,
@@ -528,14 +549,26 @@ class Saga:
         state.finished_at = utcnow()
         error = ErrorEvent(**self._corr(state), data=state.error)
         done = DoneEvent(**self._corr(state), data=DoneData(status=status))
-        return self._moved(state, [self._event(error), self._event(done)])
+        return self._moved(state, [self._event(error), self._event(done), *self._remember(state)])
 
     # ----------------------------------------------------------------- helpers
+    def _has_memory(self, state: RequestState) -> bool:
+        """Whether the request has a memory scope: its session's, or its tenant's."""
+        return state.session_id is not None or self.settings.memory_scope == "tenant"
+
+    @staticmethod
+    def _remember(state: RequestState) -> list[Outgoing]:
+        """A session's turn, recorded by the memory worker once the request has ended."""
+        turn = remember_turn(state)
+        if turn is None:
+            return []
+        return [Outgoing(sj.cmd_subject(Step.MEMORY), sj.STREAM_CMD, turn)]
+
     @staticmethod
     def _vector_of(state: RequestState, text: str) -> str | None:
         """The request's embedding of a query text: classify's for the question, a dense
         channel's for a follow-up."""
-        if text == state.query and state.query_vector:
+        if text == state.question and state.query_vector:
             return state.query_vector
         return state.query_vectors.get(text)
 

@@ -56,6 +56,10 @@ class RequestState(BaseModel):
         "or a decomposition's follow-up queries",
     )
     session_id: str | None = None
+    standalone_query: str | None = Field(
+        default=None, description="the follow-up made standalone from its session's turns"
+    )
+    rewrite_method: str | None = None
     namespaces: list[str]
     top_k: int
     channel_top_k: int
@@ -114,12 +118,19 @@ class RequestState(BaseModel):
             data.setdefault("search_queries", [data.pop("search_query")])
         return data
 
+    @property
+    def question(self) -> str:
+        """What the pipeline answers: the standalone rewrite of a follow-up, else the query."""
+        return self.standalone_query or self.query
+
     def public_view(self) -> dict[str, Any]:
         """What `GET /v1/queries/{id}` shows: no internal bookkeeping."""
         return {
             "request_id": self.request_id,
             "status": self.status.value,
             "query": self.query,
+            "session_id": self.session_id,
+            "standalone_query": self.standalone_query,
             "attempt": self.attempt,
             "intent": self.intent.value if self.intent else None,
             "created_at": self.created_at.isoformat(),

@@ -25,6 +25,8 @@ import redis.asyncio as aioredis
 
 from contracts.envelope import Envelope
 from contracts.queries import QuerySubmitted
+from contracts.sessions import SessionTurn
+from infra.memory.sessions import SessionStore
 from infra.runtime.liveness import DEADLINES_KEY
 from infra.settings import Settings
 from orchestrator.state import RequestState
@@ -203,6 +205,9 @@ class StateStore:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
+        self.sessions = SessionStore(
+            redis, max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s
+        )
         self._commit_script = redis.register_script(COMMIT)
         self._create_script = redis.register_script(CREATE)
 
@@ -230,6 +235,15 @@ class StateStore:
         )
         if not created:
             raise StateExists(state.request_id)
+        if state.session_id is not None:
+            # the question takes its place in the conversation now, by submission time; if
+            # this write is lost, the memory worker records the turn when the request ends
+            turn = SessionTurn(
+                request_id=state.request_id,
+                query=state.query,
+                submitted_at=state.created_at.timestamp(),
+            )
+            await self.sessions.begin(state.tenant, state.session_id, turn)
         return state
 
     async def recent(self, tenant: str, limit: int) -> list[RequestState]:

@@ -22,6 +22,7 @@ from infra.settings import Settings
 
 if TYPE_CHECKING:
     from infra.llm import LLMClient
+    from infra.memory.semantic import MemoryVectors
     from infra.retrieval.encoder import Encoder, Encoding
     from infra.retrieval.graph.store import GraphStore
     from infra.retrieval.nli import NliModel
@@ -52,6 +53,7 @@ class Resources:
         self._reranker: Reranker | None = None
         self._nli: NliModel | None = None
         self._vectors: VectorStore | None = None
+        self._memory: MemoryVectors | None = None
         self._graph: GraphStore | None = None
         self._llm: LLMClient | None = None
         self._redis: aioredis.Redis | None = None
@@ -172,6 +174,18 @@ class Resources:
                 )
             return self._vectors
 
+    async def memory_vectors(self) -> MemoryVectors:
+        """Semantic memory's vectors (`infra.memory.semantic`), in a store of their own."""
+        encoder = await self.encoder()
+        async with self._lock:
+            if self._memory is None:
+                from infra.memory.semantic import MemoryVectors
+                from infra.retrieval.vectors import open_memory_store
+
+                store = await asyncio.to_thread(open_memory_store, self.settings, encoder.dim)
+                self._memory = MemoryVectors(store)
+            return self._memory
+
     async def graph(self) -> GraphStore:
         async with self._lock:
             if self._graph is None:
@@ -201,6 +215,8 @@ class Resources:
             await self._graph.aclose()
         if self._vectors is not None:
             await asyncio.to_thread(self._vectors.close)
+        if self._memory is not None:
+            await asyncio.to_thread(self._memory.store.close)
         if self._redis is not None:
             await self._redis.aclose()
         if self._background is not None:

@@ -7,6 +7,7 @@ from contracts.models import RetrievedChunk
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
 
 V, S, L, G = Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL, Channel.GRAPH_GLOBAL
+M = Channel.MEMORY
 FACTUAL = {V: 0.3, S: 0.3, L: 0.4, G: 0.0}
 
 
@@ -34,7 +35,7 @@ def test_effective_weights_are_all_zero_without_results() -> None:
 def test_zero_weight_channels_that_alone_answered_share_equally() -> None:
     summary = {V: 0.1, S: 0.0, L: 0.1, G: 0.8}
     weights = effective_weights(summary, {S: ranking("a")})
-    assert weights == {V: 0.0, S: 1.0, L: 0.0, G: 0.0}
+    assert weights == {V: 0.0, S: 1.0, L: 0.0, G: 0.0, M: 0.0}
 
 
 def test_rrf_score_is_the_weighted_sum_of_reciprocal_ranks() -> None:
@@ -84,5 +85,5 @@ def test_nothing_in_nothing_out() -> None:
 
 def test_counts_and_samples_cover_every_channel() -> None:
     results = {V: ranking(*"abcde"), L: ranking("q")}
-    assert channel_counts(results) == {V: 5, S: 0, L: 1, G: 0}
-    assert channel_samples(results) == {V: ["a", "b", "c"], S: [], L: ["q"], G: []}
+    assert channel_counts(results) == {V: 5, S: 0, L: 1, G: 0, M: 0}
+    assert channel_samples(results) == {V: ["a", "b", "c"], S: [], L: ["q"], G: [], M: []}

@@ -11,7 +11,7 @@ never gets that far: its weights are the prior.
 from __future__ import annotations
 
 from contracts.commands import FuseCommand, SearchCommand
-from contracts.enums import Channel, Intent, RequestStatus
+from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, RequestStatus
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult
 from infra.retrieval.intent_profiles import EVEN, LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
@@ -63,7 +63,7 @@ def test_a_confident_misroute_still_reaches_its_chunk_through_the_rebalance_retr
     run.classify(weights=misread, intent=Intent.FACTUAL, confidence=0.93)
 
     # attempt 1: the zero-weight channel is skipped, so the chunk cannot be fused
-    assert answer_channels(run, found) == set(Channel) - {Channel.GRAPH_GLOBAL}
+    assert answer_channels(run, found) == DOCUMENT_CHANNELS - {Channel.GRAPH_GLOBAL}
     assert RELEVANT.chunk_id not in fused_ids(run.last(FuseCommand))
     run.fuse()
     run.generate(answer="Ships pass through locks [1].", citations={1: "vector-0"})
@@ -83,7 +83,7 @@ def test_a_confident_misroute_still_reaches_its_chunk_through_the_rebalance_retr
     assert run.state is not None
     assert (run.state.attempt, run.state.status) == (2, RequestStatus.SEARCHING)
     assert run.state.weights == dict(EVEN)
-    assert answer_channels(run, found) == set(Channel)
+    assert answer_channels(run, found) == DOCUMENT_CHANNELS  # no session: no memory
     retry_fuse = run.last(FuseCommand)
     assert retry_fuse.attempt == 2
     assert retry_fuse.weights == dict(EVEN)

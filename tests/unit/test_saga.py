@@ -14,7 +14,7 @@ from contracts.commands import (
     SearchCommand,
     ToolCommand,
 )
-from contracts.enums import Channel, Intent, RequestStatus
+from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, RequestStatus
 from contracts.events import AnswerEvent, DoneEvent, ErrorEvent, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk, ToolOutcome
 from contracts.queries import QueryCancelled, QuerySubmitted
@@ -62,7 +62,8 @@ class Run:
 
     def submit(self, **fields: Any) -> list[Any]:
         """What the API does, then what the orchestrator does with the submission."""
-        msg = QuerySubmitted(request_id="r1", query="who built the lighthouse", **fields)
+        fields.setdefault("query", "who built the lighthouse")
+        msg = QuerySubmitted(request_id="r1", **fields)
         if self.state is None:
             self.state = initial_state(msg, self.settings, self.now)
         return self._take(self.saga.on_submitted(self.state, msg, Clock(self.now)))
@@ -255,7 +256,8 @@ def test_classification_failure_degrades_to_the_prior_weights() -> None:
     cmd = run.last(ClassifyCommand)
     sent = run.result(StepFailure(**run.corr(cmd), step="classify"))
     searched = {m.channel for m in sent if isinstance(m, SearchCommand)}
-    assert searched == {c for c, w in FALLBACK_WEIGHTS.items() if w > 0}
+    # no session: no memory channel, whatever its weight
+    assert searched == {c for c, w in FALLBACK_WEIGHTS.items() if w > 0} - {Channel.MEMORY}
     assert run.state.weights == FALLBACK_WEIGHTS
     assert run.state.intent_method == "fallback"
 
@@ -444,20 +446,20 @@ def test_retrieve_mode_searches_every_channel_and_completes_after_fusion() -> No
     run = Run()
     run.submit(mode="retrieve", top_k=100)
     sent = run.classify()
-    assert {m.channel for m in sent if isinstance(m, SearchCommand)} == set(Channel)
+    assert {m.channel for m in sent if isinstance(m, SearchCommand)} == DOCUMENT_CHANNELS
     run.search_all()
     sent = run.fuse()
     assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
     retrieval = sent[0].data.metadata["retrieval"]
     assert retrieval["fused"][0]["document_id"] == "d1"
-    assert set(retrieval["channels"]) == {c.value for c in Channel}
+    assert set(retrieval["channels"]) == {c.value for c in DOCUMENT_CHANNELS}
 
 
 def test_retrieve_mode_retrieves_even_for_a_tool_intent() -> None:
     run = Run()
     run.submit(mode="retrieve")
     sent = run.classify(intent=Intent.TOOL, weights=EVEN)
-    assert {m.channel for m in sent if isinstance(m, SearchCommand)} == set(Channel)
+    assert {m.channel for m in sent if isinstance(m, SearchCommand)} == DOCUMENT_CHANNELS
 
 
 def test_decompose_searches_every_follow_up_and_fuses_them_onto_the_first_attempt() -> None:
@@ -555,7 +557,7 @@ def test_rebalance_with_bridge_terms_searches_every_channel_with_the_expanded_qu
         "retry", strategy="rebalance", rewritten_query="who built the lighthouse Sostratus"
     )
     searches = [m for m in sent if isinstance(m, SearchCommand)]
-    assert {s.channel for s in searches} == set(Channel)
+    assert {s.channel for s in searches} == DOCUMENT_CHANNELS
     assert all(s.query == "who built the lighthouse Sostratus" for s in searches)
     assert run.state.weights == dict(EVEN)
 

@@ -10,7 +10,7 @@ import pytest
 
 from contracts import subjects as sj
 from contracts.commands import SearchCommand
-from contracts.enums import CHANNEL_PHASE, Channel, Step
+from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Step
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult, StepResult
@@ -135,11 +135,11 @@ async def test_vector_channel_reuses_the_query_vector(
 
 async def test_empty_namespace_is_an_empty_result(settings: Settings, encoder: FakeEncoder) -> None:
     async with worker_harness(create_router, settings, encoder) as harness:
-        for channel in Channel:
+        for channel in DOCUMENT_CHANNELS:
             cmd = _command(channel, "anything at all")
             await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, channel), sj.STREAM_CMD)
         results = [SearchResult.model_validate(r) for r in harness.on("rag.res.search.")]
-        assert sorted(r.channel for r in results) == sorted(Channel)
+        assert sorted(r.channel for r in results) == sorted(DOCUMENT_CHANNELS)
         assert all(r.status == "ok" and r.chunks == [] for r in results)
 
 

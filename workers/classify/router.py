@@ -1,4 +1,9 @@
-"""The classify worker on the bus: `rag.cmd.classify` in, `rag.res.classify` out."""
+"""The classify worker on the bus: `rag.cmd.classify` in, `rag.res.classify` out.
+
+A question of a session is first made standalone from the session's earlier turns (the
+`query_rewrite` phase: by the LLM when one is configured, else by the rules of
+`workers.classify.rewrite`), and the standalone question is what is classified and embedded.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ from faststream.nats import NatsRouter
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase, Step
 from contracts.results import ClassifyResult
+from infra.llm import describe
+from infra.logging import get_logger
+from infra.memory.sessions import SessionStore
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
@@ -16,21 +24,57 @@ from infra.runtime.worker_runtime import (
     step_router,
 )
 from workers.classify.classifier import IntentClassifier
+from workers.classify.llm_rewrite import llm_rewrite
 from workers.classify.model_meta import model_dir
+from workers.classify.rewrite import Rewrite, rewrite
+
+log = get_logger(__name__)
 
 
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     classifier = IntentClassifier(resources.encoder, model_dir(settings))
+    sessions = SessionStore(
+        resources.redis(), max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s
+    )
     router = step_router(resources)
     resources.on_warm_up(lambda: classifier.classify("warm up", None))
     publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)
 
+    async def standalone(cmd: ClassifyCommand) -> Rewrite | None:
+        """The question made standalone from its session's earlier turns (None: no session)."""
+        if cmd.session_id is None:
+            return None
+        async with phase(bus, cmd, Phase.QUERY_REWRITE) as run:
+            history = await sessions.turns(
+                cmd.tenant,
+                cmd.session_id,
+                before=cmd.submitted_at,
+                limit=settings.session_context_turns,
+            )
+            made = rewrite(cmd.query, history)
+            llm = resources.llm()
+            if llm is not None and history:
+                try:
+                    made = Rewrite(await llm_rewrite(llm, cmd.query, history), "llm")
+                except Exception as exc:  # RewriteUnusable, or the model failed: rules stand
+                    log.warning("llm_rewrite_failed", error=describe(exc))
+                    run.metadata["llm_error"] = describe(exc)[:300]
+            run.metadata.update(
+                method=made.method,
+                standalone_query=made.standalone,
+                turns=len(history),
+                antecedent=made.antecedent,
+            )
+        return made
+
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings))
     async def classify(cmd: ClassifyCommand) -> None:
         """Intent, confidence and channel weights for the query, plus its embedding."""
+        made = await standalone(cmd)
+        question = made.standalone if made is not None else cmd.query
         async with phase(bus, cmd, Phase.INTENT_CLASSIFICATION) as run:
-            found = await classifier.classify(cmd.query, cmd.intent_override)
+            found = await classifier.classify(question, cmd.intent_override)
             run.metadata.update(
                 intent=found.intent.value,
                 confidence=found.confidence,
@@ -44,6 +88,8 @@ def create_router(resources: Resources) -> NatsRouter:
             method=found.method,
             weights=found.weights,
             query_vector=found.query_vector,
+            standalone_query=made.standalone if made is not None else None,
+            rewrite_method=made.method if made is not None else None,
         )
         await publisher.publish(result)
 

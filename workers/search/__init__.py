@@ -1,4 +1,5 @@
-"""Search worker: one durable consumer per retrieval channel, one result per command.
+"""Search worker: one durable consumer per document channel, one result per command (the
+`memory` channel is `workers.memory`'s, beside the store it searches).
 
 The subscriber looks its channel function up on `channels` at call time, so a test (or an
 operator's patch) can replace one channel without rebuilding the router.
@@ -94,6 +95,6 @@ def create_router(resources: Resources) -> NatsRouter:
             title=f"search.{channel.value}",
         )(handle)
 
-    for channel in Channel:
+    for channel in CHANNEL_FUNCTIONS:  # the memory channel is the memory worker's
         register(channel)
     return router

@@ -7,7 +7,11 @@ from infra.logging import get_logger
 from infra.retrieval.vectors.base import Sentences, StoreMismatch, VectorStore
 from infra.settings import Settings
 
-__all__ = ["Sentences", "StoreMismatch", "VectorStore", "open_vector_store"]
+__all__ = ["Sentences", "StoreMismatch", "VectorStore", "open_memory_store", "open_vector_store"]
+
+MEMORY_SUFFIX = "-memory_"
+"""On a Qdrant server, memory collections are named `ragbus-memory_...` (for the default
+prefix `ragbus_`): outside the documents' prefix, so their listing never shows one."""
 
 log = get_logger(__name__)
 
@@ -39,3 +43,20 @@ def open_vector_store(
         refuse_unmigrated(settings)
     log.info("vectors_embedded", path=str(settings.vectors_path))
     return EdgeVectorStore(settings.vectors_path, dim, sparse_idf=sparse_idf)
+
+
+def open_memory_store(settings: Settings, dim: int) -> VectorStore:
+    """Semantic memory's own store (`infra.memory.semantic`): a directory of Edge shards apart
+    from the documents', or collections under their own prefix on a Qdrant server, so no
+    listing, search or migration of the documents ever meets a memory."""
+    if settings.qdrant_url:
+        from qdrant_client import QdrantClient
+
+        from infra.retrieval.vectors.qdrant import QdrantVectorStore
+
+        client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
+        prefix = settings.qdrant_collection_prefix.rstrip("_-") + MEMORY_SUFFIX
+        return QdrantVectorStore(client, dim, prefix)
+    from infra.retrieval.vectors.edge import EdgeVectorStore
+
+    return EdgeVectorStore(settings.memory_path, dim)

@@ -317,7 +317,18 @@ class VectorStore(ABC):
         if self._exists(namespace):
             yield from self._scroll(namespace, batch)
 
+    def drop_namespace(self, namespace: str) -> bool:
+        """Delete a namespace's collection and everything in it; False when it had none."""
+        with self._write_lock:
+            if not self._exists(namespace):
+                return False
+            self._drop(namespace)
+            return True
+
     # ---------------------------------------------------------------- backend primitives
+
+    @abstractmethod
+    def _drop(self, namespace: str) -> None: ...
 
     @abstractmethod
     def namespaces(self) -> list[str]:

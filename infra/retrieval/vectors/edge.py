@@ -185,6 +185,14 @@ class EdgeVectorStore(VectorStore):
     def _ensure(self, namespace: str) -> None:
         self._shard(namespace, create=True)
 
+    def _drop(self, namespace: str) -> None:
+        with self._open_lock:
+            shard = self._shards.pop(namespace, None)
+            if shard is not None:
+                shard.close()
+            shutil.rmtree(self._path(namespace), ignore_errors=True)
+        log.info("vector_shard_dropped", path=str(self._path(namespace)))
+
     def _upsert(self, namespace: str, points: Sequence[StoredPoint]) -> None:
         edge_points = [Point(p.id, _vector(p), p.payload) for p in points]
         self._must(namespace).update(UpdateOperation.upsert_points(edge_points))

@@ -85,6 +85,12 @@ class QdrantVectorStore(VectorStore):
             self._known.add(name)
         return True
 
+    def _drop(self, namespace: str) -> None:
+        name = self.collection_name(namespace)
+        with self._lock:
+            self._client.delete_collection(name)
+            self._known.discard(name)
+
     def _check_config(self, name: str) -> None:
         """Refuse a collection made for another encoder: its dense size or sparse kind differ."""
         params = self._client.get_collection(name).config.params

@@ -1,0 +1,145 @@
+"""Semantic memory: what a scope learned, embedded for recall by the `memory` channel.
+
+A scope is one session (the default) or one tenant (`RAGBUS_MEMORY_SCOPE=tenant`). Each scope
+has a collection of its own in a vector store apart from the documents' (its own directory
+under the data directory, or its own collection prefix on a Qdrant server), so a memory can
+only be found from its scope: the channel searches the scope's collection and nothing else.
+
+Beside the vectors, Redis keeps the scope's index of memories (id -> what was remembered).
+It is what the API lists and deletes, from any process, and the channel drops a hit the index
+no longer has: a deleted memory is never recalled, even before the memory worker has removed
+its vector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import redis.asyncio as aioredis
+
+from contracts.models import RetrievedChunk
+from contracts.sessions import MEMORY_PREFIX
+from infra.retrieval.text import Chunk
+from infra.retrieval.vectors.base import VectorStore
+
+MemoryKind = Literal["answer", "fact"]
+
+
+def scope_of(tenant: str, session_id: str | None, scope: str) -> str | None:
+    """The memory scope of a request: its session's, or its tenant's; None when a session
+    scope is configured and the request has no session."""
+    if scope == "tenant":
+        return f"{tenant}/tenant"
+    return f"{tenant}/session/{session_id}" if session_id else None
+
+
+def scope_namespace(scope: str) -> str:
+    """The scope's collection: a digest, so no caller-chosen text names a directory."""
+    return "mem-" + hashlib.sha256(scope.encode()).hexdigest()[:32]
+
+
+def index_key(scope: str) -> str:
+    return f"ragbus:memory:{{{scope}}}"
+
+
+@dataclass(frozen=True)
+class Memory:
+    memory_id: str
+    kind: MemoryKind
+    text: str
+    title: str
+    request_id: str
+    created_at: float
+
+    def chunk(self, namespace: str) -> Chunk:
+        return Chunk(
+            chunk_id=self.memory_id,
+            document_id=MEMORY_PREFIX + self.memory_id,
+            namespace=namespace,
+            title=self.title,
+            source=MEMORY_PREFIX + self.kind,
+            index=0,
+            text=self.text,
+        )
+
+
+def new_memory(kind: MemoryKind, text: str, title: str, request_id: str) -> Memory:
+    # stable per request and kind: a redelivered turn overwrites its memory, never doubles it
+    memory_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ragbus/memory/{request_id}/{kind}"))
+    return Memory(memory_id, kind, text, title, request_id, time.time())
+
+
+class MemoryIndex:
+    """The Redis side: what each scope remembers, listable and deletable from any process."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+
+    async def add(self, scope: str, memory: Memory) -> None:
+        key = index_key(scope)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, memory.memory_id, json.dumps(asdict(memory)))
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def list(self, scope: str) -> list[Memory]:
+        raw = await self.redis.hgetall(index_key(scope))
+        memories = [Memory(**json.loads(value)) for value in raw.values()]
+        return sorted(memories, key=lambda m: m.created_at)
+
+    async def known(self, scope: str, memory_ids: Sequence[str]) -> set[str]:
+        if not memory_ids:
+            return set()
+        found = await self.redis.hmget(index_key(scope), list(memory_ids))
+        return {mid for mid, value in zip(memory_ids, found, strict=True) if value}
+
+    async def delete(self, scope: str, memory_id: str) -> bool:
+        return bool(await self.redis.hdel(index_key(scope), memory_id))
+
+    async def clear(self, scope: str) -> int:
+        key = index_key(scope)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hlen(key)
+            pipe.delete(key)
+            count, _ = await pipe.execute()
+        return int(count)
+
+
+class MemoryVectors:
+    """The vector side: one collection per scope in a store of its own."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+
+    def add(self, scope: str, memory: Memory, vector: np.ndarray) -> None:
+        namespace = scope_namespace(scope)
+        empty_sparse: tuple[list[int], list[float]] = ([], [])
+        self.store.upsert_chunks(
+            namespace,
+            [memory.chunk(namespace)],
+            np.asarray(vector, dtype=np.float32).reshape(1, -1),
+            [empty_sparse],
+            content_hash=memory.memory_id,
+        )
+
+    def search(self, scope: str, vector: np.ndarray, top_k: int) -> list[RetrievedChunk]:
+        return self.store.search_dense([scope_namespace(scope)], vector, top_k)
+
+    def texts(self, scope: str, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+        """The hits with their text (memories are short; the channel ships them whole, since
+        fusion hydrates from the documents' store, which does not hold them)."""
+        return self.store.hydrate(chunks)
+
+    def delete(self, scope: str, memory_id: str) -> None:
+        self.store.delete_document(scope_namespace(scope), MEMORY_PREFIX + memory_id)
+
+    def drop(self, scope: str) -> None:
+        self.store.drop_namespace(scope_namespace(scope))
