@@ -279,6 +279,62 @@ def bench_ingest(
     _save_json(report, out)
 
 
+@app.command("bench-conversations")
+def bench_conversations(
+    conversations: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="JSONL of conversations.")
+    ] = Path("bench/conversations.jsonl"),
+    beir: Annotated[
+        Path, typer.Option(exists=True, file_okay=False, help="The BEIR set they are about.")
+    ] = Path("../shared/data/musique_train100"),
+    namespace: Annotated[str | None, typer.Option(help="Default: the set's name.")] = None,
+    skip_ingest: Annotated[bool, typer.Option(help="Reuse what is already indexed.")] = False,
+    concurrency: Concurrency = 4,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/conversations.json"
+    ),
+    verbose: Verbose = False,
+) -> None:
+    """Follow-up questions' retrieval (Recall@10, nDCG@10) in their conversation, without it,
+    and for the standalone reference question (the ceiling), through the running API."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from api.client import RagbusClient
+    from api.evaluation.beir import load_beir
+    from api.evaluation.conversations import load_conversations, run_conversations
+    from api.evaluation.harness import default_namespace, ingest_set
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+    talks = load_conversations(conversations)
+    where = namespace or default_namespace(beir)
+
+    async def go() -> dict[str, Any]:
+        if not skip_ingest:
+            await ingest_set(settings, load_beir(beir, "test"), where, console)
+        columns = (TextColumn("conversations"), BarColumn(), MofNCompleteColumn())
+        async with RagbusClient(api, token=token) as client:
+            with Progress(*columns, console=console, transient=True) as bar:
+                task = bar.add_task("conversations", total=len(talks))
+                run = await run_conversations(
+                    client,
+                    talks,
+                    where,
+                    concurrency=concurrency,
+                    progress=lambda: bar.advance(task),
+                )
+        report = run.report()
+        report.update({"conversations": len(talks), "file": str(conversations), "namespace": where})
+        return report
+
+    report = asyncio.run(go())
+    shown = {k: v for k, v in report.items() if k != "rewrites"}
+    console.print_json(json.dumps(shown))
+    _save_json(report, out)
+
+
 @app.command("bench-critic")
 def bench_critic(
     beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Path, status
 from pydantic import BaseModel, Field
 
 from api.auth import CallerDep, authenticate
@@ -36,13 +36,6 @@ SessionPath = Annotated[
     Path(
         pattern=SESSION_ID_PATTERN,
         description="Letters, digits, '.', '_', ':' or '-'; 1-128, the first a letter or digit.",
-    ),
-]
-SessionQuery = Annotated[
-    str | None,
-    Query(
-        pattern=SESSION_ID_PATTERN,
-        description="The session whose memories (with RAGBUS_MEMORY_SCOPE=session, the default).",
     ),
 ]
 
@@ -123,22 +116,22 @@ async def delete_session(
     return SessionForgotten(session_id=session_id, turns=turns, memories=forgotten)
 
 
-def _scope(tenant: str, session_id: str | None, settings: Settings) -> str:
+def _scope(tenant: str, session_id: str, settings: Settings) -> str:
     scope = scope_of(tenant, session_id, settings.memory_scope)
-    if scope is None:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY,
-            "memory is kept per session (RAGBUS_MEMORY_SCOPE=session): name one with ?session_id=",
-        )
+    assert scope is not None  # a session always has a scope
     return scope
 
 
-@router.get("/memories", response_model=MemoryList, summary="What the memory holds")
+@router.get(
+    "/sessions/{session_id}/memories",
+    response_model=MemoryList,
+    summary="What a conversation remembers",
+)
 async def list_memories(
-    caller: CallerDep, memories: MemoriesDep, settings: SettingsDep, session_id: SessionQuery = None
+    session_id: SessionPath, caller: CallerDep, memories: MemoriesDep, settings: SettingsDep
 ) -> MemoryList:
-    """The memories of a session (or, with RAGBUS_MEMORY_SCOPE=tenant, of the caller's tenant):
-    accepted answers and facts the user stated, oldest first."""
+    """The memories the session's questions recall: accepted answers and facts the user stated,
+    oldest first. With RAGBUS_MEMORY_SCOPE=tenant every session of the tenant shares them."""
     found = await memories.list(_scope(caller.tenant, session_id, settings))
     return MemoryList(
         scope=settings.memory_scope,
@@ -156,17 +149,17 @@ async def list_memories(
 
 
 @router.delete(
-    "/memories/{memory_id}",
+    "/sessions/{session_id}/memories/{memory_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Forget one memory",
 )
 async def delete_memory(
-    memory_id: Annotated[str, Path(pattern=r"^[0-9a-f-]{36}$")],
+    session_id: SessionPath,
+    memory_id: Annotated[str, Path(pattern=r"^[0-9a-f-]{36}$", description="A memory's id.")],
     caller: CallerDep,
     memories: MemoriesDep,
     bus: BusDep,
     settings: SettingsDep,
-    session_id: SessionQuery = None,
 ) -> None:
     scope = _scope(caller.tenant, session_id, settings)
     if not await memories.delete(scope, memory_id):

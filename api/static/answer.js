@@ -140,13 +140,14 @@ export class AnswerView {
             id: `source-${n}`,
             tabindex: "-1",
             "data-testid": "source-card",
-            dataset: { n, document: c.document_id },
+            dataset: { n, document: c.document_id, kind: c.kind || "document" },
           },
           el(
             "header",
             {},
             el("span", { class: "num", text: `[${n}]` }),
             el("h4", { text: c.title || c.document_id || "untitled" }),
+            c.kind === "memory" ? el("span", { class: "badge memory", "data-testid": "memory-badge", text: "memory" }) : null,
           ),
           el(
             "p",

@@ -4,6 +4,7 @@
 
 import * as api from "./api.js";
 import { AnswerView } from "./answer.js";
+import { Conversation } from "./conversation.js";
 import { Documents } from "./documents.js";
 import { $, clear, el, fmtTime, short } from "./dom.js";
 import { Follower } from "./stream.js";
@@ -11,12 +12,13 @@ import { Timeline } from "./timeline.js";
 
 const EVENT_NAMES = ["phase", "token", "answer", "error", "done"];
 const LOG_LIMIT = 400;
-const TERMINAL = new Set(["completed", "failed", "timed_out"]);
+const TERMINAL = new Set(["completed", "failed", "timed_out", "cancelled"]);
 
 const alerts = $("#alerts");
 const timeline = new Timeline($("#timeline"));
 const answer = new AnswerView({ answer: $("#answer"), note: $("#answer-note"), sources: $("#sources"), facts: $("#facts") });
 const documents = new Documents({ report, notify });
+const conversation = new Conversation({ report, onOpen: (id, query) => open(id, query) });
 
 let current = null; // { id, follower }
 let askedForToken = false;
@@ -82,7 +84,7 @@ async function whoami() {
     const who = await api.get("/v1/whoami");
     $("[data-testid=whoami]").textContent = `tenant ${who.tenant} · auth ${who.auth_mode}`;
     $("#sign-out").hidden = !api.token();
-    await Promise.all([documents.refresh(), loadHistory()]);
+    await Promise.all([documents.refresh(), loadHistory(), conversation.refresh()]);
     return true;
   } catch (error) {
     if (error.status !== 401) report(error);
@@ -119,6 +121,8 @@ async function ask() {
   if (topK) body.top_k = Number(topK);
   const namespaces = $("#namespaces").value.split(",").map((s) => s.trim()).filter(Boolean);
   if (namespaces.length) body.namespaces = namespaces;
+  const session = conversation.sessionFor();
+  if (session) body.session_id = session;
 
   const submit = $("[data-testid=submit]");
   submit.disabled = true;
@@ -126,6 +130,7 @@ async function ask() {
     const accepted = await api.post("/v1/queries", body);
     open(accepted.request_id, query, accepted.events_url);
     loadHistory();
+    conversation.refresh();
   } catch (error) {
     report(error);
     focusField(error.field);
@@ -152,6 +157,7 @@ function open(requestId, query, eventsUrl) {
   answer.reset();
   clear($("#event-log"));
   $("#run-query").textContent = query || "";
+  showStandalone(null);
   $("#run").dataset.request = requestId;
   delete $("#run").dataset.status;
   setBadge("#resumed", 0, (n) => `resumed ${n}×`);
@@ -177,6 +183,9 @@ function apply(name, event, seq) {
   switch (name) {
     case "phase":
       timeline.add(event);
+      if (event.data && event.data.phase === "query_rewrite" && event.data.status === "completed") {
+        showStandalone((event.data.metadata || {}).standalone_query);
+      }
       break;
     case "token":
       answer.token(event.data || {}, Number(event.attempt) || 1);
@@ -197,6 +206,7 @@ function apply(name, event, seq) {
       $("#run").dataset.status = status;
       fetchView(event.request_id || current.id);
       loadHistory();
+      conversation.refresh();
       break;
     }
     default:
@@ -204,11 +214,21 @@ function apply(name, event, seq) {
   }
 }
 
+/** "understood as …" under the question, when a follow-up was made standalone. */
+function showStandalone(standalone) {
+  const line = $("#run-standalone");
+  const asked = $("#run-query").textContent;
+  line.hidden = !standalone || standalone === asked;
+  clear(line);
+  if (!line.hidden) line.append("understood as ", el("q", { text: standalone }));
+}
+
 async function fetchView(requestId) {
   try {
     const view = await api.get(`/v1/queries/${encodeURIComponent(requestId)}`);
     if (!current || current.id !== requestId) return;
     if (view.trace_id) answer.setTrace(view.trace_id);
+    if (view.standalone_query) showStandalone(view.standalone_query);
     if (view.error && !$("#answer [data-testid=answer-error]") && TERMINAL.has(view.status)) answer.error(view.error);
   } catch (error) {
     report(error);

@@ -69,6 +69,14 @@ class Stack:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        """`GET /v1/sessions/{id}`; None when the API has no such session (404)."""
+        response = httpx.get(f"{self.url}/v1/sessions/{session_id}", headers=self.headers)
+        if response.status_code == 404:
+            return None
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
     def events(self, request_id: str) -> list[tuple[int, str, dict[str, Any]]]:
         """The request's whole stream from the start: (id, event, data)."""
         out: list[tuple[int, str, dict[str, Any]]] = []
@@ -220,7 +228,11 @@ class CuttingProxy:
                     token = (sent + data).find(b"event: token")
                     end = _MESSAGE_END.search(sent + data, token) if token >= 0 else None
                     if end is not None:
-                        client_w.write(data[: end.end() - len(sent)])
+                        # with the chunk's own CRLF when it follows, so the chunk is whole
+                        stop = end.end() + (
+                            2 if (sent + data)[end.end() : end.end() + 2] == b"\r\n" else 0
+                        )
+                        client_w.write(data[: stop - len(sent)])
                         await client_w.drain()
                         self.cuts += 1
                         return "cut"

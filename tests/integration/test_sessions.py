@@ -43,7 +43,7 @@ def phases(events: list[Any], name: str) -> list[dict[str, Any]]:
 
 
 async def memories(http: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
-    listed = await http.get("/v1/memories", params={"session_id": session_id})
+    listed = await http.get(f"/v1/sessions/{session_id}/memories")
     assert listed.status_code == 200, listed.text
     found: list[dict[str, Any]] = listed.json()["memories"]
     return found
@@ -113,6 +113,18 @@ async def test_a_memory_of_one_session_never_appears_in_another(http: httpx.Asyn
     assert all(c["kind"] == "document" for c in other["answer"]["citations"].values())
     assert "penicillin" not in other["answer"]["content"].lower()
     assert await memories(http, theirs) == []
+
+    # a memory deleted is never recalled again, even before its vector is gone
+    fact = remembered[0]["memory_id"]
+    deleted = await http.delete(f"/v1/sessions/{mine}/memories/{fact}")
+    assert deleted.status_code == 204, deleted.text
+    assert fact not in {m["memory_id"] for m in await memories(http, mine)}
+    assert (await http.delete(f"/v1/sessions/{mine}/memories/{fact}")).status_code == 404
+    asked_again = await ask(http, "Which antibiotic am I allergic to?", mine)
+    recalled_ids = {
+        c["chunk_id"] for c in asked_again["answer"]["citations"].values() if c["kind"] == "memory"
+    }
+    assert fact not in recalled_ids
 
 
 async def test_forgetting_a_session_removes_its_turns_and_memories(
