@@ -123,6 +123,17 @@ class QueryView(BaseModel):
     trace_id: str | None = Field(
         default=None, description="The request's OpenTelemetry trace id (32 hex digits)."
     )
+    mode: QueryMode = "answer"
+    session_id: str | None = Field(default=None, description="The conversation it belongs to.")
+    standalone_query: str | None = Field(
+        default=None, description="The follow-up made standalone from its session's turns."
+    )
+    parent_id: str | None = Field(
+        default=None, description="The research request this one answers a sub-question of."
+    )
+    children: list[str] = Field(
+        default_factory=list, description="A research request's child requests, in plan order."
+    )
 
 
 class RecentRequest(BaseModel):

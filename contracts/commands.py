@@ -127,3 +127,12 @@ class ToolCommand(Envelope):
         max_length=MAX_TOOL_CALLS,
         description="explicit calls from generation; empty means plan from the query",
     )
+
+
+class PlanCommand(Envelope):
+    """Plan a research request: the sub-questions its children will answer."""
+
+    type: Literal["cmd.plan"] = "cmd.plan"
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    contexts: Chunks = Field(description="what a first retrieval found: bridges come from it")
+    max_questions: int = Field(ge=1, le=MAX_SUB_QUERIES)

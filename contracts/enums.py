@@ -37,6 +37,8 @@ class Step(StrEnum):
     TOOL = "tool"
     MEMORY = "memory"
     """Record a finished turn, remember it, forget a scope: nothing waits on its result."""
+    PLAN = "plan"
+    """Plan a research request's sub-questions (the critic worker kind)."""
 
 
 class Phase(StrEnum):
@@ -52,6 +54,9 @@ class Phase(StrEnum):
     TOOL_EXECUTION = "tool_execution"
     CRITIC = "critic"
     RETRY = "retry"
+    RESEARCH_PLAN = "research_plan"
+    RESEARCH_STEP = "research_step"
+    RESEARCH_SYNTHESIS = "research_synthesis"
 
 
 DOCUMENT_CHANNELS: frozenset[Channel] = frozenset(set(Channel) - {Channel.MEMORY})
@@ -82,6 +87,8 @@ class RequestStatus(StrEnum):
     TOOLING = "tooling"
     CRITIQUING = "critiquing"
     RETRYING = "retrying"
+    PLANNING = "planning"
+    RESEARCHING = "researching"
     COMPLETED = "completed"
     FAILED = "failed"
     TIMED_OUT = "timed_out"

@@ -8,10 +8,11 @@ from pydantic import Discriminator, Field, Tag
 
 from contracts.enums import Intent
 from contracts.envelope import Envelope
+from contracts.events import AnswerData
 
 MAX_QUERY_CHARS = 4000
 MAX_TOP_K = 100
-QueryMode = Literal["answer", "retrieve"]
+QueryMode = Literal["answer", "retrieve", "research"]
 NAMESPACE_PATTERN = r"^[a-z0-9](?:[a-z0-9-]|_[a-z0-9-])*_?$"
 """A namespace as callers name it (at most `MAX_CALLER_NAMESPACE_CHARS`): lowercase letters,
 digits, `-` and `_`, never `__`, which separates a tenant from its namespace in the stores."""
@@ -42,18 +43,36 @@ class QuerySubmitted(Envelope):
     mode: QueryMode = Field(
         default="answer",
         description="`answer`: the whole agentic loop; `retrieve`: stop after fusion and return "
-        "every channel's ranking and the fused one (search APIs, evaluation).",
+        "every channel's ranking and the fused one (search APIs, evaluation); `research`: plan "
+        "sub-questions, answer each as a child request, and write a cited report.",
     )
+    parent_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="the research request this one answers a sub-question of (set by the "
+        "orchestrator, never by a caller)",
+    )
+
+
+class ChildFinished(Envelope):
+    """A research request's child ended (on `rag.query.child`; `request_id` is the parent's)."""
+
+    type: Literal["query.child"] = "query.child"
+    child_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    status: str = Field(max_length=32)
+    answer: AnswerData | None = None
+    error: str | None = Field(default=None, max_length=2000)
 
 
 def _query_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "query.cancel" if kind == "query.cancel" else "query.submitted"
+    return kind if kind in ("query.cancel", "query.child") else "query.submitted"
 
 
 QueryMessage = Annotated[
     Annotated[QuerySubmitted, Tag("query.submitted")]
-    | Annotated[QueryCancelled, Tag("query.cancel")],
+    | Annotated[QueryCancelled, Tag("query.cancel")]
+    | Annotated[ChildFinished, Tag("query.child")],
     Discriminator(_query_kind),
 ]
 """What the orchestrator's `rag.query.>` consumer takes. Anything but a cancellation is

@@ -19,6 +19,7 @@ from contracts.limits import (
     MAX_ID_CHARS,
     MAX_LIST_ITEMS,
     MAX_MESSAGE_CHARS,
+    MAX_SUB_QUERIES,
     MAX_TOOL_CALLS,
 )
 from contracts.models import ErrorInfo, PackedVector, RetrievedChunk, ToolCall, ToolOutcome
@@ -122,6 +123,17 @@ class ToolResult(StepResult):
     outcomes: list[ToolOutcome] = Field(default_factory=list, max_length=MAX_TOOL_CALLS * 4)
 
 
+class PlanResult(StepResult):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.plan"] = "res.plan"
+    step: Literal["plan"] = "plan"
+    sub_questions: list[Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_SUB_QUERIES
+    )
+    planner: str = Field(default="rules", max_length=32)
+
+
 class StepFailure(StepResult):
     """A step that failed for good (its command was dead-lettered)."""
 
@@ -138,6 +150,7 @@ AnyResult = Annotated[
     | GenerateResult
     | CriticResult
     | ToolResult
+    | PlanResult
     | StepFailure,
     Field(discriminator="type"),
 ]

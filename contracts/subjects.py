@@ -21,6 +21,8 @@ STREAM_ADVISORIES: Final = "RAG_ADVISORIES"
 # Subjects
 QUERY_SUBMITTED: Final = "rag.query.submitted"
 QUERY_CANCEL: Final = "rag.query.cancel"
+QUERY_CHILD: Final = "rag.query.child"
+"""A research request's child ended: its parent's saga takes the outcome."""
 CMD_PREFIX: Final = "rag.cmd"
 RES_PREFIX: Final = "rag.res"
 EVENTS_PREFIX: Final = "rag.events"

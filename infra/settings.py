@@ -126,6 +126,25 @@ class Settings(BaseSettings):
         description="Cosine similarity below which a memory is not recalled for a question.",
     )
 
+    # Research mode
+    research_max_children: int = Field(
+        4,
+        ge=1,
+        le=8,
+        description="Sub-questions a research request answers at most (its breadth); each is a "
+        "child request. Children are ordinary requests: research is one level deep.",
+    )
+    research_timeout_s: float = Field(
+        300.0, gt=0, description="Whole-request deadline of a research request."
+    )
+    research_wait_s: float = Field(
+        180.0,
+        gt=0,
+        description="How long a research request waits for its children; those still running "
+        "then are cancelled and reported, and the report is written without them.",
+    )
+    plan_timeout_s: float = Field(15.0, gt=0, description="Research planning step deadline.")
+
     # Consumers
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after a worker goes silent.")
     max_deliver: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
@@ -246,6 +265,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"step deadlines must be shorter than RAGBUS_REQUEST_TIMEOUT_S="
                 f"{self.request_timeout_s:g}: {', '.join(too_long)}"
+            )
+        if self.research_wait_s >= self.research_timeout_s:
+            raise ValueError(
+                f"RAGBUS_RESEARCH_WAIT_S={self.research_wait_s:g} must be shorter than "
+                f"RAGBUS_RESEARCH_TIMEOUT_S={self.research_timeout_s:g}: the report is written "
+                "after the wait"
             )
         return self
 

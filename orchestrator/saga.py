@@ -44,12 +44,13 @@ from contracts.events import (
     PhaseEvent,
 )
 from contracts.models import ChannelReport, RetrievedChunk, ToolCall, ToolOutcome
-from contracts.queries import QueryCancelled, QuerySubmitted
+from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
     CriticResult,
     FuseResult,
     GenerateResult,
+    PlanResult,
     SearchResult,
     StepFailure,
     StepResult,
@@ -57,6 +58,7 @@ from contracts.results import (
 )
 from infra.retrieval.intent_profiles import EVEN, PRIOR
 from infra.settings import Settings
+from orchestrator import research
 from orchestrator.answer import build_answer, passages_draft
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
@@ -107,7 +109,13 @@ class Saga:
             return self._on_tools(state, result, clock)
         if isinstance(result, CriticResult):
             return self._on_critique(state, result, clock)
+        if isinstance(result, PlanResult):
+            return research.on_planned(self, state, result.sub_questions, result.planner, clock)
         return Transition(None)
+
+    def on_child(self, state: RequestState | None, msg: ChildFinished) -> Transition:
+        """A research request's child ended (`orchestrator.research`)."""
+        return research.on_child(self, state, msg)
 
     def on_cancelled(self, state: RequestState | None, msg: QueryCancelled) -> Transition:
         """Stop a request where it stands: `error` (code `cancelled`) and `done` with status
@@ -117,7 +125,12 @@ class Saga:
         if state is None or state.status.is_terminal:
             return Transition(None)
         phase = _STEP_PHASE.get(state.pending.step) if state.pending else None
-        return self._finish_error(state, RequestStatus.CANCELLED, "cancelled", msg.reason, phase)
+        children = research.cancel_running_children(state)
+        transition = self._finish_error(
+            state, RequestStatus.CANCELLED, "cancelled", msg.reason, phase
+        )
+        transition.messages.extend(children)
+        return transition
 
     def on_tick(self, state: RequestState | None, clock: Clock) -> Transition:
         """Deadlines: the whole request's, then the pending step's."""
@@ -157,6 +170,10 @@ class Saga:
                 ToolOutcome(call_id="deadline", name="tool", ok=False, error="the tool timed out")
             )
             return self._start_generate(state, clock)
+        if step == Step.PLAN.value:  # no plan in time: research the question itself
+            return research.on_planned(self, state, [], "fallback", clock)
+        if step == research.RESEARCH_STEP:
+            return research.wait_over(self, state)
         if step == Step.GENERATE.value and state.fused:
             return self._passages_answer(state, "the generator did not answer in time")
         return self._finish_error(
@@ -197,6 +214,8 @@ class Saga:
                 ToolOutcome(call_id="failed", name="tool", ok=False, error=message)
             )
             return self._start_generate(state, clock)
+        if step == Step.PLAN.value:
+            return research.on_planned(self, state, [], "fallback", clock)
         if step == Step.GENERATE.value and state.fused:
             return self._passages_answer(state, f"generation failed: {message}")
         return self._finish_error(
@@ -234,6 +253,8 @@ class Saga:
         state.channel_samples = dict(res.channel_samples)
         if state.mode == "retrieve":
             return self._complete(state, [])
+        if state.mode == "research":
+            return research.start_plan(self, state, clock)
         # The channels' rankings are folded into `fused` and only a retrieval answer shows
         # them: every later transition would read and write them again for nothing.
         state.channel_results = {}
@@ -311,16 +332,13 @@ class Saga:
         awaited: dict[str, str] = {}
         for channel in Channel:
             if channel is Channel.MEMORY and not self._has_memory(state):
+                # not a phase of a request outside a conversation: the report says why,
+                # and the stream is spared an event per request
                 state.channel_reports[channel] = ChannelReport(
                     channel=channel, status="skipped", reason="no session"
                 )
-                messages.append(
-                    self._phase(
-                        state, CHANNEL_PHASE[channel], PhaseStatus.SKIPPED, reason="no session"
-                    )
-                )
                 continue
-            if state.weights.get(channel, 0.0) <= 0.0 and state.mode == "answer":
+            if state.weights.get(channel, 0.0) <= 0.0 and state.mode != "retrieve":
                 state.channel_reports[channel] = ChannelReport(
                     channel=channel, status="skipped", reason="weight 0 for this intent"
                 )
@@ -511,13 +529,22 @@ class Saga:
         self, state: RequestState, messages: list[Outgoing], critic_note: str | None = None
     ) -> Transition:
         finished = utcnow()
-        state.answer = build_answer(state, finished, critic_note)
+        if state.mode == "research":
+            state.answer = research.research_answer(state, finished)
+        else:
+            state.answer = build_answer(state, finished, critic_note)
         state.status = RequestStatus.COMPLETED
         state.pending = None
         state.finished_at = finished
         answer = AnswerEvent(**self._corr(state), data=state.answer)
         done = DoneEvent(**self._corr(state), data=DoneData(status=RequestStatus.COMPLETED))
-        ending = [*messages, self._event(answer), self._event(done), *self._remember(state)]
+        ending = [
+            *messages,
+            self._event(answer),
+            self._event(done),
+            *self._remember(state),
+            *research.child_finished(state),
+        ]
         return self._moved(state, ending)
 
     def _passages_answer(self, state: RequestState, reason: str) -> Transition:
@@ -549,7 +576,13 @@ class Saga:
         state.finished_at = utcnow()
         error = ErrorEvent(**self._corr(state), data=state.error)
         done = DoneEvent(**self._corr(state), data=DoneData(status=status))
-        return self._moved(state, [self._event(error), self._event(done), *self._remember(state)])
+        ending = [
+            self._event(error),
+            self._event(done),
+            *self._remember(state),
+            *research.child_finished(state),
+        ]
+        return self._moved(state, ending)
 
     # ----------------------------------------------------------------- helpers
     def _has_memory(self, state: RequestState) -> bool:
@@ -640,4 +673,6 @@ _STEP_PHASE: dict[str, Phase] = {
     Step.GENERATE.value: Phase.GENERATION,
     Step.CRITIC.value: Phase.CRITIC,
     Step.TOOL.value: Phase.TOOL_EXECUTION,
+    Step.PLAN.value: Phase.RESEARCH_PLAN,
+    research.RESEARCH_STEP: Phase.RESEARCH_STEP,
 }

@@ -18,7 +18,7 @@ from faststream.nats import NatsRouter
 
 from contracts.advisories import MaxDeliveriesAdvisory
 from contracts.envelope import TraceContext
-from contracts.queries import QueryCancelled, QueryMessage, QuerySubmitted
+from contracts.queries import ChildFinished, QueryCancelled, QueryMessage, QuerySubmitted
 from contracts.results import AnyResult
 from infra.logging import get_logger
 from infra.metrics import REQUEST_SECONDS, REQUESTS, UNKNOWN_REQUESTS
@@ -37,7 +37,7 @@ from infra.runtime.worker_runtime import error_policy
 from infra.telemetry import continue_trace, tracer, tracing_on
 from orchestrator.saga import Clock, Saga
 from orchestrator.state import RequestState
-from orchestrator.store import OutboxEntry, StateStore, Transition
+from orchestrator.store import OutboxEntry, StateExists, StateStore, Transition
 
 log = get_logger(__name__)
 
@@ -52,12 +52,23 @@ class Orchestrator:
         self._sweeper: asyncio.Task[None] | None = None
 
     async def handle_submission(self, msg: QuerySubmitted) -> None:
+        if msg.parent_id is not None:
+            await self._adopt(msg)
         await self._apply(
             msg.request_id,
             msg.event_id,
             self._known(
                 "submission", lambda state: self.saga.on_submitted(state, msg, Clock.system())
             ),
+            step=msg.type,
+            trace=msg.trace,
+        )
+
+    async def handle_child(self, msg: ChildFinished) -> None:
+        await self._apply(
+            msg.request_id,
+            msg.event_id,
+            self._known("child", lambda state: self.saga.on_child(state, msg)),
             step=msg.type,
             trace=msg.trace,
         )
@@ -79,6 +90,19 @@ class Orchestrator:
             step=result.type,
             trace=result.trace,
         )
+
+    async def _adopt(self, msg: QuerySubmitted) -> None:
+        """Record a research child the API never saw: only a child its parent's state lists,
+        of the parent's tenant (anything else is forged and runs nothing, as ever)."""
+        if await self.store.get(msg.request_id) is not None:
+            return
+        parent = await self.store.get(msg.parent_id or "")
+        listed = parent is not None and any(c.request_id == msg.request_id for c in parent.children)
+        if not listed or parent is None or parent.tenant != msg.tenant:
+            log.warning("child_without_parent", parent_id=msg.parent_id)
+            return
+        with contextlib.suppress(StateExists):
+            await self.store.create(msg)
 
     @staticmethod
     def _known(
@@ -217,11 +241,14 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
     @router.subscriber(
         **subscriber_kwargs(ORCHESTRATOR_QUERIES, resources.settings),
         title="orchestrator:submissions",
-        description="Starts a request's saga, or cancels one.",
+        description="Starts a request's saga, cancels one, or tells a research request that "
+        "one of its children ended.",
     )
     async def on_query(msg: QueryMessage) -> None:
         if isinstance(msg, QueryCancelled):
             await orch.handle_cancel(msg)
+        elif isinstance(msg, ChildFinished):
+            await orch.handle_child(msg)
         else:
             await orch.handle_submission(msg)
 

@@ -43,6 +43,18 @@ class AttemptRecord(BaseModel):
     answer: str = Field(default="", description="the attempt's draft answer")
 
 
+class ChildRecord(BaseModel):
+    """A research request's sub-question and what its child request made of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    query: str
+    status: str = "running"
+    answer: AnswerData | None = None
+    error: str | None = None
+
+
 class RequestState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +72,10 @@ class RequestState(BaseModel):
         default=None, description="the follow-up made standalone from its session's turns"
     )
     rewrite_method: str | None = None
+    parent_id: str | None = Field(default=None, description="the research request it answers for")
+    plan: list[str] = Field(default_factory=list, description="a research request's sub-questions")
+    planner: str | None = None
+    children: list[ChildRecord] = Field(default_factory=list)
     namespaces: list[str]
     top_k: int
     channel_top_k: int
@@ -131,6 +147,9 @@ class RequestState(BaseModel):
             "query": self.query,
             "session_id": self.session_id,
             "standalone_query": self.standalone_query,
+            "mode": self.mode,
+            "parent_id": self.parent_id,
+            "children": [c.request_id for c in self.children],
             "attempt": self.attempt,
             "intent": self.intent.value if self.intent else None,
             "created_at": self.created_at.isoformat(),

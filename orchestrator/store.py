@@ -183,8 +183,14 @@ def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> 
         intent_override=submitted.intent,
         mode=submitted.mode,
         trace=submitted.trace,
-        deadline_at=now + settings.request_timeout_s,
+        parent_id=submitted.parent_id,
+        deadline_at=now + _timeout(submitted, settings),
     )
+
+
+def _timeout(submitted: QuerySubmitted, settings: Settings) -> float:
+    research = submitted.mode == "research"
+    return settings.research_timeout_s if research else settings.request_timeout_s
 
 
 def next_due(state: RequestState) -> float | None:

@@ -55,3 +55,25 @@ async def llm_sub_queries(
         raise PlanUnusable(f"no query list in the reply: {completion.content[:200]!r}")
     cleaned = (" ".join(str(q).split())[:MAX_QUERY_CHARS] for q in queries if isinstance(q, str))
     return list(dict.fromkeys(q for q in cleaned if q))[:MAX_FOLLOW_UPS]
+
+
+RESEARCH_PROMPT: Final = """\
+You plan the research of a broad question. Split it into at most {limit} sub-questions that \
+can each be answered from a few passages, and that together answer it: its parts, the \
+entities it names, and the facts the passages below show are needed. Start with the question \
+itself if it can be answered directly. Reply with JSON only: {{"questions": ["...", "..."]}}"""
+
+
+async def llm_plan(
+    client: LLMClient, query: str, contexts: Sequence[RetrievedChunk], limit: int
+) -> list[str]:
+    """At most `limit` distinct sub-questions of a research request; [] when the reply has
+    none (the rules' plan is used then)."""
+    system = RESEARCH_PROMPT.format(limit=limit)
+    completion = await ask(client, system, user_prompt(query, contexts))
+    parsed = parse_json_object(completion.content)
+    questions = parsed.get("questions") if parsed else None
+    if not isinstance(questions, list):
+        return []
+    cleaned = (" ".join(str(q).split())[:MAX_QUERY_CHARS] for q in questions if isinstance(q, str))
+    return list(dict.fromkeys(q for q in cleaned if q))[:limit]

@@ -17,9 +17,9 @@ from typing import Any
 
 from faststream.nats import NatsRouter
 
-from contracts.commands import CriticCommand
+from contracts.commands import CriticCommand, PlanCommand
 from contracts.enums import Phase, Step
-from contracts.results import CriticResult
+from contracts.results import CriticResult, PlanResult
 from infra.logging import get_logger
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
@@ -31,7 +31,8 @@ from infra.runtime.worker_runtime import (
     step_router,
 )
 from workers.critic.decompose import sub_queries
-from workers.critic.llm_decompose import llm_sub_queries
+from workers.critic.llm_decompose import llm_plan, llm_sub_queries
+from workers.critic.plan import plan
 from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
 
@@ -132,5 +133,29 @@ def create_router(resources: Resources) -> NatsRouter:
             reasons=verdict.reasons,
         )
         await publisher.publish(result)
+
+    planned = ResultPublisher(router, Step.PLAN, PlanResult)
+
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.PLAN), settings), title="plan")
+    async def plan_research(cmd: PlanCommand) -> None:
+        """A research request's sub-questions: by the model when one is configured, else its
+        facets, entities and bridges (`workers.critic.plan`)."""
+        async with phase(bus, cmd, Phase.RESEARCH_PLAN) as run:
+            questions = plan(cmd.query, cmd.contexts, cmd.max_questions)
+            planner = "rules"
+            client = resources.llm()
+            if client is not None:
+                try:
+                    asked = await llm_plan(client, cmd.query, cmd.contexts, cmd.max_questions)
+                except Exception as exc:  # the rules' plan stands
+                    log.exception("llm_research_plan_failed")
+                    run.metadata["plan_error"] = f"{type(exc).__name__}: {exc}"[:500]
+                else:
+                    if asked:
+                        questions, planner = asked, "llm"
+            run.metadata.update(planner=planner, sub_questions=questions)
+        await planned.publish(
+            PlanResult(**step_result_fields(cmd, run), sub_questions=questions, planner=planner)
+        )
 
     return router
