@@ -335,6 +335,62 @@ def bench_conversations(
     _save_json(report, out)
 
 
+@app.command("bench-research")
+def bench_research(
+    beir: Annotated[
+        Path, typer.Option(exists=True, file_okay=False, help="A BEIR set with answers.")
+    ] = Path("../shared/data/musique_train100"),
+    split: Annotated[str, typer.Option(help="qrels/<split>.tsv to score.")] = "test",
+    namespace: Annotated[str | None, typer.Option(help="Default: the set's name.")] = None,
+    skip_ingest: Annotated[bool, typer.Option(help="Reuse what is already indexed.")] = False,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N questions.")] = None,
+    concurrency: Concurrency = 2,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/research.json"
+    ),
+    verbose: Verbose = False,
+) -> None:
+    """Research mode against a normal request on the same questions: reference answers found,
+    supporting documents among the cited ones, latency and child requests."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from api.client import RagbusClient
+    from api.evaluation.beir import load_beir
+    from api.evaluation.harness import default_namespace, ingest_set
+    from api.evaluation.research import run_research
+
+    settings = Settings()
+    _interactive_logging(settings, verbose)
+    data = load_beir(beir, split)
+    if limit is not None:
+        data = data.first(limit)
+    where = namespace or default_namespace(beir)
+
+    async def go() -> dict[str, Any]:
+        if not skip_ingest:
+            await ingest_set(settings, data, where, console)
+        columns = (TextColumn("questions"), BarColumn(), MofNCompleteColumn())
+        async with RagbusClient(api, token=token) as client:
+            with Progress(*columns, console=console, transient=True) as bar:
+                task = bar.add_task("questions", total=len(data.queries))
+                run = await run_research(
+                    client,
+                    data,
+                    where,
+                    concurrency=concurrency,
+                    progress=lambda: bar.advance(task),
+                )
+        report = run.report()
+        report.update({"dataset": str(beir), "split": split, "namespace": where})
+        return report
+
+    report = asyncio.run(go())
+    console.print_json(json.dumps(report))
+    _save_json(report, out)
+
+
 @app.command("bench-critic")
 def bench_critic(
     beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],

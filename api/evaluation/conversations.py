@@ -2,8 +2,9 @@
 
 Each conversation of a JSONL file (`bench/conversations.jsonl`: turns of `query`, the
 `standalone` reference question, and the `relevant` document ids) is asked turn by turn in a
-session of its own, through the running API in `retrieve` mode, as a user would ask it. Every
-follow-up is then scored three ways:
+session of its own, through the running API, as a user would ask it: each turn in `answer`
+mode, so the next one can lean on its answer ("Who founded it?" ... "Where was he born?").
+Before a follow-up is answered, its retrieval is measured in `retrieve` mode three ways:
 - `with_memory`: the follow-up as typed, in its session (made standalone by the pipeline);
 - `without_memory`: the follow-up as typed, with no session;
 - `standalone`: the reference standalone question, with no session: the ceiling.
@@ -97,6 +98,24 @@ async def _retrieve(
     return document_run(metadata["retrieval"]["fused"]), metadata
 
 
+async def _answer(
+    client: RagbusClient, query: str, namespace: str, session_id: str, timeout_s: float = 30.0
+) -> None:
+    """Ask a turn as the user does (`answer` mode), then wait until the session has its
+    answer: the memory worker records it just after the request's `done`."""
+    submitted = await client.submit(query, namespaces=[namespace], session_id=session_id)
+    rid = submitted["request_id"]
+    async for message in client.stream_events(rid):
+        if message.event == "done":
+            break
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        turns = (await client.session(session_id))["turns"]
+        if any(t["request_id"] == rid and t["finished_at"] for t in turns):
+            return
+        await asyncio.sleep(0.1)
+
+
 async def _converse(
     client: RagbusClient,
     conversation: Conversation,
@@ -106,7 +125,7 @@ async def _converse(
 ) -> None:
     session_id = f"bench-{conversation.id}-{uuid.uuid4().hex[:8]}"
     try:
-        await _retrieve(client, conversation.turns[0].query, namespace, session_id, top_k)
+        await _answer(client, conversation.turns[0].query, namespace, session_id)
         for index, turn in enumerate(conversation.turns[1:], start=1):
             qid = f"{conversation.id}#{index}"
             result.qrels[qid] = dict.fromkeys(turn.relevant, 1)
@@ -127,6 +146,8 @@ async def _converse(
             result.runs["without_memory"][qid] = alone
             ceiling, _ = await _retrieve(client, turn.standalone, namespace, None, top_k)
             result.runs["standalone"][qid] = ceiling
+            if index < len(conversation.turns) - 1:  # the user's own turn, answered
+                await _answer(client, turn.query, namespace, session_id)
     except Exception as exc:  # one broken conversation must not sink the benchmark
         result.failures[conversation.id] = f"{type(exc).__name__}: {exc}"
     finally:

@@ -54,6 +54,11 @@ def turn(query: str, answer: str | None = None, standalone: str | None = None) -
             "The population of Norway?",
         ),
         ([turn("Is coffee bad for your heart?")], "Why?", "Why (coffee)?"),
+        (
+            [turn("Which city did the Enola Gay bomb?")],
+            "What about the death toll?",  # an aspect of the same subject, not a new subject
+            "What about the death toll of the Enola Gay?",
+        ),
     ],
 )
 def test_a_follow_up_becomes_standalone(

@@ -152,10 +152,13 @@ def _new_name(answer: str, question: str) -> str | None:
     """The first multi-word name the answer gives that the question did not."""
     asked = question.lower()
     cleaned = re.sub(r"\[\d+\]", " ", answer)
-    for entity in extract_entities(cleaned, limit=10):
-        if entity.kind == "proper" and " " in entity.name and entity.name.lower() not in asked:
-            return entity.name
-    return None
+    names = [
+        e.name
+        for e in extract_entities(cleaned, limit=30)
+        if e.kind == "proper" and " " in e.name and e.name.lower() not in asked
+    ]
+    # the earliest in the answer: an answer names what was asked for first
+    return min(names, key=cleaned.find) if names else None
 
 
 def subject_of(question: str) -> str | None:
@@ -263,6 +266,11 @@ def _is_noun_like(word: str) -> bool:
     return low not in STOP_WORDS and low not in QUESTION_WORDS and low not in _VERBS
 
 
+def _is_name(text: str) -> bool:
+    """A proper name or a number ("the Enola Gay", "the 41st"), not a common noun phrase."""
+    return any(word[:1].isupper() or word[:1].isdigit() for word in text.split())
+
+
 def _capitalised(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -274,6 +282,10 @@ def _ask_again(subject: str, history: Sequence[SessionTurn]) -> Rewrite | None:
         return None
     previous = history[-1].context_text
     old = subject_of(previous)
+    if old and _is_name(old) and not _is_name(subject):
+        # an aspect of the same subject ("What about the death toll?" after a question about
+        # the Enola Gay), not a new subject to ask the previous question of
+        return Rewrite(f"What about {subject} of {old}?", "rules", old)
     if old and old in previous:
         return Rewrite(previous.replace(old, subject, 1), "rules", old)
     return Rewrite(f"{previous.rstrip(' ?.!')}: {subject}?", "rules", None)
