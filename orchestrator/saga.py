@@ -635,14 +635,15 @@ class Saga:
         self, state: RequestState, phase: Phase, status: PhaseStatus, **metadata: object
     ) -> Outgoing:
         now = utcnow()
+        running = status is PhaseStatus.IN_PROGRESS  # a research child: it ends later
         event = PhaseEvent(
             **self._corr(state),
             data=PhaseData(
                 phase=phase,
                 status=status,
                 started_at=now,
-                ended_at=now,
-                duration_ms=0.0,
+                ended_at=None if running else now,
+                duration_ms=None if running else 0.0,
                 metadata=dict(metadata),
             ),
         )

@@ -167,6 +167,23 @@ def _plan_reply(model: str, messages: list[dict[str, Any]]) -> list[str]:
     return _text_stream(model, ["```json\n", raw, "\n```"])
 
 
+def _rewrite_reply(model: str, messages: list[dict[str, Any]]) -> list[str]:
+    """`{"standalone": ...}`: the last question with its "it" replaced by the first turn's
+    last word, so a test can tell the model's rewrite from the rules'."""
+    user = next((str(m["content"]) for m in messages if m.get("role") == "user"), "")
+    first = user.split("User: ", 1)[-1].splitlines()[0].rstrip("?").split()[-1]
+    last = user.rsplit("Last question:", 1)[-1].strip()
+    raw = json.dumps({"standalone": re.sub(r"\bit\b", first, last)})
+    return _text_stream(model, ["Sure. ", raw])
+
+
+def _research_reply(model: str, messages: list[dict[str, Any]]) -> list[str]:
+    user = next((str(m["content"]) for m in messages if m.get("role") == "user"), "")
+    question = user.rsplit("Question:", 1)[-1].strip()
+    raw = json.dumps({"questions": [question, f"background of: {question}", "", 7]})
+    return _text_stream(model, ["```json\n", raw, "\n```"])
+
+
 class FakeLLM:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -214,6 +231,10 @@ class FakeLLM:
             return _graph_reply(model, messages)
         if model == "planner" and "follow-up searches" in _system(messages):
             return _plan_reply(model, messages)
+        if model == "rewriter" and "rewrite the last question" in _system(messages):
+            return _rewrite_reply(model, messages)
+        if model == "researcher" and "plan the research" in _system(messages):
+            return _research_reply(model, messages)
         replies = _tool_replies(messages)
         question = _user_question(messages)
         if model in ("calculator", "greedy") and (model == "greedy" or (tools and not replies)):

@@ -266,10 +266,16 @@ export class AnswerView {
   }
 }
 
-/** The answer's paragraphs, with **bold**, *emphasis*, `code` and [n] citation buttons. */
+/** The answer's paragraphs, with **bold**, *emphasis*, `code` and [n] citation buttons; a
+ * block that is one `#`/`##` line (a research report's title and sections) is a heading. */
 export function renderContent(content, citations, onCite) {
   const blocks = content.split(/\n{2,}/).filter((b) => b.trim());
   return blocks.map((block) => {
+    const heading = /^(#{1,3}) (.+)$/.exec(block.trim());
+    if (heading && !block.trim().includes("\n")) {
+      const level = Math.min(6, heading[1].length + 3); // under the page's own h3 "Answer"
+      return el(`h${level}`, { class: "report-heading" }, inline(heading[2], citations, onCite));
+    }
     const p = el("p");
     block.split("\n").forEach((line, i) => {
       if (i) p.append(el("br"));

@@ -43,7 +43,9 @@ export class Timeline {
     const meta = data.metadata || {};
     const attempt = Number(event.attempt) || 1;
     const started = data.started_at || event.occurred_at;
-    const key = [attempt, data.phase, meta.channel || "", meta.query || "", started].join("|");
+    // a research child's step is one row from its start to its end, whatever their stamps
+    const child = meta.child_id ? [attempt, data.phase, meta.child_id].join("|") : null;
+    const key = child || [attempt, data.phase, meta.channel || "", meta.query || "", started].join("|");
     // The server's clock, not this one, times a running row: its latest stamp, advanced by
     // the time passed here since it arrived (a skewed client clock then does not matter).
     const stamp = Date.parse(event.occurred_at || data.ended_at || started);
@@ -61,14 +63,17 @@ export class Timeline {
       return;
     }
     const row = this.rows.get(key) || { key, order: this.order++, attempt };
+    const startedAt = child && Number.isFinite(row.startedAt) ? row.startedAt : Date.parse(started);
+    const endedAt = data.ended_at ? Date.parse(data.ended_at) : null;
     Object.assign(row, {
       phase: data.phase,
       status: data.status,
       channel: meta.channel || null,
       query: meta.query || null,
-      startedAt: Date.parse(started),
-      endedAt: data.ended_at ? Date.parse(data.ended_at) : null,
-      durationMs: typeof data.duration_ms === "number" ? data.duration_ms : null,
+      startedAt,
+      endedAt,
+      durationMs: child && endedAt !== null ? Math.max(0, endedAt - startedAt)
+        : typeof data.duration_ms === "number" ? data.duration_ms : null,
       meta: { ...(row.meta || {}), ...meta },
     });
     this.rows.set(key, row);

@@ -279,3 +279,55 @@ async def test_the_answer_renders_markers_as_buttons_and_text_as_text(
     await expect(card).to_be_focused()
     await expect(tab.get_by_test_id("trace-id")).to_have_text("ab12")
     await expect(tab.get_by_test_id("confidence")).to_contain_text("0.90")
+
+
+async def test_a_research_report_and_its_children_render_as_sections_and_rows(
+    page: tuple[Page, Site, PageWatch],
+) -> None:
+    tab, _, _ = page
+    await tab.evaluate(
+        """async () => {
+            const { AnswerView } = await import("/ui/answer.js");
+            const { Timeline } = await import("/ui/timeline.js");
+            const make = (tag) => document.getElementById("root").appendChild(
+                document.createElement(tag));
+            const view = new AnswerView({
+                answer: make("div"), note: make("p"), sources: make("div"), facts: make("div"),
+            });
+            view.answerEl.dataset.testid = "answer";
+            view.answer({
+                content: "# Who built both?\\n\\n## <b>Who built the Pharos?</b>\\n\\n" +
+                         "Sostratus [1].\\n\\n## Not answered\\n\\n- the Colossus: cancelled",
+                citations: { 1: { chunk_id: "c1", document_id: "pharos", title: "Pharos" } },
+                metadata: { mode: "research", children: ["a", "b"] },
+            });
+            const root = make("div");
+            const timeline = new Timeline(root);
+            timeline.reset("Who built both?");
+            const at = (ms) => new Date(Date.UTC(2026, 0, 1, 0, 0, 0, ms)).toISOString();
+            const step = (seq, status, started, ended, child) => ({
+                seq, attempt: 1, occurred_at: at(ended ?? started),
+                data: { phase: "research_step", status, started_at: at(started),
+                        ended_at: ended === null ? null : at(ended),
+                        duration_ms: ended === null ? null : 0,
+                        metadata: { child_id: child, query: "q " + child } },
+            });
+            timeline.add(step(1, "in_progress", 0, null, "a"));
+            timeline.add(step(2, "in_progress", 5, null, "b"));
+            timeline.add(step(3, "completed", 900, 900, "a"));
+            timeline.add(step(4, "failed", 1200, 1200, "b"));
+            timeline.render();
+            root.dataset.testid = "research-timeline";
+        }"""
+    )
+    answer = tab.get_by_test_id("answer")
+    await expect(answer.locator("h4")).to_have_text("Who built both?")
+    await expect(answer.locator("h5")).to_have_count(2)
+    await expect(answer.locator("h5").first).to_have_text("<b>Who built the Pharos?</b>")
+    await expect(answer.locator("b")).to_have_count(0)
+    await expect(answer.get_by_test_id("citation")).to_have_count(1)
+    rows = tab.get_by_test_id("research-timeline").get_by_test_id("phase-row")
+    await expect(rows).to_have_count(2)  # one row per child, from its start to its end
+    await expect(rows.nth(0)).to_have_attribute("data-status", "completed")
+    await expect(rows.nth(0).locator(".duration")).to_have_text("900 ms")
+    await expect(rows.nth(1)).to_have_attribute("data-status", "failed")

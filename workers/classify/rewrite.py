@@ -149,16 +149,14 @@ def _antecedent(history: Sequence[SessionTurn], *, person: bool) -> str | None:
 
 
 def _new_name(answer: str, question: str) -> str | None:
-    """The first multi-word name the answer gives that the question did not."""
+    """The answer's most prominent multi-word name (the extractor's ranking: names before
+    terms, the more often named first) that the question did not give."""
     asked = question.lower()
     cleaned = re.sub(r"\[\d+\]", " ", answer)
-    names = [
-        e.name
-        for e in extract_entities(cleaned, limit=30)
-        if e.kind == "proper" and " " in e.name and e.name.lower() not in asked
-    ]
-    # the earliest in the answer: an answer names what was asked for first
-    return min(names, key=cleaned.find) if names else None
+    for entity in extract_entities(cleaned, limit=10):
+        if entity.kind == "proper" and " " in entity.name and entity.name.lower() not in asked:
+            return entity.name
+    return None
 
 
 def subject_of(question: str) -> str | None:
