@@ -53,11 +53,17 @@ async def ask_question(
     top_k: int | None = None,
     namespaces: Sequence[str] | None = None,
     session_id: str | None = None,
+    mode: str | None = None,
 ) -> str | None:
     """Submit, print phases and answer tokens live, then the sources; returns the final status.
     In a session, a follow-up's standalone question is shown when it differs from the asked."""
     accepted = await client.submit(
-        question, intent=intent, top_k=top_k, namespaces=namespaces, session_id=session_id
+        question,
+        intent=intent,
+        top_k=top_k,
+        namespaces=namespaces,
+        session_id=session_id,
+        mode=mode if mode != "answer" else None,
     )
     request_id = accepted["request_id"]
     console.print(f"[dim]request {request_id}[/dim]")

@@ -30,6 +30,13 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True)
 
+
+class AskMode(StrEnum):
+    ANSWER = "answer"
+    RESEARCH = "research"
+    RETRIEVE = "retrieve"
+
+
 WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -195,6 +202,13 @@ def ask(
     namespace: Annotated[
         list[str] | None, typer.Option(help="Namespace to search (repeatable).")
     ] = None,
+    mode: Annotated[
+        AskMode,
+        typer.Option(
+            help="`answer`; `research`: plan sub-questions, answer each as a child request, "
+            "and write a cited report; `retrieve`: rankings only.",
+        ),
+    ] = AskMode.ANSWER,
     session: Annotated[
         str | None,
         typer.Option(
@@ -222,6 +236,7 @@ def ask(
                 top_k=top_k,
                 namespaces=namespace,
                 session_id=session,
+                mode=mode.value,
             )
 
     try:

@@ -12,6 +12,7 @@ from contracts.events import AnswerData
 
 MAX_QUERY_CHARS = 4000
 MAX_TOP_K = 100
+MAX_RESEARCH_DEPTH = 3
 QueryMode = Literal["answer", "retrieve", "research"]
 NAMESPACE_PATTERN = r"^[a-z0-9](?:[a-z0-9-]|_[a-z0-9-])*_?$"
 """A namespace as callers name it (at most `MAX_CALLER_NAMESPACE_CHARS`): lowercase letters,
@@ -51,6 +52,12 @@ class QuerySubmitted(Envelope):
         pattern=r"^[A-Za-z0-9_-]{1,64}$",
         description="the research request this one answers a sub-question of (set by the "
         "orchestrator, never by a caller)",
+    )
+    research_depth: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_RESEARCH_DEPTH,
+        description="how many research requests this one is under (0: asked by a caller)",
     )
 
 

@@ -132,6 +132,12 @@ class PlanResult(StepResult):
         default_factory=list, max_length=MAX_SUB_QUERIES
     )
     planner: str = Field(default="rules", max_length=32)
+    broad: list[bool] = Field(
+        default_factory=list,
+        max_length=MAX_SUB_QUERIES,
+        description="per sub-question: whether it has parts of its own (facets, several "
+        "named things), so that it could be researched in turn where depth allows",
+    )
 
 
 class StepFailure(StepResult):

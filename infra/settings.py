@@ -132,7 +132,14 @@ class Settings(BaseSettings):
         ge=1,
         le=8,
         description="Sub-questions a research request answers at most (its breadth); each is a "
-        "child request. Children are ordinary requests: research is one level deep.",
+        "child request.",
+    )
+    research_max_depth: int = Field(
+        1,
+        ge=1,
+        le=3,
+        description="Levels of research: 1 = children are ordinary requests; 2 = a child whose "
+        "sub-question has parts of its own is researched in turn (its children ordinary).",
     )
     research_timeout_s: float = Field(
         300.0, gt=0, description="Whole-request deadline of a research request."

@@ -58,10 +58,19 @@ def start_plan(saga: Saga, state: RequestState, clock: Clock) -> Transition:
 
 
 def on_planned(
-    saga: Saga, state: RequestState, questions: list[str], planner: str, clock: Clock
+    saga: Saga,
+    state: RequestState,
+    questions: list[str],
+    planner: str,
+    clock: Clock,
+    broad: list[bool] | None = None,
 ) -> Transition:
-    """Spawn one child per sub-question (the question itself when the plan is empty)."""
+    """Spawn one child per sub-question (the question itself when the plan is empty). A
+    sub-question with parts of its own is researched in turn while the depth allows
+    (`RAGBUS_RESEARCH_MAX_DEPTH`); the question itself never is, so nothing recurses."""
     questions = (questions or [state.question])[: saga.settings.research_max_children]
+    deeper = state.research_depth + 1 < saga.settings.research_max_depth
+    broad = broad or []
     state.plan, state.planner = questions, planner
     state.children = [
         ChildRecord(request_id=child_id(state.request_id, n), query=q)
@@ -69,14 +78,16 @@ def on_planned(
     ]
     messages: list[Outgoing] = []
     for n, child in enumerate(state.children):
+        research = deeper and n < len(broad) and broad[n] and child.query != state.question
         submitted = QuerySubmitted(
             request_id=child.request_id,
             tenant=state.tenant,
             query=child.query,
             namespaces=state.namespaces,
             top_k=state.top_k,
-            mode="answer",
+            mode="research" if research else "answer",
             parent_id=state.request_id,
+            research_depth=state.research_depth + 1,
             trace=state.trace,
         )
         messages.append(Outgoing(sj.QUERY_SUBMITTED, sj.STREAM_QUERIES, submitted))
@@ -88,6 +99,7 @@ def on_planned(
                 child_id=child.request_id,
                 index=n,
                 query=child.query,
+                mode=submitted.mode,
             )
         )
     state.status = RequestStatus.RESEARCHING

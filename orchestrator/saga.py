@@ -110,7 +110,9 @@ class Saga:
         if isinstance(result, CriticResult):
             return self._on_critique(state, result, clock)
         if isinstance(result, PlanResult):
-            return research.on_planned(self, state, result.sub_questions, result.planner, clock)
+            return research.on_planned(
+                self, state, result.sub_questions, result.planner, clock, result.broad
+            )
         return Transition(None)
 
     def on_child(self, state: RequestState | None, msg: ChildFinished) -> Transition:

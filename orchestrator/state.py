@@ -75,6 +75,7 @@ class RequestState(BaseModel):
     parent_id: str | None = Field(default=None, description="the research request it answers for")
     plan: list[str] = Field(default_factory=list, description="a research request's sub-questions")
     planner: str | None = None
+    research_depth: int = Field(default=0, description="research requests above this one")
     children: list[ChildRecord] = Field(default_factory=list)
     namespaces: list[str]
     top_k: int

@@ -184,6 +184,7 @@ def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> 
         mode=submitted.mode,
         trace=submitted.trace,
         parent_id=submitted.parent_id,
+        research_depth=submitted.research_depth,
         deadline_at=now + _timeout(submitted, settings),
     )
 

@@ -26,7 +26,7 @@ def cite(chunk: str, document: str) -> Citation:
     return Citation(chunk_id=chunk, document_id=document, title=document)
 
 
-def planned(run: Run, questions: list[str] = SUBS) -> list[Any]:
+def planned(run: Run, questions: list[str] = SUBS, broad: list[bool] | None = None) -> list[Any]:
     run.submit(query=QUESTION, mode="research")
     run.classify()
     run.search_all()
@@ -34,7 +34,9 @@ def planned(run: Run, questions: list[str] = SUBS) -> list[Any]:
     cmd = fuse_sent[0]
     assert isinstance(cmd, PlanCommand)
     assert cmd.max_questions == run.settings.research_max_children
-    return run.result(PlanResult(**run.corr(cmd), sub_questions=questions, planner="rules"))
+    return run.result(
+        PlanResult(**run.corr(cmd), sub_questions=questions, planner="rules", broad=broad or [])
+    )
 
 
 def child_done(run: Run, index: int, status: str = "completed", **fields: Any) -> list[Any]:
@@ -159,3 +161,24 @@ def test_the_planner_asks_each_facet_and_each_named_thing() -> None:
         "What is the role of vitamin D in bone health?"
     ]
     assert len(plan(QUESTION, [], 2)) == 2
+
+
+def test_depth_bounds_which_children_are_researched_in_turn() -> None:
+    broad = [True, True, False]  # the question itself is never researched again
+    shallow = [m for m in planned(Run(), broad=broad) if isinstance(m, QuerySubmitted)]
+    assert [c.mode for c in shallow] == ["answer", "answer", "answer"]
+    deep_run = Run(research_max_depth=2)
+    deep = [m for m in planned(deep_run, broad=broad) if isinstance(m, QuerySubmitted)]
+    assert [c.mode for c in deep] == ["answer", "research", "answer"]
+    assert {c.research_depth for c in deep} == {1}
+    # a research child at the last level plans ordinary children only
+    grandchild = Run(research_max_depth=2)
+    grandchild.submit(query=QUESTION, mode="research", parent_id="p", research_depth=1)
+    grandchild.classify()
+    grandchild.search_all()
+    cmd = grandchild.fuse()[0]
+    sent = grandchild.result(
+        PlanResult(**grandchild.corr(cmd), sub_questions=SUBS, broad=[False, True, True])
+    )
+    kids = [m for m in sent if isinstance(m, QuerySubmitted)]
+    assert {c.mode for c in kids} == {"answer"} and {c.research_depth for c in kids} == {2}

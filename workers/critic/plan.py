@@ -110,3 +110,8 @@ def plan(question: str, contexts: Sequence[RetrievedChunk], limit: int) -> list[
             seen.add(key)
             out.append(text)
     return out[:limit]
+
+
+def has_parts(question: str) -> bool:
+    """Whether a sub-question has parts of its own to research (facets, several names)."""
+    return bool(facets(question) or entity_questions(question))

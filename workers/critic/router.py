@@ -32,7 +32,7 @@ from infra.runtime.worker_runtime import (
 )
 from workers.critic.decompose import sub_queries
 from workers.critic.llm_decompose import llm_plan, llm_sub_queries
-from workers.critic.plan import plan
+from workers.critic.plan import has_parts, plan
 from workers.critic.scoring import Entailment, score_answer
 from workers.critic.verdict import Verdict, judge_answer, judge_tools
 
@@ -153,9 +153,15 @@ def create_router(resources: Resources) -> NatsRouter:
                 else:
                     if asked:
                         questions, planner = asked, "llm"
-            run.metadata.update(planner=planner, sub_questions=questions)
+            broad = [n > 0 and has_parts(q) for n, q in enumerate(questions)]
+            run.metadata.update(planner=planner, sub_questions=questions, broad=broad)
         await planned.publish(
-            PlanResult(**step_result_fields(cmd, run), sub_questions=questions, planner=planner)
+            PlanResult(
+                **step_result_fields(cmd, run),
+                sub_questions=questions,
+                planner=planner,
+                broad=broad,
+            )
         )
 
     return router
