@@ -6,15 +6,13 @@ each `Transition` atomically and publishes its messages.
 
 States: submitted -> classifying -> searching -> fusing -> generating <-> tooling ->
 critiquing -> (retrying -> searching ...) -> completed | failed | timed_out; any running
-state -> cancelled (`on_cancelled`).
+state -> cancelled (`on_cancelled`). A research request goes fusing -> planning ->
+researching -> completed (`orchestrator.research`). How a request ends, and the helpers every
+decision uses, are `orchestrator.saga_base`.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
-from contracts import subjects as sj
 from contracts.commands import (
     ClassifyCommand,
     CriticCommand,
@@ -33,16 +31,6 @@ from contracts.enums import (
     Step,
     StepStatus,
 )
-from contracts.envelope import Envelope, utcnow
-from contracts.events import (
-    AnswerEvent,
-    DoneData,
-    DoneEvent,
-    ErrorData,
-    ErrorEvent,
-    PhaseData,
-    PhaseEvent,
-)
 from contracts.models import ChannelReport, RetrievedChunk, ToolCall, ToolOutcome
 from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
@@ -57,30 +45,16 @@ from contracts.results import (
     ToolResult,
 )
 from infra.retrieval.intent_profiles import EVEN, PRIOR
-from infra.settings import Settings
 from orchestrator import research
-from orchestrator.answer import build_answer, passages_draft
+from orchestrator.saga_base import Clock, SagaBase
 from orchestrator.state import AttemptRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
-from orchestrator.turns import remember_turn
 
 FALLBACK_WEIGHTS: dict[Channel, float] = dict(PRIOR)
 """Used when classification failed or timed out: the prior, not a guess at an intent."""
 
 
-@dataclass(frozen=True)
-class Clock:
-    now: float
-
-    @classmethod
-    def system(cls) -> Clock:
-        return cls(time.time())
-
-
-class Saga:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
+class Saga(SagaBase):
     # ----------------------------------------------------------------- entry points
     def on_submitted(
         self, state: RequestState | None, msg: QuerySubmitted, clock: Clock
@@ -525,131 +499,6 @@ class Saga:
             **changes,
         )
         return self._start_search(state, clock, [retry_phase])
-
-    # ----------------------------------------------------------------- endings
-    def _complete(
-        self, state: RequestState, messages: list[Outgoing], critic_note: str | None = None
-    ) -> Transition:
-        finished = utcnow()
-        if state.mode == "research":
-            state.answer = research.research_answer(state, finished)
-        else:
-            state.answer = build_answer(state, finished, critic_note)
-        state.status = RequestStatus.COMPLETED
-        state.pending = None
-        state.finished_at = finished
-        answer = AnswerEvent(**self._corr(state), data=state.answer)
-        done = DoneEvent(**self._corr(state), data=DoneData(status=RequestStatus.COMPLETED))
-        ending = [
-            *messages,
-            self._event(answer),
-            self._event(done),
-            *self._remember(state),
-            *research.child_finished(state),
-        ]
-        return self._moved(state, ending)
-
-    def _passages_answer(self, state: RequestState, reason: str) -> Transition:
-        """When generation fails but retrieval worked, the answer is the best passages,
-        quoted and cited, and says so: a degraded answer rather than none."""
-        drafted = passages_draft(state.fused)
-        if drafted is None:
-            return self._finish_error(
-                state, RequestStatus.FAILED, "generate_failed", reason, Phase.GENERATION
-            )
-        state.draft, state.draft_citations = drafted
-        state.generator = "passages"
-        failed = self._phase(
-            state, Phase.GENERATION, PhaseStatus.FAILED, reason=reason, fallback="passages"
-        )
-        return self._complete(state, [failed], critic_note=f"not critiqued: {reason}")
-
-    def _finish_error(
-        self,
-        state: RequestState,
-        status: RequestStatus,
-        code: str,
-        message: str,
-        phase: Phase | None,
-    ) -> Transition:
-        state.error = ErrorData(code=code, message=message, phase=phase)
-        state.status = status
-        state.pending = None
-        state.finished_at = utcnow()
-        error = ErrorEvent(**self._corr(state), data=state.error)
-        done = DoneEvent(**self._corr(state), data=DoneData(status=status))
-        ending = [
-            self._event(error),
-            self._event(done),
-            *self._remember(state),
-            *research.child_finished(state),
-        ]
-        return self._moved(state, ending)
-
-    # ----------------------------------------------------------------- helpers
-    def _has_memory(self, state: RequestState) -> bool:
-        """Whether the request has a memory scope: its session's, or its tenant's."""
-        return state.session_id is not None or self.settings.memory_scope == "tenant"
-
-    @staticmethod
-    def _remember(state: RequestState) -> list[Outgoing]:
-        """A session's turn, recorded by the memory worker once the request has ended."""
-        turn = remember_turn(state)
-        if turn is None:
-            return []
-        return [Outgoing(sj.cmd_subject(Step.MEMORY), sj.STREAM_CMD, turn)]
-
-    @staticmethod
-    def _vector_of(state: RequestState, text: str) -> str | None:
-        """The request's embedding of a query text: classify's for the question, a dense
-        channel's for a follow-up."""
-        if text == state.question and state.query_vector:
-            return state.query_vector
-        return state.query_vectors.get(text)
-
-    @staticmethod
-    def _corr(state: RequestState) -> dict[str, object]:
-        return {
-            "request_id": state.request_id,
-            "tenant": state.tenant,
-            "attempt": state.attempt,
-            "trace": state.trace,
-        }
-
-    @staticmethod
-    def _pending(step: Step, awaited: dict[str, str], timeout: float, clock: Clock) -> PendingStep:
-        return PendingStep(step=step.value, command_ids=awaited, deadline_at=clock.now + timeout)
-
-    @staticmethod
-    def _moved(state: RequestState, messages: list[Outgoing]) -> Transition:
-        state.updated_at = utcnow()
-        return Transition(state, messages)
-
-    @staticmethod
-    def _cmd(cmd: Envelope, step: Step, channel: Channel | None = None) -> Outgoing:
-        return Outgoing(sj.cmd_subject(step, channel), sj.STREAM_CMD, cmd)
-
-    @staticmethod
-    def _event(event: Envelope) -> Outgoing:
-        return Outgoing(sj.events_subject(event.tenant, event.request_id), sj.STREAM_EVENTS, event)
-
-    def _phase(
-        self, state: RequestState, phase: Phase, status: PhaseStatus, **metadata: object
-    ) -> Outgoing:
-        now = utcnow()
-        running = status is PhaseStatus.IN_PROGRESS  # a research child: it ends later
-        event = PhaseEvent(
-            **self._corr(state),
-            data=PhaseData(
-                phase=phase,
-                status=status,
-                started_at=now,
-                ended_at=None if running else now,
-                duration_ms=None if running else 0.0,
-                metadata=dict(metadata),
-            ),
-        )
-        return self._event(event)
 
 
 def _search_key(channel: Channel, index: int) -> str:
