@@ -83,10 +83,14 @@ async def open_page(browser: Browser, url: str, watch: PageWatch, width: int = 1
 
 
 async def ask(page: Page, question: str, namespace: str) -> str:
-    """Ask through the form; the request's id once its stream said `done`."""
+    """Ask through the form; the request's id once its stream said `done` (the request
+    shown before, already `completed`, must not be taken for it)."""
+    before = await page.locator("#run").get_attribute("data-request")
     await page.get_by_test_id("namespaces").fill(namespace)
     await page.get_by_test_id("query-input").fill(question)
     await page.get_by_test_id("submit").click()
+    if before:
+        await expect(page.locator("#run")).not_to_have_attribute("data-request", before)
     await expect(page.locator("#run")).to_have_attribute("data-status", "completed")
     request_id = await page.locator("#run").get_attribute("data-request")
     assert request_id
