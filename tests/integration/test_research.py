@@ -11,7 +11,9 @@ cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +67,13 @@ async def one_done(http: httpx.AsyncClient, rid: str) -> str:
     return status
 
 
-async def test_research_fans_out_survives_a_failing_child_and_ends_with_a_cited_report(
-    tmp_path: Path,
-) -> None:
-    with own_services(tmp_path, generate_timeout_s=6.0) as settings:
+@contextlib.asynccontextmanager
+async def researching(
+    tmp_path: Path, *, generate_timeout_s: float
+) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A stack of the test's own with no generate worker, the corpus indexed, and a research
+    request submitted: (the API client, the request's id)."""
+    with own_services(tmp_path, generate_timeout_s=generate_timeout_s) as settings:
         async with running(settings, orchestrator=True, workers=NO_GENERATOR) as runtime:
             await ingest_and_wait(runtime)
             async with (
@@ -79,23 +84,29 @@ async def test_research_fans_out_survives_a_failing_child_and_ends_with_a_cited_
                     "/v1/queries", json={"query": QUESTION, "mode": "research"}
                 )
                 assert accepted.status_code == 202, accepted.text
-                rid = accepted.json()["request_id"]
-                children = await children_of(http, rid)
-                assert len(children) == 3
-                # one child fails: it is cancelled while it waits at generation
-                doomed = children[1]
-                assert (await http.delete(f"/v1/queries/{doomed}")).status_code == 202
+                yield http, accepted.json()["request_id"]
 
-                assert await one_done(http, rid) == "completed"
-                events = await read_events(http, f"/v1/queries/{rid}/events", timeout=30)
-                statuses = [await one_done(http, child) for child in children]
-                assert statuses == ["completed", "cancelled", "completed"]
 
-                view = (await http.get(f"/v1/queries/{rid}")).json()
-                for child in children:
-                    child_view = (await http.get(f"/v1/queries/{child}")).json()
-                    assert child_view["parent_id"] == rid
-                    assert child_view["mode"] == "answer"
+async def test_research_fans_out_survives_a_failing_child_and_ends_with_a_cited_report(
+    tmp_path: Path,
+) -> None:
+    async with researching(tmp_path, generate_timeout_s=6.0) as (http, rid):
+        children = await children_of(http, rid)
+        assert len(children) == 3
+        # one child fails: it is cancelled while it waits at generation
+        doomed = children[1]
+        assert (await http.delete(f"/v1/queries/{doomed}")).status_code == 202
+
+        assert await one_done(http, rid) == "completed"
+        events = await read_events(http, f"/v1/queries/{rid}/events", timeout=30)
+        statuses = [await one_done(http, child) for child in children]
+        assert statuses == ["completed", "cancelled", "completed"]
+
+        view = (await http.get(f"/v1/queries/{rid}")).json()
+        for child in children:
+            child_view = (await http.get(f"/v1/queries/{child}")).json()
+            assert child_view["parent_id"] == rid
+            assert child_view["mode"] == "answer"
 
     assert phase_statuses(events, "research_plan") == ["in_progress", "completed"]
     steps = research_steps(events)
@@ -124,24 +135,14 @@ async def test_research_fans_out_survives_a_failing_child_and_ends_with_a_cited_
 
 
 async def test_cancelling_a_research_request_cancels_every_child(tmp_path: Path) -> None:
-    with own_services(tmp_path, generate_timeout_s=90.0) as settings:
-        async with running(settings, orchestrator=True, workers=NO_GENERATOR) as runtime:
-            await ingest_and_wait(runtime)
-            async with (
-                serving_api(runtime) as url,
-                httpx.AsyncClient(base_url=url, timeout=60) as http,
-            ):
-                accepted = await http.post(
-                    "/v1/queries", json={"query": QUESTION, "mode": "research"}
-                )
-                rid = accepted.json()["request_id"]
-                children = await children_of(http, rid)
-                cancelled = await http.delete(f"/v1/queries/{rid}")
-                assert cancelled.status_code == 202, cancelled.text
+    async with researching(tmp_path, generate_timeout_s=90.0) as (http, rid):
+        children = await children_of(http, rid)
+        cancelled = await http.delete(f"/v1/queries/{rid}")
+        assert cancelled.status_code == 202, cancelled.text
 
-                assert await one_done(http, rid) == "cancelled"
-                for child in children:
-                    assert await one_done(http, child) == "cancelled"
-                    view = (await http.get(f"/v1/queries/{child}")).json()
-                    assert view["error"]["code"] == "cancelled"
-                    assert "research request was cancelled" in view["error"]["message"]
+        assert await one_done(http, rid) == "cancelled"
+        for child in children:
+            assert await one_done(http, child) == "cancelled"
+            view = (await http.get(f"/v1/queries/{child}")).json()
+            assert view["error"]["code"] == "cancelled"
+            assert "research request was cancelled" in view["error"]["message"]
