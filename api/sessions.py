@@ -65,7 +65,7 @@ class MemoryList(BaseModel):
 
 
 def sessions_of(redis: RedisDep, settings: SettingsDep) -> SessionStore:
-    return SessionStore(redis, max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s)
+    return SessionStore.from_settings(redis, settings)
 
 
 def memories_of(redis: RedisDep, settings: SettingsDep) -> MemoryIndex:

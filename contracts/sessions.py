@@ -8,15 +8,12 @@ an accepted answer or a fact the user stated, adds it to the scope's semantic me
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
 from contracts.envelope import Envelope
 from contracts.queries import MAX_QUERY_CHARS, SESSION_ID_PATTERN
-
-_SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 
 SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
 
@@ -28,10 +25,6 @@ MEMORY_PREFIX: Final = "memory:"
 
 RewriteMethod = Literal["none", "rules", "llm"]
 """How a follow-up became standalone: kept as it was, by the rules, or by the model."""
-
-
-def is_valid_session_id(value: str) -> bool:
-    return bool(_SESSION_ID_RE.fullmatch(value))
 
 
 class TurnCitation(BaseModel):

@@ -91,17 +91,7 @@ def on_planned(
             trace=state.trace,
         )
         messages.append(Outgoing(sj.QUERY_SUBMITTED, sj.STREAM_QUERIES, submitted))
-        messages.append(
-            saga._phase(
-                state,
-                Phase.RESEARCH_STEP,
-                PhaseStatus.IN_PROGRESS,
-                child_id=child.request_id,
-                index=n,
-                query=child.query,
-                mode=submitted.mode,
-            )
-        )
+        messages.append(_step(saga, state, child, PhaseStatus.IN_PROGRESS, mode=submitted.mode))
     state.status = RequestStatus.RESEARCHING
     state.pending = PendingStep(
         step=RESEARCH_STEP,
@@ -119,17 +109,14 @@ def on_child(saga: Saga, state: RequestState | None, msg: ChildFinished) -> Tran
     if pending.step != RESEARCH_STEP or msg.child_id not in pending.command_ids:
         return Transition(None)  # a child already counted, or not this request's
     pending.command_ids.pop(msg.child_id)
-    child = next(c for c in state.children if c.request_id == msg.child_id)
+    child = _child(state, msg.child_id)
     child.status, child.answer, child.error = msg.status, msg.answer, msg.error
-    index = state.children.index(child)
     ok = msg.status == RequestStatus.COMPLETED.value
-    step = saga._phase(
+    step = _step(
+        saga,
         state,
-        Phase.RESEARCH_STEP,
+        child,
         PhaseStatus.COMPLETED if ok else PhaseStatus.FAILED,
-        child_id=child.request_id,
-        index=index,
-        query=child.query,
         child_status=msg.status,
         reason=None if ok else (msg.error or msg.status),
     )
@@ -143,24 +130,41 @@ def wait_over(saga: Saga, state: RequestState) -> Transition:
     assert state.pending is not None
     messages: list[Outgoing] = []
     for cid in list(state.pending.command_ids):
-        child = next(c for c in state.children if c.request_id == cid)
+        child = _child(state, cid)
         child.status = RequestStatus.TIMED_OUT.value
         child.error = f"no answer within {saga.settings.research_wait_s:g}s"
         messages.append(cancel_child(state, cid, "its research request stopped waiting"))
         messages.append(
-            saga._phase(
+            _step(
+                saga,
                 state,
-                Phase.RESEARCH_STEP,
+                child,
                 PhaseStatus.FAILED,
-                child_id=cid,
-                index=state.children.index(child),
-                query=child.query,
                 child_status=child.status,
                 reason=child.error,
             )
         )
     state.pending.command_ids.clear()
     return synthesize(saga, state, messages)
+
+
+def _child(state: RequestState, cid: str) -> ChildRecord:
+    return next(c for c in state.children if c.request_id == cid)
+
+
+def _step(
+    saga: Saga, state: RequestState, child: ChildRecord, status: PhaseStatus, **metadata: object
+) -> Outgoing:
+    """A `research_step` phase: one child's start or end, named by its id, place and question."""
+    return saga._phase(
+        state,
+        Phase.RESEARCH_STEP,
+        status,
+        child_id=child.request_id,
+        index=state.children.index(child),
+        query=child.query,
+        **metadata,
+    )
 
 
 def cancel_child(state: RequestState, cid: str, reason: str) -> Outgoing:

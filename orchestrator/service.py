@@ -94,8 +94,6 @@ class Orchestrator:
     async def _adopt(self, msg: QuerySubmitted) -> None:
         """Record a research child the API never saw: only a child its parent's state lists,
         of the parent's tenant (anything else is forged and runs nothing, as ever)."""
-        if await self.store.get(msg.request_id) is not None:
-            return
         parent = await self.store.get(msg.parent_id or "")
         listed = parent is not None and any(c.request_id == msg.request_id for c in parent.children)
         if not listed or parent is None or parent.tenant != msg.tenant:

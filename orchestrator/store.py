@@ -212,9 +212,7 @@ class StateStore:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self.sessions = SessionStore(
-            redis, max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s
-        )
+        self.sessions = SessionStore.from_settings(redis, settings)
         self._commit_script = redis.register_script(COMMIT)
         self._create_script = redis.register_script(CREATE)
 

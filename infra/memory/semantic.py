@@ -133,7 +133,7 @@ class MemoryVectors:
     def search(self, scope: str, vector: np.ndarray, top_k: int) -> list[RetrievedChunk]:
         return self.store.search_dense([scope_namespace(scope)], vector, top_k)
 
-    def texts(self, scope: str, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+    def texts(self, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
         """The hits with their text (memories are short; the channel ships them whole, since
         fusion hydrates from the documents' store, which does not hold them)."""
         return self.store.hydrate(chunks)

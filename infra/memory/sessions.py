@@ -18,6 +18,7 @@ import time
 import redis.asyncio as aioredis
 
 from contracts.sessions import SessionTurn
+from infra.settings import Settings
 
 _TRIM = """
 local function trim(order, turns, cutoff, keep)
@@ -86,6 +87,10 @@ class SessionStore:
         self.ttl_s = ttl_s
         self._write = redis.register_script(WRITE)
         self._forget = redis.register_script(FORGET)
+
+    @classmethod
+    def from_settings(cls, redis: aioredis.Redis, settings: Settings) -> SessionStore:
+        return cls(redis, max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s)
 
     def _keys(self, tenant: str, session_id: str) -> list[str]:
         return [

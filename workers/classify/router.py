@@ -34,9 +34,7 @@ log = get_logger(__name__)
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     classifier = IntentClassifier(resources.encoder, model_dir(settings))
-    sessions = SessionStore(
-        resources.redis(), max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s
-    )
+    sessions = SessionStore.from_settings(resources.redis(), settings)
     router = step_router(resources)
     resources.on_warm_up(lambda: classifier.classify("warm up", None))
     publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)

@@ -80,9 +80,7 @@ def memorable(cmd: RememberTurn) -> Memory | None:
 def create_router(resources: Resources) -> NatsRouter:
     settings = resources.settings
     redis = resources.redis()
-    sessions = SessionStore(
-        redis, max_turns=settings.session_max_turns, ttl_s=settings.session_ttl_s
-    )
+    sessions = SessionStore.from_settings(redis, settings)
     index = MemoryIndex(redis, settings.memory_ttl_s)
     router = step_router(resources)
     commands = step_router(resources, report_failures=False)  # nothing waits on a result
@@ -160,7 +158,7 @@ def create_router(resources: Resources) -> NatsRouter:
         hits = [hit for hit in hits if hit.score >= settings.memory_min_score]
         known = await index.known(scope, [hit.chunk_id for hit in hits])
         hits = [hit for hit in hits if hit.chunk_id in known]  # deleted: never recalled
-        whole = await vectors.store.read(vectors.texts, scope, hits)
+        whole = await vectors.store.read(vectors.texts, hits)
         channel = Channel.MEMORY.value
         return [
             chunk.model_copy(update={"rank": rank, "channels": {channel: rank}})
