@@ -125,18 +125,30 @@ def bench_bus(
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/bus.json"
     ),
+    floor: Annotated[
+        bool, typer.Option(help="Also run the floor: the same messages in plain nats-py.")
+    ] = True,
 ) -> None:
     """The broker path's own cost: the real API, saga, workers, nats-server and Redis, with
-    instant engines (no model, no store), started on free ports and stopped afterwards."""
+    instant engines (no model, no store), started on free ports and stopped afterwards; then
+    the floor, the same message pattern in plain nats-py and redis-py, in the same run."""
     from bench.bus import bench_bus as run
+    from bench.bus_report import print_floor
     from bench.load import load_queries, print_report
 
     _interactive_logging(Settings(), verbose=False)
     report = asyncio.run(
-        run(load_queries(queries), concurrency=concurrency, duration_s=duration, warmup_s=warmup)
+        run(
+            load_queries(queries),
+            concurrency=concurrency,
+            duration_s=duration,
+            warmup_s=warmup,
+            floor=floor,
+        )
     )
-    print_report(report, console)
     _save_json(report, out)
+    print_report(report, console)
+    print_floor(report, console)
     console.print(f"wrote {out}")
 
 

@@ -27,6 +27,8 @@ class Stack:
     url: str
     pids: dict[str, int]
     """The stack's process, nats-server and redis-server, for `run_bench`'s CPU per process."""
+    nats_url: str = ""
+    redis_url: str = ""
 
 
 def _tail(log_path: Path) -> str:
@@ -109,6 +111,8 @@ async def served_stack(
                     "nats-server": nats.process.pid,
                     "redis-server": redis.process.pid,
                 },
+                nats_url=nats.url,
+                redis_url=redis.url,
             )
         finally:
             await asyncio.to_thread(_stop, child)
