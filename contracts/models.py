@@ -54,7 +54,7 @@ class RetrievedChunk(BaseModel):
 
     Channels return references (no `text`): fusion only needs ids and ranks. The fused list is
     hydrated from the store with the text and the stored `vectors` that generation and the
-    critic read.
+    critic read, and claimed (`infra.runtime.claims`): on the bus it carries openings.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -72,6 +72,11 @@ class RetrievedChunk(BaseModel):
         default_factory=dict,
         max_length=16,
         description="channel name -> 1-based rank in that channel",
+    )
+    claimed: bool = Field(
+        default=False,
+        description="the whole passage (text and vectors) waits in the request's claim store; "
+        "`text` here is its opening",
     )
 
 

@@ -165,6 +165,12 @@ class Settings(BaseSettings):
     )
     retry_delay_s: float = Field(1.0, ge=0, description="Nak delay for transient failures.")
     worker_concurrency: int = Field(4, ge=1, description="Messages one subscriber handles at once.")
+    max_ack_pending: int = Field(
+        256,
+        ge=1,
+        description="Messages a step's consumer hands out unacknowledged, across all its "
+        "replicas; raise it with the replicas (a message held past ack_wait_s is redelivered).",
+    )
 
     # Retrieval
     default_top_k: int = Field(8, ge=1, le=50, description="Chunks given to generation.")

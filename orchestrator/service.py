@@ -237,7 +237,7 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
     )
 
     @router.subscriber(
-        **subscriber_kwargs(ORCHESTRATOR_QUERIES, resources.settings),
+        **subscriber_kwargs(ORCHESTRATOR_QUERIES, resources.settings, QueryMessage),
         title="orchestrator:submissions",
         description="Starts a request's saga, cancels one, or tells a research request that "
         "one of its children ended.",
@@ -251,7 +251,7 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
             await orch.handle_submission(msg)
 
     @router.subscriber(
-        **subscriber_kwargs(ORCHESTRATOR_RESULTS, resources.settings),
+        **subscriber_kwargs(ORCHESTRATOR_RESULTS, resources.settings, AnyResult),
         title="orchestrator:results",
         description="Every worker's result; advances the saga.",
     )
@@ -259,7 +259,7 @@ def create_router(resources: Resources, orchestrator: Orchestrator | None = None
         await orch.handle_result(result)
 
     @router.subscriber(
-        **subscriber_kwargs(ORCHESTRATOR_ADVISORIES, resources.settings),
+        **subscriber_kwargs(ORCHESTRATOR_ADVISORIES, resources.settings, MaxDeliveriesAdvisory),
         title="orchestrator:max-deliveries",
         description="JetStream stopped delivering a message that was never acknowledged: "
         "dead-letter it, fail its step, and take it out of its work queue.",

@@ -27,6 +27,7 @@ from contracts.envelope import Envelope
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
 from infra.memory.sessions import SessionStore
+from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
 from infra.settings import Settings
 from orchestrator.state import RequestState
@@ -87,6 +88,7 @@ if ARGV[3] ~= '' then
 end
 if ARGV[5] == '-' then
   redis.call('ZREM', KEYS[5], ARGV[6])
+  redis.call('DEL', KEYS[6])
 elseif ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[6])
 end
@@ -99,11 +101,12 @@ if entries > 0 then
 end
 return 1
 """
-"""KEYS: state, version, seen, outbox, deadlines. ARGV: the version read, the inbound event id
-(or ''), the new state (or ''), its TTL, the next deadline ('' keep, '-' none), the request id,
-the bookkeeping TTL, the outbox entry count, then (event id, entry) pairs. Returns 1 when
-committed, 0 when the version moved, -1 when the event was applied meanwhile. A state saved
-before versions had a key of their own has no version key: it is taken as read."""
+"""KEYS: state, version, seen, outbox, deadlines, claims (deleted when the request ends).
+ARGV: the version read, the inbound event id (or ''), the new state (or ''), its TTL, the next
+deadline ('' keep, '-' none), the request id, the bookkeeping TTL, the outbox entry count,
+then (event id, entry) pairs. Returns 1 when committed, 0 when the version moved, -1 when the
+event was applied meanwhile. A state saved before versions had a key of their own has no
+version key: it is taken as read."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ class StateStore:
             seen_key(request_id),
             outbox_key(request_id),
             DEADLINES_KEY,
+            claims_key(request_id),
         ]
         args: list[str | int] = [
             version,

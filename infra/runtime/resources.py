@@ -16,6 +16,7 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from infra.runtime.bus import Bus
+from infra.runtime.claims import Claims, claim_ttl_s
 from infra.runtime.liveness import is_live
 from infra.runtime.redis_client import connect_redis
 from infra.settings import Settings
@@ -59,6 +60,7 @@ class Resources:
         self._redis: aioredis.Redis | None = None
         self._background: BackgroundWork | None = None
         self._ingest_encoder: Encoding | None = None
+        self._claims: Claims | None = None
         self._lock = asyncio.Lock()
         self._warm_ups: list[Callable[[], Awaitable[object]]] = []
 
@@ -76,6 +78,12 @@ class Resources:
         if self._redis is None:
             self._redis = connect_redis(self.settings.redis_url)
         return self._redis
+
+    def claims(self) -> Claims:
+        """The request's claim store of passages (`infra.runtime.claims`), in Redis."""
+        if self._claims is None:
+            self._claims = Claims(self.redis(), claim_ttl_s(self.settings))
+        return self._claims
 
     async def is_live(self, request_id: str) -> bool:
         """Whether the request exists and has not finished (`infra.runtime.liveness`)."""

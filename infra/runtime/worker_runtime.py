@@ -99,6 +99,16 @@ _LIVENESS: ContextVar[Callable[[str], Awaitable[bool]] | None] = ContextVar(
 """How the message being handled asks whether its request is live (set by the error policy)."""
 
 
+_DELIVERIES: ContextVar[int] = ContextVar("ragbus_deliveries", default=1)
+"""How many times JetStream has delivered the message being handled (set by the policy)."""
+
+
+def current_deliveries() -> int:
+    """The delivery count of the message being handled: handlers take only their decoded
+    message (no dependency injection on the hot path), so the policy hands this over."""
+    return _DELIVERIES.get()
+
+
 async def require_live(request_id: str) -> None:
     check = _LIVENESS.get()
     if check is not None and not await check(request_id):
@@ -124,6 +134,7 @@ def error_policy(
             structlog.contextvars.clear_contextvars()
             heartbeat = asyncio.create_task(_keep_alive(msg, settings.ack_wait_s / 2))
             liveness = _LIVENESS.set(is_live)
+            delivered = _DELIVERIES.set(deliveries)
             try:
                 result = await call_next(msg)
             except RequestNotLive as exc:
@@ -140,6 +151,7 @@ def error_policy(
             finally:
                 heartbeat.cancel()
                 _LIVENESS.reset(liveness)
+                _DELIVERIES.reset(delivered)
                 structlog.contextvars.clear_contextvars()
             await msg.ack()
             MESSAGES.labels(subject=subject, outcome="ok").inc()

@@ -21,6 +21,7 @@ from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.fake_llm import FakeLLM, fake_llm
+from tests.unit.fakes import MemoryClaims
 
 # Unit tests run corpus-wide work in threads of the test process; the background child process
 # itself is tested in test_background.py, and the integration stack runs with it.
@@ -64,6 +65,7 @@ async def worker_harness(
     `live` says which requests exist (every one, unless a test says otherwise)."""
     broker = NatsBroker()
     resources = Resources(settings, Bus(broker))
+    resources._claims = MemoryClaims()
     if encoder is not None:
 
         async def shared_encoder() -> Any:

@@ -10,6 +10,7 @@ import numpy as np
 from contracts.models import RetrievedChunk
 from infra.retrieval.text import analyze, clean_sentence, sentence_spans
 from infra.retrieval.vectors.codec import chunk_vectors
+from infra.runtime.claims import Claims
 
 
 class FakeEncoder:
@@ -67,3 +68,18 @@ def with_stored_vectors(chunk: RetrievedChunk, encoder: FakeEncoder) -> Retrieve
         encoder.encode([text for _, text in kept]),
     )
     return chunk.model_copy(update={"vectors": vectors})
+
+
+class MemoryClaims(Claims):
+    """The claim store of `infra.runtime.claims` on a dict: unit tests run without Redis."""
+
+    def __init__(self) -> None:
+        super().__init__(redis=None, ttl_s=60)  # type: ignore[arg-type]
+        self.hashes: dict[str, dict[str, str]] = {}
+
+    async def _store(self, key: str, passages: dict[str, str]) -> None:
+        self.hashes.setdefault(key, {}).update(passages)
+
+    async def _load(self, key: str, chunk_ids: list[str]) -> list[bytes | str | None]:
+        stored = self.hashes.get(key, {})
+        return [stored.get(chunk_id) for chunk_id in chunk_ids]

@@ -33,7 +33,7 @@ from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
-from tests.unit.fakes import FakeEncoder
+from tests.unit.fakes import FakeEncoder, MemoryClaims
 from workers import classify, critic, fuse, generate, tool
 from workers.fuse.follow_up import KEEP
 
@@ -71,6 +71,7 @@ def harness_for(tmp_path: Path) -> Callable[[RouterFactory], AbstractAsyncContex
         broker = NatsBroker()
         resources = Resources(Settings(data_dir=tmp_path), Bus(broker))
         resources._encoder = FakeEncoder()  # type: ignore[assignment]
+        resources._claims = MemoryClaims()
 
         async def every_request_is_live(request_id: str) -> bool:
             return True

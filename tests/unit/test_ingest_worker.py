@@ -220,7 +220,7 @@ async def test_transient_failure_on_last_delivery_counts_as_failed(
         raise TransientError("qdrant away")
 
     monkeypatch.setattr("workers.ingest.index_document", flaky)
-    monkeypatch.setattr("workers.ingest.delivery_count", lambda msg: 3)  # == max_deliver
+    monkeypatch.setattr("workers.ingest.current_deliveries", lambda: 3)  # == max_deliver
     receipt = await publish_job(harness.resources.bus, DOCS[:1], job_id=_job())
     job = await read_job(harness.resources.redis(), receipt.job_id)
     assert job is not None and job["status"] == "failed"

@@ -109,7 +109,10 @@ async def _fuse(h: WorkerHarness, cmd: FuseCommand) -> tuple[FuseResult, dict[st
     assert h.on("rag.dlq.") == []
     completed = h.on("rag.events.")[-1]["data"]
     assert completed["status"] == "completed"
-    return FuseResult.model_validate(body), completed["metadata"]
+    result = FuseResult.model_validate(body)
+    assert all(chunk.claimed for chunk in result.chunks)  # the passages wait in the claims
+    whole = await h.resources.claims().resolve(cmd.request_id, result.chunks)
+    return result.model_copy(update={"chunks": whole}), completed["metadata"]
 
 
 @pytest.mark.parametrize(("top_n", "top_k"), [(4, 6), (6, 2)])

@@ -66,7 +66,7 @@ def create_router(resources: Resources) -> NatsRouter:
             )
         return made
 
-    @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings))
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings, ClassifyCommand))
     async def classify(cmd: ClassifyCommand) -> None:
         """Intent, confidence and channel weights for the query, plus its embedding."""
         made = await standalone(cmd)

@@ -108,11 +108,14 @@ def create_router(resources: Resources) -> NatsRouter:
     router = step_router(resources)
     resources.on_warm_up(resources.encoder, resources.nli)
     publisher = ResultPublisher(router, Step.CRITIC, CriticResult)
+    claims = resources.claims()
 
-    @router.subscriber(**subscriber_kwargs(step_consumer(Step.CRITIC), settings))
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.CRITIC), settings, CriticCommand))
     async def critic(cmd: CriticCommand) -> None:
         """Score the answer and tell the orchestrator to accept it or how to retry."""
         async with phase(bus, cmd, Phase.CRITIC) as run:
+            contexts = await claims.resolve(cmd.request_id, cmd.contexts)
+            cmd = cmd.model_copy(update={"contexts": contexts})
             verdict, scores = await critique(cmd, resources, run.metadata)
             run.metadata.update(
                 verdict=verdict.verdict,
@@ -136,11 +139,15 @@ def create_router(resources: Resources) -> NatsRouter:
 
     planned = ResultPublisher(router, Step.PLAN, PlanResult)
 
-    @router.subscriber(**subscriber_kwargs(step_consumer(Step.PLAN), settings), title="plan")
+    @router.subscriber(
+        **subscriber_kwargs(step_consumer(Step.PLAN), settings, PlanCommand), title="plan"
+    )
     async def plan_research(cmd: PlanCommand) -> None:
         """A research request's sub-questions: by the model when one is configured, else its
         facets, entities and bridges (`workers.critic.plan`)."""
         async with phase(bus, cmd, Phase.RESEARCH_PLAN) as run:
+            contexts = await claims.resolve(cmd.request_id, cmd.contexts)
+            cmd = cmd.model_copy(update={"contexts": contexts})
             questions = plan(cmd.query, cmd.contexts, cmd.max_questions)
             planner = "rules"
             client = resources.llm()

@@ -14,7 +14,8 @@ best new chunks to the previous attempt's list (`workers.fuse.follow_up`).
 
 The channels send references; the fused list is hydrated from the vector store (text, the
 chunk's stored vector and its sentences' vectors) in one lookup, unless the request only wants
-rankings (`hydrate` off, the `retrieve` mode).
+rankings (`hydrate` off, the `retrieve` mode). The hydrated passages go to the request's
+claim store (`infra.runtime.claims`), and the result carries their openings.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def create_router(resources: Resources) -> NatsRouter:
     router = step_router(resources)
     resources.on_warm_up(resources.vectors, resources.graph, resources.reranker)
     publisher = ResultPublisher(router, Step.FUSE, FuseResult)
+    claims = resources.claims()
 
-    @router.subscriber(**subscriber_kwargs(step_consumer(Step.FUSE), settings))
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.FUSE), settings, FuseCommand))
     async def fuse(cmd: FuseCommand) -> None:
         """Fuse the channels' rankings with the intent's weights."""
         async with phase(bus, cmd, Phase.FUSION) as run:
@@ -100,6 +102,8 @@ def create_router(resources: Resources) -> NatsRouter:
                 counts={c.value: n for c, n in counts.items()},
                 fused=len(chunks),
             )
+        if cmd.hydrate:  # the whole passages wait in the claim store; the message is small
+            chunks = await claims.put(cmd.request_id, chunks)
         result = FuseResult(
             **step_result_fields(cmd, run),
             chunks=chunks,

@@ -138,8 +138,9 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
     # extractive answers encode the few passages ingested without sentence vectors
     resources.on_warm_up(resources.encoder)
     publisher = ResultPublisher(router, Step.GENERATE, GenerateResult)
+    claims = resources.claims()
 
-    @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings))
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings, GenerateCommand))
     async def generate(cmd: GenerateCommand) -> None:
         """Compose the answer, stream it as tokens, then report it with its citations."""
         start: dict[str, Any] = {"generator": LLM_GENERATOR if client else GENERATOR}
@@ -148,6 +149,8 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
         tool_calls: list[ToolCall] = []
         generator = GENERATOR
         async with phase(bus, cmd, Phase.GENERATION, **start) as run:
+            contexts = await claims.resolve(cmd.request_id, cmd.contexts)
+            cmd = cmd.model_copy(update={"contexts": contexts})
             emitter = TokenEmitter(bus, cmd)
             if client is None:
                 answer = await _extractive(cmd, resources, emitter, run)

@@ -15,7 +15,6 @@ import asyncio
 from typing import Any
 
 from faststream.nats import NatsRouter
-from faststream.nats.annotations import NatsMessage
 
 from contracts import subjects as sj
 from contracts.ingest import (
@@ -32,7 +31,7 @@ from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
 from infra.runtime.bus import INGEST_WORKER, subscriber_kwargs
 from infra.runtime.ingest_jobs import COUNTERS, JobTracker, read_job
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import delivery_count, step_router
+from infra.runtime.worker_runtime import current_deliveries, step_router
 from workers.ingest.indexer import index_document, remove_document
 
 __all__ = ["create_router"]
@@ -89,7 +88,7 @@ def create_router(resources: Resources) -> NatsRouter:
         except Exception:  # communities are refreshed lazily anyway: never fail the job
             log.exception("communities_refresh_failed", job_id=job_id)
 
-    async def on_operation(message: IngestDocument | IngestDeletion, msg: NatsMessage) -> None:
+    async def on_operation(message: IngestDocument | IngestDeletion) -> None:
         """Index or remove one document and count it in its job, exactly once."""
         job_id = message.request_id
         doc_id = message.document.id if isinstance(message, IngestDocument) else message.document_id
@@ -103,7 +102,7 @@ def create_router(resources: Resources) -> NatsRouter:
             else:
                 outcome = await remove_document(resources, message.namespace, doc_id)
         except Exception as exc:
-            if is_transient(exc) and delivery_count(msg) < settings.max_deliver:
+            if is_transient(exc) and current_deliveries() < settings.max_deliver:
                 raise  # the error policy naks with a delay
             error = f"{type(exc).__name__}: {exc}"[:2000]
             # with the traceback: a failure seen once must be findable from its log line
@@ -129,11 +128,11 @@ def create_router(resources: Resources) -> NatsRouter:
         if completed:
             await on_completed(job_id, state)
 
-    @router.subscriber(**subscriber_kwargs(INGEST_WORKER, settings), title="ingest")
-    async def ingest(message: IngestMessage, msg: NatsMessage) -> None:
+    @router.subscriber(**subscriber_kwargs(INGEST_WORKER, settings, IngestMessage), title="ingest")
+    async def ingest(message: IngestMessage) -> None:
         if isinstance(message, IngestJobSealed):
             await on_sealed(message)
         else:
-            await on_operation(message, msg)
+            await on_operation(message)
 
     return router

@@ -87,7 +87,7 @@ def create_router(resources: Resources) -> NatsRouter:
     resources.on_warm_up(resources.encoder, resources.memory_vectors)
 
     @commands.subscriber(
-        **subscriber_kwargs(step_consumer(Step.MEMORY), settings),
+        **subscriber_kwargs(step_consumer(Step.MEMORY), settings, MemoryMessage),
         title="memory",
         description="Record a finished turn and remember what it taught; forget a scope.",
     )
@@ -120,7 +120,7 @@ def create_router(resources: Resources) -> NatsRouter:
     publisher = ResultPublisher(router, Step.SEARCH, SearchResult, Channel.MEMORY)
 
     @router.subscriber(
-        **subscriber_kwargs(step_consumer(Step.SEARCH, Channel.MEMORY), settings),
+        **subscriber_kwargs(step_consumer(Step.SEARCH, Channel.MEMORY), settings, SearchCommand),
         title="search.memory",
     )
     async def search_memory(cmd: SearchCommand) -> None:

@@ -91,7 +91,7 @@ def create_router(resources: Resources) -> NatsRouter:
 
         handle.__name__ = f"search_{channel.value}"
         router.subscriber(
-            **subscriber_kwargs(step_consumer(Step.SEARCH, channel), settings),
+            **subscriber_kwargs(step_consumer(Step.SEARCH, channel), settings, SearchCommand),
             title=f"search.{channel.value}",
         )(handle)
 

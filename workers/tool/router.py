@@ -89,7 +89,7 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
     router = step_router(resources)
     publisher = ResultPublisher(router, Step.TOOL, ToolResult)
 
-    @router.subscriber(**subscriber_kwargs(step_consumer(Step.TOOL), settings))
+    @router.subscriber(**subscriber_kwargs(step_consumer(Step.TOOL), settings, ToolCommand))
     async def execute(cmd: ToolCommand) -> None:
         """Run the requested (or planned) tool calls; tool errors become failed outcomes."""
         async with phase(bus, cmd, Phase.TOOL_EXECUTION, planned=not cmd.calls) as run:

@@ -1,0 +1,116 @@
+"""The claim check: a request's passages wait in Redis; messages carry their openings.
+
+Fusion hydrates the fused chunks from the vector store (text, the chunk's vector, its
+sentences' vectors: about 9 KB a chunk), and generation, the critic and research planning
+read them. Carried in every message and in the saga's state, they were most of a request's
+bytes on the bus and most of each transition's parse. Instead, fusion writes each passage
+once into the request's claim hash (`ragbus:req:{id}:claims`, field = chunk id) and sends the
+chunk with `claimed` set, its `text` cut to an opening (what citations and the passages
+fallback show) and no vectors. A step that needs the whole passage resolves it by the
+request id and the chunk id. The orchestrator deletes the hash when the request ends; a TTL
+covers a request that never ends. Redis is a server in every deployment, so this holds
+however the stores are deployed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict
+
+from contracts.limits import MAX_CHUNK_CHARS
+from contracts.models import ChunkVectors, RetrievedChunk
+from infra.errors import PoisonMessage
+from infra.settings import Settings
+
+OPENING_CHARS = 320
+"""What a claimed chunk keeps of its text: enough for a citation's snippet and the fallback
+answer's opening (`orchestrator.answer`)."""
+
+
+def claim_ttl_s(settings: Settings) -> int:
+    """Long enough for any request to end (it deletes its claims then), not a day longer."""
+    return int(2 * max(settings.request_timeout_s, settings.research_timeout_s))
+
+
+def claims_key(request_id: str) -> str:
+    return f"ragbus:req:{{{request_id}}}:claims"
+
+
+class Passage(BaseModel):
+    """What a claim holds for one chunk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    vectors: ChunkVectors | None = None
+
+
+class ClaimMissing(PoisonMessage):
+    """A claimed passage is not in the store (its request ended, or the claim expired)."""
+
+
+def opening(text: str) -> str:
+    if len(text) <= OPENING_CHARS:
+        return text
+    return text[:OPENING_CHARS].rsplit(" ", 1)[0]
+
+
+class Claims:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+
+    async def put(self, request_id: str, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+        """Claim the whole chunks' passages; the chunks as messages carry them (claimed ones
+        come back as they are)."""
+        fresh = {
+            chunk.chunk_id: Passage(text=chunk.text, vectors=chunk.vectors).model_dump_json()
+            for chunk in chunks
+            if not chunk.claimed and chunk.text
+        }
+        if not fresh:
+            return list(chunks)
+        await self._store(claims_key(request_id), fresh)
+        return [
+            chunk.model_copy(update={"text": opening(chunk.text), "vectors": None, "claimed": True})
+            if chunk.chunk_id in fresh
+            else chunk
+            for chunk in chunks
+        ]
+
+    async def resolve(
+        self, request_id: str, chunks: Sequence[RetrievedChunk]
+    ) -> list[RetrievedChunk]:
+        """The chunks with their claimed passages whole again."""
+        wanted = [chunk.chunk_id for chunk in chunks if chunk.claimed]
+        if not wanted:
+            return list(chunks)
+        found = await self._load(claims_key(request_id), wanted)
+        passages: dict[str, Passage] = {}
+        for chunk_id, raw in zip(wanted, found, strict=True):
+            if raw is None:
+                raise ClaimMissing(f"the passage of {chunk_id} is no longer claimed")
+            passages[chunk_id] = Passage.model_validate_json(raw)
+        return [
+            chunk.model_copy(
+                update={
+                    "text": passages[chunk.chunk_id].text[:MAX_CHUNK_CHARS],
+                    "vectors": passages[chunk.chunk_id].vectors,
+                    "claimed": False,
+                }
+            )
+            if chunk.claimed
+            else chunk
+            for chunk in chunks
+        ]
+
+    async def _store(self, key: str, passages: dict[str, str]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=passages)  # type: ignore[arg-type]
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def _load(self, key: str, chunk_ids: list[str]) -> list[bytes | str | None]:
+        return list(await self.redis.hmget(key, chunk_ids))
