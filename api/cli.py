@@ -547,7 +547,7 @@ def asyncapi(
     from infra.runtime.resources import Resources
 
     settings = Settings()
-    runtime = Resources(settings, Bus(create_broker(settings)))
+    runtime = Resources(settings, Bus.from_settings(create_broker(settings), settings))
     build_broker(runtime, orchestrator=True, workers=WORKER_KINDS)
     spec = AsyncAPI(
         runtime.bus.broker,

@@ -145,7 +145,9 @@ class Runtime:
         self.services = await ensure_services(self.requested)
         self.settings = self.services.settings
         self.broker = create_broker(self.settings)
-        self.resources = self.resources_factory(self.settings, Bus(self.broker))
+        self.resources = self.resources_factory(
+            self.settings, Bus.from_settings(self.broker, self.settings)
+        )
         self.orchestrator = build_broker(
             self.resources, orchestrator=self.run_orchestrator, workers=self.workers
         )

@@ -165,6 +165,12 @@ class Settings(BaseSettings):
     )
     retry_delay_s: float = Field(1.0, ge=0, description="Nak delay for transient failures.")
     worker_concurrency: int = Field(4, ge=1, description="Messages one subscriber handles at once.")
+    phase_start_after_ms: float = Field(
+        100.0,
+        ge=0,
+        description="A step sends its in_progress event only once it has run this long (its "
+        "completed or failed event carries its start either way); 0 = every step, at once.",
+    )
     max_ack_pending: int = Field(
         256,
         ge=1,

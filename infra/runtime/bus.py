@@ -247,8 +247,15 @@ class Bus:
     """Publishes our messages: JSON bodies, `Nats-Msg-Id = event_id`, into the right stream.
     Bodies are serialised once, by pydantic, and handed to the broker as bytes."""
 
-    def __init__(self, broker: NatsBroker) -> None:
+    def __init__(self, broker: NatsBroker, *, phase_start_after_s: float = 0.0) -> None:
         self.broker = broker
+        self.phase_start_after_s = phase_start_after_s
+        """A step's `in_progress` event waits this long, and is not sent at all for a step
+        that ends sooner (`worker_runtime.phase`): its start is implied by its command."""
+
+    @classmethod
+    def from_settings(cls, broker: NatsBroker, settings: Settings) -> Bus:
+        return cls(broker, phase_start_after_s=settings.phase_start_after_ms / 1000)
 
     async def publish(self, message: BaseModel, subject: str, stream: str) -> PubAck | None:
         """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""

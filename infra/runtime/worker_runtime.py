@@ -209,8 +209,9 @@ class PhaseRun:
 async def phase(
     bus: Bus, envelope: Envelope, name: Phase, **metadata: Any
 ) -> AsyncIterator[PhaseRun]:
-    """Emit `in_progress`, run the body, emit `completed` or `failed` with the measured time.
-    A step of a request that is not live does not start (`RequestNotLive`)."""
+    """Run the body and emit `completed` or `failed` with the measured time, and `in_progress`
+    first for a step that runs longer than `bus.phase_start_after_s`. A step of a request that
+    is not live does not start (`RequestNotLive`)."""
     await require_live(envelope.request_id)
     structlog.contextvars.bind_contextvars(
         request_id=envelope.request_id, trace_id=envelope.trace.trace_id, phase=name.value
@@ -232,20 +233,23 @@ async def phase(
 async def _phase_events(
     bus: Bus, envelope: Envelope, name: Phase, metadata: dict[str, Any]
 ) -> AsyncIterator[PhaseRun]:
+    """`in_progress` once the step has run `bus.phase_start_after_s` (at once when 0; never
+    for a step that ends sooner), then always `completed` or `failed` with its start, end and
+    duration. The start event, when sent, is on the subject before the end event."""
     run = PhaseRun(metadata=dict(metadata))
     started_at = utcnow()
     t0 = time.perf_counter()
-    await bus.emit(
-        PhaseEvent(
-            **envelope.correlation(),
-            data=PhaseData(
-                phase=name,
-                status=PhaseStatus.IN_PROGRESS,
-                started_at=started_at,
-                metadata=dict(metadata),
-            ),
-        )
+    start = PhaseEvent(
+        **envelope.correlation(),
+        data=PhaseData(
+            phase=name,
+            status=PhaseStatus.IN_PROGRESS,
+            started_at=started_at,
+            metadata=dict(metadata),
+        ),
     )
+    announced = _Announcement(bus, start)
+    await announced.schedule(bus.phase_start_after_s)
     status = PhaseStatus.COMPLETED
     try:
         yield run
@@ -257,6 +261,7 @@ async def _phase_events(
         run.duration_ms = (time.perf_counter() - t0) * 1000
         STEP_SECONDS.labels(phase=name.value).observe(run.duration_ms / 1000)
         log.info("phase_" + status.value, duration_ms=round(run.duration_ms, 2))
+        await announced.settle()
         await bus.emit(
             PhaseEvent(
                 **envelope.correlation(),
@@ -270,6 +275,35 @@ async def _phase_events(
                 ),
             )
         )
+
+
+class _Announcement:
+    """A step's `in_progress` event: sent now, later on a timer, or never."""
+
+    def __init__(self, bus: Bus, event: PhaseEvent) -> None:
+        self._bus = bus
+        self._event = event
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: asyncio.Task[None] | None = None
+
+    async def schedule(self, after_s: float) -> None:
+        if after_s <= 0:
+            await self._bus.emit(self._event)
+            return
+        self._timer = asyncio.get_running_loop().call_later(after_s, self._send)
+
+    def _send(self) -> None:
+        self._sending = asyncio.create_task(self._bus.emit(self._event))
+
+    async def settle(self) -> None:
+        """Before the end event: cancel the timer, or let a start already on its way land."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sending is not None:
+            try:
+                await self._sending
+            except Exception as exc:  # the end event still goes out; the start was a courtesy
+                log.warning("phase_start_not_sent", error=str(exc))
 
 
 def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:

