@@ -5,8 +5,9 @@ Starts a nats-server and a redis-server on free ports with temporary storage, se
 instant stack in a child process, and drives it with the same closed loop as `ragbus bench`.
 Whatever CPU a request costs here is the bus, the saga, the worker runtime, the API and its
 event stream: no model and no store did any work. Then requests one at a time give the
-latency at c = 1, and a few more under the tap (`bench.tap`) count what a request puts on the bus and asks of Redis, and the floor
-replays exactly that pattern on fresh servers, at the same concurrency and duration.
+latency at c = 1, and a few more under the tap (`bench.tap`) count what a request puts on the
+bus and asks of Redis; the floor replays exactly that pattern on fresh servers, at the same
+concurrency and duration.
 """
 
 from __future__ import annotations
