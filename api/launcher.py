@@ -152,7 +152,7 @@ class Runtime:
             self.resources, orchestrator=self.run_orchestrator, workers=self.workers
         )
         started = time.perf_counter()
-        await self.resources.warm_up()  # before any consumer pulls a message
+        await self.resources.warm_up()  # before any subscriber takes a message
         log.info("warmed_up", workers=self.workers, seconds=round(time.perf_counter() - started, 2))
         await self.broker.connect()
         await declare_topology(self.broker.connection.jetstream(), self.settings)
