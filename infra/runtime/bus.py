@@ -4,12 +4,14 @@ Streams and durable consumers are declared explicitly at start-up (idempotently)
 FastStream's implicit durables keep their first config forever, and nats-server 2.9
 silently ignores `filter_subjects`, so each consumer gets exactly one `filter_subject`.
 
-Consumers are push consumers with a delivery group (every replica of a role joins the
-group, and the server spreads the messages among them): a message arrives as soon as it is
-stored, with no fetch request and no poll timeout between them (`bench.floor` measured a
-pull subscriber at about twice a push one's cost per message). Each subscriber decodes its
-body once, from bytes straight to the contract model (`json_decoder`), inside FastStream's
-middleware chain, so a malformed body still reaches the error policy and the dead letters.
+The query path's consumers are push consumers with a delivery group (every replica of a role
+joins the group, and the server spreads the messages among them): a message arrives as soon
+as it is stored, with no fetch request and no poll timeout in between (in a ping-pong probe,
+FastStream's pull subscriber cost about twice its push subscriber per message). Ingestion
+keeps a pull consumer (`ConsumerSpec.pull`): its messages are slow, and a process should
+hold only a few of them. Each subscriber decodes its body once, from bytes straight to the
+contract model (`json_decoder`), inside FastStream's middleware chain, so a malformed body
+still reaches the error policy and the dead letters.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, TypeVar
 import nats.errors
 import nats.js.errors
 from faststream.message import StreamMessage
-from faststream.nats import JStream, NatsBroker
+from faststream.nats import JStream, NatsBroker, PullSub
 from nats.js import JetStreamContext, api
 from nats.js.api import PubAck
 from pydantic import BaseModel, TypeAdapter
@@ -88,6 +90,10 @@ class ConsumerSpec:
     durable: str
     stream: str
     filter_subject: str
+    pull: bool = False
+    """A pull consumer: each process fetches `worker_concurrency` messages at a time. For bulk
+    work whose messages are slow (ingestion): a push consumer hands a process every message up
+    to `max_ack_pending`, and a killed process then spends a delivery of each of them."""
 
 
 def step_consumer(step: Step, channel: Channel | None = None) -> ConsumerSpec:
@@ -97,7 +103,9 @@ def step_consumer(step: Step, channel: Channel | None = None) -> ConsumerSpec:
 
 ORCHESTRATOR_QUERIES = ConsumerSpec("orchestrator-queries", sj.STREAM_QUERIES, "rag.query.>")
 ORCHESTRATOR_RESULTS = ConsumerSpec("orchestrator-results", sj.STREAM_RES, "rag.res.>")
-INGEST_WORKER = ConsumerSpec("worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>")
+INGEST_WORKER = ConsumerSpec(
+    "worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>", pull=True
+)
 ORCHESTRATOR_ADVISORIES = ConsumerSpec(
     "orchestrator-advisories", sj.STREAM_ADVISORIES, sj.MAX_DELIVERIES_ADVISORIES
 )
@@ -142,19 +150,20 @@ def consumer_config(spec: ConsumerSpec, settings: Settings) -> api.ConsumerConfi
         durable_name=spec.durable,
         name=spec.durable,
         filter_subject=spec.filter_subject,
-        deliver_subject=deliver_subject(spec),
-        deliver_group=spec.durable,
+        deliver_subject=None if spec.pull else deliver_subject(spec),
+        deliver_group=None if spec.pull else spec.durable,
         ack_policy=api.AckPolicy.EXPLICIT,
         deliver_policy=api.DeliverPolicy.ALL,
         ack_wait=settings.ack_wait_s,
         max_deliver=settings.max_deliver,
-        max_ack_pending=settings.max_ack_pending,
+        max_ack_pending=1000 if spec.pull else settings.max_ack_pending,
     )
 
 
 async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: Settings) -> None:
-    """Create the durable push consumer. One left by an older release as a pull consumer is
-    replaced: the stream keeps its messages, and the new consumer delivers them."""
+    """Create the durable consumer. One of the other kind (a pull consumer an older release
+    left where a push one is declared now) is replaced: the stream keeps its messages, and the
+    new consumer delivers them."""
     config = consumer_config(spec, settings)
     try:
         await js.add_consumer(spec.stream, config)
@@ -165,8 +174,8 @@ async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: S
         existing = await js.consumer_info(spec.stream, spec.durable)
     except nats.js.errors.NotFoundError:
         existing = None
-    if existing is not None and not existing.config.deliver_subject:
-        log.warning("pull_consumer_replaced", consumer=spec.durable)
+    if existing is not None and bool(existing.config.deliver_subject) == spec.pull:
+        log.warning("consumer_kind_replaced", consumer=spec.durable, pull=spec.pull)
         await js.delete_consumer(spec.stream, spec.durable)
         await js.add_consumer(spec.stream, config)
         return
@@ -193,8 +202,17 @@ def json_decoder(model: Any) -> Callable[[StreamMessage[Any]], Awaitable[Any]]:
 
 
 def subscriber_kwargs(spec: ConsumerSpec, settings: Settings, model: Any) -> dict[str, Any]:
-    """Arguments that bind a FastStream subscriber to a declared durable push consumer, its
+    """Arguments that bind a FastStream subscriber to a declared durable consumer, its
     messages decoded as `model`."""
+    if spec.pull:
+        return {
+            "subject": spec.filter_subject,
+            "durable": spec.durable,
+            "stream": JStream(spec.stream, declare=False),
+            "pull_sub": PullSub(batch_size=settings.worker_concurrency, timeout=1.0),
+            "max_workers": settings.worker_concurrency,
+            "decoder": json_decoder(model),
+        }
     return {
         "subject": spec.filter_subject,
         "queue": spec.durable,  # nats-py binds a queue subscription to the durable of its name

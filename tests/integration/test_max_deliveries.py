@@ -2,10 +2,10 @@
 up redelivering it, the message is dead-lettered with the reason, the saga hears that the
 step failed (and degrades, here), and the work queue no longer holds it.
 
-The dying worker is a raw JetStream client that joins the worker's durable push consumer (its
-delivery group) and never acknowledges what it receives, which is what a SIGKILLed worker looks
-like to the broker. The test has its own nats-server and redis-server, so no other test's
-worker takes the command first.
+The dying worker is a raw JetStream client that joins the worker's durable consumer (the
+classify worker's delivery group; the ingest worker's pull consumer) and never acknowledges
+what it receives, which is what a SIGKILLed worker looks like to the broker. The test has its
+own nats-server and redis-server, so no other test's worker takes the command first.
 """
 
 from __future__ import annotations
@@ -112,9 +112,7 @@ async def test_an_ingest_document_never_acknowledged_is_requeued_then_fails_in_i
             redis = aioredis.from_url(settings.redis_url, decode_responses=True)
             try:
                 js = nc.jetstream()
-                dying_worker = await js.subscribe(
-                    "rag.ingest.docs.>", queue="worker-ingest", manual_ack=True
-                )
+                dying_worker = await js.pull_subscribe_bind("worker-ingest", "RAG_INGEST")
                 docs = {"documents": [{"id": "doomed", "text": "A document nobody indexes."}]}
                 accepted = await http.post("/v1/documents", json=docs)
                 assert accepted.status_code == 202, accepted.text
@@ -122,7 +120,7 @@ async def test_an_ingest_document_never_acknowledged_is_requeued_then_fails_in_i
 
                 deliveries, event_ids = 0, set()
                 while deliveries < MAX_DELIVER * (1 + REQUEUES):
-                    held = await dying_worker.next_msg(timeout=10)
+                    (held,) = await dying_worker.fetch(1, timeout=10)
                     body = json.loads(held.data)
                     if body["type"] == "ingest.sealed":  # the seal is handled, and acked
                         await JobTracker(redis, 600).seal(
@@ -138,7 +136,7 @@ async def test_an_ingest_document_never_acknowledged_is_requeued_then_fails_in_i
                 assert len(event_ids) == 1, "the same document message, counted once"
                 await asyncio.sleep(ACK_WAIT_S + 0.3)
                 with pytest.raises(nats.errors.TimeoutError):
-                    await dying_worker.next_msg(timeout=1.5)
+                    await dying_worker.fetch(1, timeout=1.5)
 
                 (letter,) = await dead_letters(
                     settings.nats_url, f"rag.dlq.rag.ingest.docs.{job_id}", want=1
