@@ -9,9 +9,7 @@ outbox, and moves the request's next deadline. Messages are published after the 
 then removed from the outbox; if the process dies in between, the redelivered inbound event
 finds its id already seen and publishes what is still in the outbox (the broker drops the
 copies that did go out, by `Nats-Msg-Id`). Three round trips a transition, where WATCH/MULTI
-took five. The process that made a request's last transition keeps that state in memory: the
-next transition reads only the version (and the seen set), and reads and parses the state only
-when the version says another replica changed it since.
+took five.
 
 Keys are hash-tagged by request (`{id}`), so on Redis Cluster a request's keys share a slot.
 """
@@ -20,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -63,9 +60,6 @@ def recent_key(tenant: str) -> str:
 
 RECENT_KEPT = 200
 """Request ids a tenant's recent list keeps (their states expire on their own TTL)."""
-
-LATEST_KEPT = 10_000
-"""Requests whose last committed state an orchestrator keeps in memory (`StateStore.apply`)."""
 
 CREATE = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
@@ -224,11 +218,6 @@ class StateStore:
         self.sessions = SessionStore.from_settings(redis, settings)
         self._commit_script = redis.register_script(COMMIT)
         self._create_script = redis.register_script(CREATE)
-        self._latest: OrderedDict[str, tuple[int, RequestState]] = OrderedDict()
-        """The state this process committed last, by request, with its version: the next
-        transition of the request reads only the version, and parses nothing, when nobody
-        else has changed it since. An entry is taken out while it is used, so a decision that
-        fails or loses a race never leaves a half-changed state behind."""
 
     def _ttl(self, state: RequestState) -> int:
         if state.status.is_terminal:
@@ -291,44 +280,26 @@ class StateStore:
     ) -> Applied:
         """Run `decide` on the current state and commit its outcome atomically."""
         skey, vkey, dkey = state_key(request_id), version_key(request_id), seen_key(request_id)
-        cached = self._latest.pop(request_id, None)
         while True:
             async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.get(skey)
                 pipe.get(vkey)
                 pipe.sismember(dkey, event_id or "")
-                if cached is None:
-                    pipe.get(skey)
-                stored_version, seen, *raw = await pipe.execute()
+                raw, stored_version, seen = await pipe.execute()
             if event_id is not None and seen:
                 return Applied(None, await self.pending_outbox(request_id), duplicate=True)
-            if cached is not None:
-                if stored_version is None or int(stored_version) != cached[0]:
-                    cached = None  # another replica moved it: read it whole
-                    continue
-                version, current = cached
-                cached = None
-            else:
-                current = RequestState.model_validate_json(raw[0]) if raw[0] else None
-                version = int(stored_version) if stored_version is not None else _version(current)
+            current = RequestState.model_validate_json(raw) if raw else None
+            version = int(stored_version) if stored_version is not None else _version(current)
             transition = decide(current)
             entries = [m.entry() for m in transition.messages]
             outcome = await self._commit(
                 request_id, event_id, version, current, transition.state, entries
             )
             if outcome == 1:
-                if transition.state is not None:  # committed as `version + 1`
-                    self._remember(request_id, version + 1, transition.state)
                 return Applied(transition, entries)
             if outcome == -1:  # another replica applied this very event first
                 return Applied(None, await self.pending_outbox(request_id), duplicate=True)
             # another replica changed this request first: read and decide again
-
-    def _remember(self, request_id: str, version: int, state: RequestState) -> None:
-        if state.status.is_terminal:
-            return
-        self._latest[request_id] = (version, state)
-        while len(self._latest) > LATEST_KEPT:
-            self._latest.popitem(last=False)
 
     async def _commit(
         self,
