@@ -1,0 +1,73 @@
+"""The tap's arithmetic and the floor's pattern: what `ragbus bench-bus` compares itself with
+must follow the real path's traffic as it changes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench.floor import Floor, Pattern
+from bench.tap import RequestTraffic, Seen, header_bytes, traffic_report
+
+
+def request(*messages: tuple[str, str, int, str | None]) -> RequestTraffic:
+    return RequestTraffic(
+        [Seen(kind, subject, size, event) for kind, subject, size, event in messages]
+    )
+
+
+ONE = request(
+    ("submission", "rag.query.submitted", 600, None),
+    ("command", "rag.cmd.classify", 500, None),
+    ("event", "rag.events.t.r", 700, "phase"),
+    ("result", "rag.res.classify", 2000, None),
+    ("command", "rag.cmd.search.vector", 1000, None),
+    ("command", "rag.cmd.search.sparse", 1000, None),
+    ("result", "rag.res.search.sparse", 3000, None),
+    ("result", "rag.res.search.vector", 3000, None),
+    ("command", "rag.cmd.fuse", 4000, None),
+    ("result", "rag.res.fuse", 2000, None),
+    ("event", "rag.events.t.r", 2500, "answer"),
+    ("event", "rag.events.t.r", 400, "done"),
+)
+
+
+def test_commands_sent_with_no_result_between_them_are_one_stage() -> None:
+    assert ONE.stages() == [["classify"], ["search.vector", "search.sparse"], ["fuse"]]
+
+
+def test_the_report_counts_messages_bytes_and_events_per_request() -> None:
+    report = traffic_report(
+        {"r1": ONE, "r2": ONE}, Counter(evalsha=8, get=10), Counter(set=20), completed=2
+    )
+    assert report["messages_per_request"] == 12
+    assert report["bytes_per_request"] == 20_700
+    assert report["by_kind"]["command"] == {"messages": 4, "mean_bytes": 1625}
+    assert report["step_events_per_request"] == 1 and report["saga_events_per_request"] == 2
+    assert report["redis_lua_calls_per_request"] == 4
+    assert report["redis_commands_per_request"] == 9
+    assert report["redis_commands_inside_lua_per_request"] == 10
+
+
+def test_the_floor_replays_the_tapped_pattern() -> None:
+    report = traffic_report({"r1": ONE}, Counter(evalsha=6), Counter(), completed=1)
+    pattern = Pattern.from_traffic(report)
+    assert pattern.stages == ONE.stages()
+    assert pattern.messages == 12
+    assert (pattern.step_events, pattern.saga_events, pattern.commits) == (1, 2, 6)
+    floor = Floor(None, None, _NoRedis(), pattern)
+    assert sum(floor.events_for) == pattern.step_events
+    assert floor.first_index == [0, 1, 3]
+    assert floor.extra_commits == 6 - (1 + pattern.commands)
+
+
+def test_headers_are_counted_as_they_go_on_the_wire() -> None:
+    assert header_bytes(None) == 0
+    assert (
+        header_bytes({"Nats-Msg-Id": "abc"})
+        == len("NATS/1.0\r\n") + len("Nats-Msg-Id: abc\r\n") + 2
+    )
+
+
+class _NoRedis:
+    def register_script(self, script: str) -> object:
+        return object()
