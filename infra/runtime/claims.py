@@ -15,6 +15,7 @@ however the stores are deployed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, Self, TypeVar
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +24,21 @@ from contracts.limits import MAX_CHUNK_CHARS
 from contracts.models import ChunkVectors, RetrievedChunk
 from infra.errors import PoisonMessage
 from infra.settings import Settings
+
+
+class WithContexts(Protocol):
+    """A command that carries passages: generate, critic, plan."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def contexts(self) -> list[RetrievedChunk]: ...
+
+    def model_copy(self, *, update: dict[str, object] | None = None) -> Self: ...
+
+
+CommandT = TypeVar("CommandT", bound=WithContexts)
 
 OPENING_CHARS = 320
 """What a claimed chunk keeps of its text: enough for a citation's snippet and the fallback
@@ -105,6 +121,11 @@ class Claims:
             else chunk
             for chunk in chunks
         ]
+
+    async def whole(self, cmd: CommandT) -> CommandT:
+        """A command whose `contexts` are claimed, with its passages whole again."""
+        contexts = await self.resolve(cmd.request_id, cmd.contexts)
+        return cmd.model_copy(update={"contexts": contexts})
 
     async def _store(self, key: str, passages: dict[str, str]) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -114,8 +114,7 @@ def create_router(resources: Resources) -> NatsRouter:
     async def critic(cmd: CriticCommand) -> None:
         """Score the answer and tell the orchestrator to accept it or how to retry."""
         async with phase(bus, cmd, Phase.CRITIC) as run:
-            contexts = await claims.resolve(cmd.request_id, cmd.contexts)
-            cmd = cmd.model_copy(update={"contexts": contexts})
+            cmd = await claims.whole(cmd)
             verdict, scores = await critique(cmd, resources, run.metadata)
             run.metadata.update(
                 verdict=verdict.verdict,
@@ -146,8 +145,7 @@ def create_router(resources: Resources) -> NatsRouter:
         """A research request's sub-questions: by the model when one is configured, else its
         facets, entities and bridges (`workers.critic.plan`)."""
         async with phase(bus, cmd, Phase.RESEARCH_PLAN) as run:
-            contexts = await claims.resolve(cmd.request_id, cmd.contexts)
-            cmd = cmd.model_copy(update={"contexts": contexts})
+            cmd = await claims.whole(cmd)
             questions = plan(cmd.query, cmd.contexts, cmd.max_questions)
             planner = "rules"
             client = resources.llm()

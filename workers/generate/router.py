@@ -149,8 +149,7 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
         tool_calls: list[ToolCall] = []
         generator = GENERATOR
         async with phase(bus, cmd, Phase.GENERATION, **start) as run:
-            contexts = await claims.resolve(cmd.request_id, cmd.contexts)
-            cmd = cmd.model_copy(update={"contexts": contexts})
+            cmd = await claims.whole(cmd)
             emitter = TokenEmitter(bus, cmd)
             if client is None:
                 answer = await _extractive(cmd, resources, emitter, run)
