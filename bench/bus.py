@@ -16,13 +16,14 @@ import asyncio
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from api.client import RagbusClient
 from bench.floor import Pattern
-from bench.load import Outcome, percentile, run_bench, run_one
+from bench.load import Outcome, run_bench, run_one, summarize
 from bench.stack import ROOT, served_stack
 from bench.tap import BusTap, RedisTap, traffic_report
 from infra.runtime.services import free_port, start_nats, start_redis
@@ -82,22 +83,18 @@ async def tapped_requests(
     latencies: list[Outcome] = []
     outcomes: list[Outcome] = []
     async with RagbusClient(api_url) as client:
+        started = time.monotonic()
         for n in range(ONE_AT_A_TIME):
             latencies.append(await run_one(client, queries[n % len(queries)], 30.0))
+        elapsed = time.monotonic() - started
         async with BusTap(nats_url) as tap, RedisTap(redis_url) as redis_tap:
             for n in range(TAPPED_REQUESTS):
                 outcomes.append(await run_one(client, queries[n % len(queries)], 30.0))
             await asyncio.sleep(0.2)  # the last request's trailing messages reach the tap
-    completed = [o.latency_ms for o in latencies if o.status == "completed"]
     traffic = traffic_report(
         dict(tap.requests), redis_tap.calls, redis_tap.inside_lua, len(outcomes)
     )
-    sequential = {
-        "requests": len(latencies),
-        "completed": len(completed),
-        "latency_ms": {f"p{p}": _round(percentile(completed, p)) for p in (50, 95)},
-    }
-    return traffic, sequential
+    return traffic, summarize(latencies, elapsed, concurrency=1, duration_s=elapsed)
 
 
 async def run_floor_process(
@@ -148,7 +145,3 @@ def ratio_to_floor(ragbus: dict[str, Any], floor: dict[str, Any]) -> dict[str, A
 
 def _div(a: float | None, b: float | None) -> float | None:
     return None if not a or not b else round(a / b, 2)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)

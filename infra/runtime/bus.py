@@ -204,22 +204,17 @@ def json_decoder(model: Any) -> Callable[[StreamMessage[Any]], Awaitable[Any]]:
 def subscriber_kwargs(spec: ConsumerSpec, settings: Settings, model: Any) -> dict[str, Any]:
     """Arguments that bind a FastStream subscriber to a declared durable consumer, its
     messages decoded as `model`."""
-    if spec.pull:
-        return {
-            "subject": spec.filter_subject,
-            "durable": spec.durable,
-            "stream": JStream(spec.stream, declare=False),
-            "pull_sub": PullSub(batch_size=settings.worker_concurrency, timeout=1.0),
-            "max_workers": settings.worker_concurrency,
-            "decoder": json_decoder(model),
-        }
-    return {
+    common = {
         "subject": spec.filter_subject,
-        "queue": spec.durable,  # nats-py binds a queue subscription to the durable of its name
         "stream": JStream(spec.stream, declare=False),
         "max_workers": settings.worker_concurrency,
         "decoder": json_decoder(model),
     }
+    if spec.pull:
+        pull = PullSub(batch_size=settings.worker_concurrency, timeout=1.0)
+        return {**common, "durable": spec.durable, "pull_sub": pull}
+    # nats-py binds a queue subscription to the durable of its name
+    return {**common, "queue": spec.durable}
 
 
 def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
