@@ -21,6 +21,7 @@ from api.processes import WorkerChild
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker, declare_topology
+from infra.runtime.heap import settle_heap
 from infra.runtime.readiness import Beacon
 from infra.runtime.resources import Resources
 from infra.runtime.services import Services, ensure_services, redacted
@@ -293,6 +294,7 @@ async def serve(
                 "api_listening",
                 url=f"http://{runtime.settings.api_host}:{runtime.settings.api_port}",
             )
+        settle_heap()  # everything start-up built is long-lived: out of the collector's walks
         if ready is not None:
             ready.set()
         waiters = [asyncio.create_task(stop.wait())]

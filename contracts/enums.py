@@ -25,6 +25,12 @@ class Channel(StrEnum):
     MEMORY = "memory"
     """What the conversation's scope remembers (`workers.memory`), not the documents."""
 
+    @property
+    def reads_query_vector(self) -> bool:
+        """Whether the channel searches by the query's embedding (the others never read it,
+        so their commands go without its 2 KB)."""
+        return self in (Channel.VECTOR, Channel.GRAPH_GLOBAL, Channel.MEMORY)
+
 
 class Step(StrEnum):
     """A unit of work a worker kind does; its command and result subjects derive from it."""

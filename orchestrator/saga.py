@@ -334,7 +334,9 @@ class Saga(SagaBase):
                     query=query,
                     namespaces=state.namespaces,
                     top_k=state.channel_top_k,
-                    query_vector=self._vector_of(state, query),
+                    query_vector=(
+                        self._vector_of(state, query) if channel.reads_query_vector else None
+                    ),
                     session_id=state.session_id,
                 )
                 awaited[_search_key(channel, index)] = cmd.event_id

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from contracts.envelope import Envelope
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
+from contracts.subjects import STREAM_EVENTS
 from infra.memory.sessions import SessionStore
 from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
@@ -153,9 +154,14 @@ class Outgoing:
     message: Envelope
 
     def entry(self) -> OutboxEntry:
-        return OutboxEntry(
-            self.message.event_id, self.subject, self.stream, self.message.model_dump_json()
-        )
+        # work messages leave out what the model fills in anyway (their readers parse them
+        # with the same contract); a caller's event keeps every field, for callers that read
+        # the JSON without our models
+        if self.stream == STREAM_EVENTS:
+            body = self.message.model_dump_json()
+        else:
+            body = self.message.compact_json()
+        return OutboxEntry(self.message.event_id, self.subject, self.stream, body)
 
 
 @dataclass
@@ -232,7 +238,7 @@ class StateStore:
         created = await self._create_script(
             keys=[state_key(state.request_id), DEADLINES_KEY, recent_key(state.tenant)],
             args=[
-                state.model_dump_json(),
+                state.model_dump_json(exclude_defaults=True),
                 self._ttl(state),
                 "" if due is None else repr(due),
                 state.request_id,
@@ -313,7 +319,7 @@ class StateStore:
         state_json, due = "", ""
         if new is not None:
             new.version = version + 1
-            state_json = new.model_dump_json()
+            state_json = new.model_dump_json(exclude_defaults=True)
             next_at = next_due(new)
             due = "-" if next_at is None else repr(next_at)
         elif current is None:

@@ -351,6 +351,6 @@ class ResultPublisher:
         )
 
     async def publish(self, result: StepResult) -> None:
-        body = result.model_dump_json().encode()
+        body = result.compact_json().encode()
         headers = json_headers(result.event_id)
         await acked(lambda: self._publisher.publish(body, headers=headers))
