@@ -56,6 +56,22 @@ class SearchCommand(Envelope):
     session_id: str | None = Field(
         default=None, pattern=SESSION_ID_PATTERN, description="the memory channel's scope"
     )
+    claim_ranking: bool = Field(
+        default=False,
+        description="leave the ranking in the request's claim store and answer with its "
+        "field (`SearchResult.ranking_claim`) instead of the chunks",
+    )
+
+
+def search_key(channel: Channel, index: int) -> str:
+    """Names one search of an attempt: the channel, `#index` for a further query (the saga's
+    pending commands and `FuseCommand.claimed_results` use it)."""
+    return channel.value if index == 0 else f"{channel.value}#{index}"
+
+
+def parse_search_key(key: str) -> tuple[Channel, int]:
+    name, _, index = key.partition("#")
+    return Channel(name), int(index or 0)
 
 
 class FuseCommand(Envelope):
@@ -75,6 +91,12 @@ class FuseCommand(Envelope):
     carried: Chunks = Field(
         default_factory=list,
         description="the previous attempt's fused list, which a follow-up search adds to",
+    )
+    claimed_results: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=(MAX_SUB_QUERIES + 1) * 8,
+        description="rankings waiting in the request's claim store: `<channel>` (first "
+        "query) or `<channel>#<i>` (further query i) -> claim field",
     )
     hydrate: bool = Field(
         default=True,

@@ -67,6 +67,12 @@ class SearchResult(StepResult):
         description="the embedding a dense channel made for a query classify did not encode "
         "(a follow-up), so later steps need not encode it again",
     )
+    ranking_claim: str | None = Field(
+        default=None,
+        max_length=128,
+        description="the claim store's field that holds the ranking (`chunks` is empty then)",
+    )
+    count: int = Field(default=0, ge=0, description="the ranking's length")
 
 
 class FuseResult(StepResult):

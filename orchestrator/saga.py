@@ -20,6 +20,8 @@ from contracts.commands import (
     GenerateCommand,
     SearchCommand,
     ToolCommand,
+    parse_search_key,
+    search_key,
 )
 from contracts.enums import (
     CHANNEL_PHASE,
@@ -217,7 +219,7 @@ class Saga(SagaBase):
         report = ChannelReport(
             channel=res.channel,
             status="completed",
-            count=len(res.chunks),
+            count=res.count if res.ranking_claim else len(res.chunks),
             duration_ms=res.duration_ms,
         )
         return self._channel_done(state, res, res.chunks, report, clock)
@@ -235,6 +237,7 @@ class Saga(SagaBase):
         # them: every later transition would read and write them again for nothing.
         state.channel_results = {}
         state.sub_results = []
+        state.claimed_results = {}
         return self._start_generate(state, clock)
 
     def _on_generated(self, state: RequestState, res: GenerateResult, clock: Clock) -> Transition:
@@ -303,6 +306,7 @@ class Saga(SagaBase):
     ) -> Transition:
         state.status = RequestStatus.SEARCHING
         state.channel_results = {}
+        state.claimed_results = {}
         state.channel_reports = {}
         state.sub_results = [{} for _ in state.search_queries[1:]]
         awaited: dict[str, str] = {}
@@ -338,8 +342,10 @@ class Saga(SagaBase):
                         self._vector_of(state, query) if channel.reads_query_vector else None
                     ),
                     session_id=state.session_id,
+                    # a retrieval answer shows the channels' rankings: they come back inline
+                    claim_ranking=state.mode != "retrieve",
                 )
-                awaited[_search_key(channel, index)] = cmd.event_id
+                awaited[search_key(channel, index)] = cmd.event_id
                 messages.append(self._cmd(cmd, Step.SEARCH, channel))
         state.pending = self._pending(Step.SEARCH, awaited, self.settings.search_timeout_s, clock)
         if not awaited:
@@ -359,12 +365,15 @@ class Saga(SagaBase):
         key = _awaited_search(state.pending, result)
         assert key is not None  # `_expected` let only awaited results through
         state.pending.command_ids.pop(key)
-        channel, index = _parse_search_key(key)
+        channel, index = parse_search_key(key)
         if index == 0:  # the reports describe the attempt's first query
             state.channel_reports[channel] = report
         if report.status == "completed":
-            results = state.channel_results if index == 0 else state.sub_results[index - 1]
-            results[channel] = chunks
+            if isinstance(result, SearchResult) and result.ranking_claim:
+                state.claimed_results[key] = result.ranking_claim
+            else:
+                results = state.channel_results if index == 0 else state.sub_results[index - 1]
+                results[channel] = chunks
         if isinstance(result, SearchResult) and result.query_vector:
             state.query_vectors[state.search_queries[index]] = result.query_vector
         if state.pending.command_ids:
@@ -376,7 +385,7 @@ class Saga(SagaBase):
         messages: list[Outgoing] = []
         reason = f"no answer within {self.settings.search_timeout_s:g}s"
         for key in list(state.pending.command_ids):
-            channel, index = _parse_search_key(key)
+            channel, index = parse_search_key(key)
             if index == 0:
                 state.channel_reports[channel] = ChannelReport(
                     channel=channel, status="timed_out", reason=reason
@@ -405,6 +414,7 @@ class Saga(SagaBase):
             top_k=state.top_k,
             rrf_k=self.settings.rrf_k,
             sub_results=state.sub_results,
+            claimed_results=state.claimed_results,
             carried=state.carried,
             hydrate=state.mode != "retrieve",
         )
@@ -503,20 +513,10 @@ class Saga(SagaBase):
         return self._start_search(state, clock, [retry_phase])
 
 
-def _search_key(channel: Channel, index: int) -> str:
-    """`pending.command_ids` key of a search: the channel, `#index` for a further query."""
-    return channel.value if index == 0 else f"{channel.value}#{index}"
-
-
-def _parse_search_key(key: str) -> tuple[Channel, int]:
-    name, _, index = key.partition("#")
-    return Channel(name), int(index or 0)
-
-
 def _awaited_search(pending: PendingStep, result: StepResult) -> str | None:
     """The pending key of the search `result` answers, or None when it answers none."""
     for key, command_id in pending.command_ids.items():
-        if command_id == result.command_id and _parse_search_key(key)[0] == result.channel:
+        if command_id == result.command_id and parse_search_key(key)[0] == result.channel:
             return key
     return None
 

@@ -103,6 +103,10 @@ class RequestState(BaseModel):
 
     pending: PendingStep | None = None
     channel_results: dict[Channel, list[RetrievedChunk]] = Field(default_factory=dict)
+    claimed_results: dict[str, str] = Field(
+        default_factory=dict,
+        description="rankings the channels left in the claim store: search key -> claim field",
+    )
     channel_reports: dict[Channel, ChannelReport] = Field(default_factory=dict)
     sub_results: list[dict[Channel, list[RetrievedChunk]]] = Field(
         default_factory=list, description="the channels' rankings for search_queries[1:]"

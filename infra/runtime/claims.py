@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Protocol, Self, TypeVar
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from contracts.limits import MAX_CHUNK_CHARS
 from contracts.models import ChunkVectors, RetrievedChunk
@@ -61,6 +61,9 @@ class Passage(BaseModel):
 
     text: str
     vectors: ChunkVectors | None = None
+
+
+_RANKING: TypeAdapter[list[RetrievedChunk]] = TypeAdapter(list[RetrievedChunk])
 
 
 class ClaimMissing(PoisonMessage):
@@ -121,6 +124,29 @@ class Claims:
             else chunk
             for chunk in chunks
         ]
+
+    async def put_ranking(
+        self, request_id: str, command_id: str, chunks: Sequence[RetrievedChunk]
+    ) -> str:
+        """Claim a channel's ranking (chunk references) for fusion; its field, which the
+        search result carries instead of the chunks. Keyed by the command, so a redelivery
+        writes the same field again and a later attempt's search never overwrites it."""
+        field = f"ranking:{command_id}"
+        body = _RANKING.dump_json(list(chunks), exclude_defaults=True).decode()
+        await self._store(claims_key(request_id), {field: body})
+        return field
+
+    async def rankings(self, request_id: str, fields: Sequence[str]) -> list[list[RetrievedChunk]]:
+        """The claimed rankings, in the order of `fields`."""
+        if not fields:
+            return []
+        found = await self._load(claims_key(request_id), list(fields))
+        out: list[list[RetrievedChunk]] = []
+        for field, raw in zip(fields, found, strict=True):
+            if raw is None:
+                raise ClaimMissing(f"the ranking {field} is no longer claimed")
+            out.append(_RANKING.validate_json(raw))
+        return out
 
     async def whole(self, cmd: CommandT) -> CommandT:
         """A command whose `contexts` are claimed, with its passages whole again."""

@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.commands import FuseCommand
 from contracts.enums import Channel
 from contracts.models import RetrievedChunk
+from infra.errors import PoisonMessage
+from tests.unit.fakes import MemoryClaims
+from workers.fuse.router import channel_rankings
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
 
 V, S, L, G = Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL, Channel.GRAPH_GLOBAL
@@ -87,3 +91,35 @@ def test_counts_and_samples_cover_every_channel() -> None:
     results = {V: ranking(*"abcde"), L: ranking("q")}
     assert channel_counts(results) == {V: 5, S: 0, L: 1, G: 0, M: 0}
     assert channel_samples(results) == {V: ["a", "b", "c"], S: [], L: ["q"], G: [], M: []}
+
+
+async def test_claimed_rankings_join_the_carried_ones_by_query() -> None:
+    claims = MemoryClaims()
+    vector = await claims.put_ranking("r1", "c-vector", ranking("a", "b"))
+    further = await claims.put_ranking("r1", "c-sparse-1", ranking("c"))
+    cmd = FuseCommand(
+        request_id="r1",
+        query="q",
+        weights=FACTUAL,
+        results={S: ranking("x")},
+        sub_results=[{}],
+        claimed_results={"vector": vector, "sparse#1": further},
+        top_k=5,
+    )
+    results, sub_results = await channel_rankings(claims, cmd)
+    assert {c: [x.chunk_id for x in r] for c, r in results.items()} == {V: ["a", "b"], S: ["x"]}
+    assert [[x.chunk_id for x in r] for r in sub_results[0].values()] == [["c"]]
+    assert results[V][0].document_id == "doc-a"  # what the claim keeps survives the trip
+
+
+async def test_a_lost_ranking_claim_is_poison() -> None:
+    cmd = FuseCommand(
+        request_id="r1",
+        query="q",
+        weights=FACTUAL,
+        results={},
+        claimed_results={"vector": "x"},
+        top_k=5,
+    )
+    with pytest.raises(PoisonMessage):
+        await channel_rankings(MemoryClaims(), cmd)

@@ -250,6 +250,36 @@ def test_search_deadline_drops_silent_channels_and_fuses() -> None:
     assert run.state.channel_reports[Channel.SPARSE].status == "timed_out"
 
 
+def test_claimed_rankings_reach_fusion_by_their_fields_and_leave_the_state_after() -> None:
+    run = Run()
+    run.submit()
+    run.classify()
+    searches = [m for m in run.sent if isinstance(m, SearchCommand)]
+    assert searches and all(m.claim_ranking for m in searches)
+    for cmd in searches:
+        run.result(
+            SearchResult(
+                **run.corr(cmd),
+                channel=cmd.channel,
+                ranking_claim=f"ranking:{cmd.event_id}",
+                count=7,
+            )
+        )
+    fuse = run.last(FuseCommand)
+    assert fuse.results == {}
+    assert fuse.claimed_results == {m.channel.value: f"ranking:{m.event_id}" for m in searches}
+    assert all(run.state.channel_reports[m.channel].count == 7 for m in searches)
+    run.result(FuseResult(**run.corr(fuse), chunks=[CHUNK]))
+    assert run.state.claimed_results == {}
+
+
+def test_a_retrieval_request_gets_its_rankings_inline() -> None:
+    run = Run()
+    run.submit(mode="retrieve")
+    run.classify()
+    assert not any(m.claim_ranking for m in run.sent if isinstance(m, SearchCommand))
+
+
 def test_classification_failure_degrades_to_the_prior_weights() -> None:
     run = Run()
     run.submit()

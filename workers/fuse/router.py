@@ -14,19 +14,23 @@ best new chunks to the previous attempt's list (`workers.fuse.follow_up`).
 
 The channels send references; the fused list is hydrated from the vector store (text, the
 chunk's stored vector and its sentences' vectors) in one lookup, unless the request only wants
-rankings (`hydrate` off, the `retrieve` mode). The hydrated passages go to the request's
-claim store (`infra.runtime.claims`), and the result carries their openings.
+rankings (`hydrate` off, the `retrieve` mode). The channels' rankings themselves usually wait in
+the request's claim store (`FuseCommand.claimed_results`), read in one round trip. The hydrated
+passages go to the same store (`infra.runtime.claims`), and the result carries their openings.
 """
 
 from __future__ import annotations
 
 from faststream.nats import NatsRouter
 
-from contracts.commands import FuseCommand
-from contracts.enums import Phase, Step
+from contracts.commands import FuseCommand, parse_search_key
+from contracts.enums import Channel, Phase, Step
+from contracts.models import RetrievedChunk
 from contracts.results import FuseResult
+from infra.errors import PoisonMessage
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.claims import Claims
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
     ResultPublisher,
@@ -42,6 +46,27 @@ from workers.fuse.rrf import channel_counts, channel_samples, effective_weights,
 log = get_logger(__name__)
 
 
+Rankings = dict[Channel, list[RetrievedChunk]]
+
+
+async def channel_rankings(claims: Claims, cmd: FuseCommand) -> tuple[Rankings, list[Rankings]]:
+    """The channels' rankings for the first query and for each further one: those the command
+    carries, and those the channels left in the claim store (one read for all)."""
+    results: Rankings = dict(cmd.results)
+    sub_results: list[Rankings] = [dict(further) for further in cmd.sub_results]
+    keys = list(cmd.claimed_results)
+    claimed = await claims.rankings(cmd.request_id, [cmd.claimed_results[k] for k in keys])
+    for key, chunks in zip(keys, claimed, strict=True):
+        channel, index = parse_search_key(key)
+        if index == 0:
+            results[channel] = chunks
+        elif index <= len(sub_results):
+            sub_results[index - 1][channel] = chunks
+        else:
+            raise PoisonMessage(f"a claimed ranking {key!r} for a query the command lacks")
+    return results, sub_results
+
+
 def create_router(resources: Resources) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     router = step_router(resources)
@@ -53,7 +78,8 @@ def create_router(resources: Resources) -> NatsRouter:
     async def fuse(cmd: FuseCommand) -> None:
         """Fuse the channels' rankings with the intent's weights."""
         async with phase(bus, cmd, Phase.FUSION) as run:
-            weights = effective_weights(cmd.weights, cmd.results)
+            results, sub_results = await channel_rankings(claims, cmd)
+            weights = effective_weights(cmd.weights, results)
             reranker = None
             if settings.reranker_path is not None:
                 try:
@@ -62,11 +88,11 @@ def create_router(resources: Resources) -> NatsRouter:
                     log.exception("reranker_unavailable")
                     run.metadata["rerank_error"] = f"{type(exc).__name__}: {exc}"[:500]
             depth = max(cmd.top_k, settings.rerank_top_n) if reranker is not None else cmd.top_k
-            chunks = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=depth)
-            if cmd.carried or cmd.sub_results:
+            chunks = weighted_rrf(results, cmd.weights, k=cmd.rrf_k, top_k=depth)
+            if cmd.carried or sub_results:
                 rankings = [chunks] + [
-                    weighted_rrf(results, cmd.weights, k=cmd.rrf_k, top_k=depth)
-                    for results in cmd.sub_results
+                    weighted_rrf(further, cmd.weights, k=cmd.rrf_k, top_k=depth)
+                    for further in sub_results
                 ]
                 base = cmd.carried or rankings.pop(0)
                 chunks = follow_up(base, rankings, depth)
@@ -96,7 +122,7 @@ def create_router(resources: Resources) -> NatsRouter:
                     log.exception("rerank_failed")
                     run.metadata.update(reranked=0, rerank_error=f"{type(exc).__name__}: {exc}")
                 chunks = chunks[: cmd.top_k]
-            counts = channel_counts(cmd.results)
+            counts = channel_counts(results)
             run.metadata.update(
                 effective_weights={c.value: round(w, 4) for c, w in weights.items()},
                 counts={c.value: n for c, n in counts.items()},
@@ -109,7 +135,7 @@ def create_router(resources: Resources) -> NatsRouter:
             chunks=chunks,
             effective_weights=weights,
             channel_counts=counts,
-            channel_samples=channel_samples(cmd.results),
+            channel_samples=channel_samples(results),
         )
         await publisher.publish(result)
 

@@ -63,6 +63,7 @@ def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChun
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
     router = step_router(resources)
+    claims = resources.claims()
     resources.on_warm_up(resources.encoder, resources.vectors, resources.sparse, resources.graph)
 
     def register(channel: Channel) -> None:
@@ -80,11 +81,16 @@ def create_router(resources: Resources) -> NatsRouter:
                 found = await search(resources, cmd)
                 chunks = ranked(found.chunks, channel)[: cmd.top_k]
                 run.metadata["count"] = len(chunks)
+            claim = None
+            if cmd.claim_ranking:  # fusion reads it from the claim store: the result is small
+                claim = await claims.put_ranking(cmd.request_id, cmd.event_id, chunks)
             result = SearchResult(
                 **step_result_fields(cmd, run),
                 event_id=result_event_id(cmd),
                 channel=channel,
-                chunks=chunks,
+                chunks=[] if claim else chunks,
+                ranking_claim=claim,
+                count=len(chunks),
                 query_vector=found.query_vector,
             )
             await publisher.publish(result)
