@@ -95,6 +95,9 @@ class OnnxEncoder(Encoder):
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # ONNX Runtime's pool threads spin after each run by default, waiting for the next:
+        # beside an event loop and other workers on a few cores that is stolen CPU
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(
             str(onnx_path), options, providers=["CPUExecutionProvider"]
