@@ -79,8 +79,7 @@ class Envelope(BaseModel):
         left out (the reader's contract fills them in again), except `type`, which the unions
         discriminate by. A quarter to a half fewer bytes to send, store and parse."""
         body = self.model_dump_json(exclude_defaults=True, exclude={"type"})
-        head = '{"type":' + json.dumps(self.type)
-        return head + ("}" if body == "{}" else "," + body[1:])
+        return '{"type":' + json.dumps(self.type) + "," + body[1:]  # request_id is never left out
 
     def correlation(self) -> dict[str, object]:
         """The fields a message about the same request copies from this one."""

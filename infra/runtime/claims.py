@@ -106,12 +106,11 @@ class Claims:
         wanted = [chunk.chunk_id for chunk in chunks if chunk.claimed]
         if not wanted:
             return list(chunks)
-        found = await self._load(claims_key(request_id), wanted)
-        passages: dict[str, Passage] = {}
-        for chunk_id, raw in zip(wanted, found, strict=True):
-            if raw is None:
-                raise ClaimMissing(f"the passage of {chunk_id} is no longer claimed")
-            passages[chunk_id] = Passage.model_validate_json(raw)
+        found = await self._claimed(request_id, wanted, "the passage of")
+        passages = {
+            chunk_id: Passage.model_validate_json(raw)
+            for chunk_id, raw in zip(wanted, found, strict=True)
+        }
         return [
             chunk.model_copy(
                 update={
@@ -140,18 +139,21 @@ class Claims:
         """The claimed rankings, in the order of `fields`."""
         if not fields:
             return []
-        found = await self._load(claims_key(request_id), list(fields))
-        out: list[list[RetrievedChunk]] = []
-        for field, raw in zip(fields, found, strict=True):
-            if raw is None:
-                raise ClaimMissing(f"the ranking {field} is no longer claimed")
-            out.append(_RANKING.validate_json(raw))
-        return out
+        found = await self._claimed(request_id, list(fields), "the ranking")
+        return [_RANKING.validate_json(raw) for raw in found]
 
     async def whole(self, cmd: CommandT) -> CommandT:
         """A command whose `contexts` are claimed, with its passages whole again."""
         contexts = await self.resolve(cmd.request_id, cmd.contexts)
         return cmd.model_copy(update={"contexts": contexts})
+
+    async def _claimed(self, request_id: str, fields: list[str], what: str) -> list[bytes | str]:
+        """The claims under `fields`, in their order; `ClaimMissing` for the first one gone."""
+        found = await self._load(claims_key(request_id), fields)
+        for field, raw in zip(fields, found, strict=True):
+            if raw is None:
+                raise ClaimMissing(f"{what} {field} is no longer claimed")
+        return [raw for raw in found if raw is not None]
 
     async def _store(self, key: str, passages: dict[str, str]) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
