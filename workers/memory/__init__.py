@@ -115,6 +115,13 @@ def create_router(resources: Resources) -> NatsRouter:
         vectors = await resources.memory_vectors()
         await asyncio.to_thread(vectors.add, scope, memory, vector)
         await index.add(scope, memory)
+        if await sessions.forgotten_since(cmd.tenant, cmd.session_id, cmd.turn.submitted_at):
+            # Forgotten while the memory was encoded: the forget's clear may have run before
+            # this add, so take the memory back out (its marker is set before the clear).
+            await index.delete(scope, memory.memory_id)
+            await asyncio.to_thread(vectors.delete, scope, memory.memory_id)
+            log.info("memory_of_forgotten_session", request_id=cmd.request_id)
+            return
         log.info("memory_added", kind=memory.kind, memory_id=memory.memory_id)
 
     publisher = ResultPublisher(router, Step.SEARCH, SearchResult, Channel.MEMORY)
