@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from contracts.enums import Channel, Intent
+from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent
 from contracts.envelope import Envelope
 from contracts.limits import (
     MAX_ANSWER_CHARS,
@@ -61,6 +61,27 @@ class SearchCommand(Envelope):
         description="leave the ranking in the request's claim store and answer with its "
         "field (`SearchResult.ranking_claim`) instead of the chunks",
     )
+    also: list[Channel] = Field(
+        default_factory=list,
+        max_length=len(Channel) - 1,
+        description="further document channels the same worker searches for this query, "
+        "each answered in `SearchResult.also`: one command, one result and one saga "
+        "transition for all of them",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_document_channels(self) -> SearchCommand:
+        channels = [self.channel, *self.also]
+        if self.also and not DOCUMENT_CHANNELS.issuperset(channels):
+            raise ValueError("only document channels search together")
+        if len(set(channels)) != len(channels):
+            raise ValueError("a channel is named twice")
+        return self
+
+    @property
+    def channels(self) -> list[Channel]:
+        """Every channel the command asks for, its own first."""
+        return [self.channel, *self.also]
 
 
 def search_key(channel: Channel, index: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from contracts.enums import Channel, Intent, StepStatus
 from contracts.envelope import Envelope
@@ -56,6 +56,21 @@ class ClassifyResult(StepResult):
     rewrite_method: str | None = Field(default=None, max_length=16)
 
 
+class ChannelOutcome(BaseModel):
+    """One further channel's answer to a command that searched several (`SearchCommand.also`):
+    its ranking (inline or claimed, as for the result's own channel), or why it failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: Channel
+    status: StepStatus = StepStatus.OK
+    error: ErrorInfo | None = None
+    chunks: list[RetrievedChunk] = Field(default_factory=list, max_length=MAX_CHUNKS)
+    ranking_claim: str | None = Field(default=None, max_length=128)
+    count: int = Field(default=0, ge=0)
+    duration_ms: float = Field(default=0.0, ge=0)
+
+
 class SearchResult(StepResult):
     model_config = ConfigDict(extra="forbid")
 
@@ -73,6 +88,11 @@ class SearchResult(StepResult):
         description="the claim store's field that holds the ranking (`chunks` is empty then)",
     )
     count: int = Field(default=0, ge=0, description="the ranking's length")
+    also: list[ChannelOutcome] = Field(
+        default_factory=list,
+        max_length=len(Channel) - 1,
+        description="the command's further channels (`SearchCommand.also`), one each",
+    )
 
 
 class FuseResult(StepResult):

@@ -184,6 +184,12 @@ class Settings(BaseSettings):
         True, description="Fusion adds documents about the best chunks' entities (multi-hop)."
     )
     channel_top_k: int = Field(20, ge=1, le=200, description="Chunks each channel returns.")
+    search_batch: bool = Field(
+        True,
+        description="One search command per query for all its document channels, run side by "
+        "side by one search worker (false: a command per channel, for deployments that serve "
+        "channels from different processes).",
+    )
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
     chunk_chars: int = Field(800, ge=100, le=16_000, description="Target chunk size in characters.")
     chunk_overlap_chars: int = Field(120, ge=0, description="Overlap between chunks.")

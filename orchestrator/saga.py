@@ -18,13 +18,9 @@ from contracts.commands import (
     CriticCommand,
     FuseCommand,
     GenerateCommand,
-    SearchCommand,
     ToolCommand,
-    parse_search_key,
-    search_key,
 )
 from contracts.enums import (
-    CHANNEL_PHASE,
     Channel,
     Intent,
     Phase,
@@ -33,7 +29,7 @@ from contracts.enums import (
     Step,
     StepStatus,
 )
-from contracts.models import ChannelReport, RetrievedChunk, ToolCall, ToolOutcome
+from contracts.models import ToolCall, ToolOutcome
 from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
@@ -47,9 +43,9 @@ from contracts.results import (
     ToolResult,
 )
 from infra.retrieval.intent_profiles import EVEN, PRIOR
-from orchestrator import research
+from orchestrator import research, search
 from orchestrator.saga_base import Clock, SagaBase
-from orchestrator.state import AttemptRecord, PendingStep, RequestState
+from orchestrator.state import AttemptRecord, RequestState
 from orchestrator.store import Outgoing, Transition
 
 FALLBACK_WEIGHTS: dict[Channel, float] = dict(PRIOR)
@@ -71,12 +67,12 @@ class Saga(SagaBase):
     def on_result(self, state: RequestState | None, result: StepResult, clock: Clock) -> Transition:
         if state is None or state.status.is_terminal or not self._expected(state, result):
             return Transition(None)
+        if isinstance(result, SearchResult):  # each channel it answers for failed or not
+            return search.on_searched(self, state, result, clock)
         if isinstance(result, StepFailure) or result.status is StepStatus.FAILED:
             return self._on_step_failed(state, result, clock)
         if isinstance(result, ClassifyResult):
             return self._on_classified(state, result, clock)
-        if isinstance(result, SearchResult):
-            return self._on_channel(state, result, clock)
         if isinstance(result, FuseResult):
             return self._on_fused(state, result, clock)
         if isinstance(result, GenerateResult):
@@ -128,7 +124,7 @@ class Saga(SagaBase):
             return Transition(None)
         step = pending.step
         if step == Step.SEARCH.value:
-            return self._search_deadline(state, clock)
+            return search.on_deadline(self, state, clock)
         if step == Step.CLASSIFY.value:
             messages = [
                 self._phase(
@@ -169,20 +165,14 @@ class Saga(SagaBase):
         if pending is None or result.attempt != state.attempt or pending.step != result.step:
             return False
         if result.step == Step.SEARCH.value and result.channel:
-            return _awaited_search(pending, result) is not None
+            return search.awaited(pending, result) is not None
         return pending.command_ids.get(result.step) == result.command_id
 
     def _on_step_failed(self, state: RequestState, result: StepResult, clock: Clock) -> Transition:
         message = result.error.message if result.error else "step failed"
         step = result.step
         if step == Step.SEARCH.value and result.channel is not None:
-            report = ChannelReport(
-                channel=result.channel,
-                status="failed",
-                reason=message,
-                duration_ms=result.duration_ms or None,
-            )
-            return self._channel_done(state, result, [], report, clock)
+            return search.on_failed(self, state, result, message, clock)
         if step == Step.CLASSIFY.value:
             return self._degrade_classification(state, clock, [])
         if step == Step.CRITIC.value:
@@ -213,16 +203,6 @@ class Saga(SagaBase):
         if res.intent is Intent.TOOL and state.mode == "answer":
             return self._start_tool(state, [], clock)
         return self._start_search(state, clock, [])
-
-    def _on_channel(self, state: RequestState, res: SearchResult, clock: Clock) -> Transition:
-        assert res.channel is not None
-        report = ChannelReport(
-            channel=res.channel,
-            status="completed",
-            count=res.count if res.ranking_claim else len(res.chunks),
-            duration_ms=res.duration_ms,
-        )
-        return self._channel_done(state, res, res.chunks, report, clock)
 
     def _on_fused(self, state: RequestState, res: FuseResult, clock: Clock) -> Transition:
         state.fused = res.chunks
@@ -304,104 +284,7 @@ class Saga(SagaBase):
     def _start_search(
         self, state: RequestState, clock: Clock, messages: list[Outgoing]
     ) -> Transition:
-        state.status = RequestStatus.SEARCHING
-        state.channel_results = {}
-        state.claimed_results = {}
-        state.channel_reports = {}
-        state.sub_results = [{} for _ in state.search_queries[1:]]
-        awaited: dict[str, str] = {}
-        for channel in Channel:
-            if channel is Channel.MEMORY and not self._has_memory(state):
-                # not a phase of a request outside a conversation: the report says why,
-                # and the stream is spared an event per request
-                state.channel_reports[channel] = ChannelReport(
-                    channel=channel, status="skipped", reason="no session"
-                )
-                continue
-            if state.weights.get(channel, 0.0) <= 0.0 and state.mode != "retrieve":
-                state.channel_reports[channel] = ChannelReport(
-                    channel=channel, status="skipped", reason="weight 0 for this intent"
-                )
-                messages.append(
-                    self._phase(
-                        state,
-                        CHANNEL_PHASE[channel],
-                        PhaseStatus.SKIPPED,
-                        reason="weight 0 for this intent",
-                    )
-                )
-                continue
-            for index, query in enumerate(state.search_queries):
-                cmd = SearchCommand(
-                    **self._corr(state),
-                    channel=channel,
-                    query=query,
-                    namespaces=state.namespaces,
-                    top_k=state.channel_top_k,
-                    query_vector=(
-                        self._vector_of(state, query) if channel.reads_query_vector else None
-                    ),
-                    session_id=state.session_id,
-                    # a retrieval answer shows the channels' rankings: they come back inline
-                    claim_ranking=state.mode != "retrieve",
-                )
-                awaited[search_key(channel, index)] = cmd.event_id
-                messages.append(self._cmd(cmd, Step.SEARCH, channel))
-        state.pending = self._pending(Step.SEARCH, awaited, self.settings.search_timeout_s, clock)
-        if not awaited:
-            return self._start_fuse(state, clock, messages)
-        return self._moved(state, messages)
-
-    def _channel_done(
-        self,
-        state: RequestState,
-        result: StepResult,
-        chunks: list[RetrievedChunk],
-        report: ChannelReport,
-        clock: Clock,
-    ) -> Transition:
-        """One channel answered for one of the attempt's queries; fuse once all have."""
-        assert state.pending is not None
-        key = _awaited_search(state.pending, result)
-        assert key is not None  # `_expected` let only awaited results through
-        state.pending.command_ids.pop(key)
-        channel, index = parse_search_key(key)
-        if index == 0:  # the reports describe the attempt's first query
-            state.channel_reports[channel] = report
-        if report.status == "completed":
-            if isinstance(result, SearchResult) and result.ranking_claim:
-                state.claimed_results[key] = result.ranking_claim
-            else:
-                results = state.channel_results if index == 0 else state.sub_results[index - 1]
-                results[channel] = chunks
-        if isinstance(result, SearchResult) and result.query_vector:
-            state.query_vectors[state.search_queries[index]] = result.query_vector
-        if state.pending.command_ids:
-            return self._moved(state, [])
-        return self._start_fuse(state, clock, [])
-
-    def _search_deadline(self, state: RequestState, clock: Clock) -> Transition:
-        assert state.pending is not None
-        messages: list[Outgoing] = []
-        reason = f"no answer within {self.settings.search_timeout_s:g}s"
-        for key in list(state.pending.command_ids):
-            channel, index = parse_search_key(key)
-            if index == 0:
-                state.channel_reports[channel] = ChannelReport(
-                    channel=channel, status="timed_out", reason=reason
-                )
-            messages.append(
-                self._phase(
-                    state,
-                    CHANNEL_PHASE[channel],
-                    PhaseStatus.FAILED,
-                    reason=reason,
-                    dropped=True,
-                    query=state.search_queries[index],
-                )
-            )
-        state.pending.command_ids.clear()
-        return self._start_fuse(state, clock, messages)
+        return search.start(self, state, clock, messages)
 
     def _start_fuse(
         self, state: RequestState, clock: Clock, messages: list[Outgoing]
@@ -511,14 +394,6 @@ class Saga(SagaBase):
             **changes,
         )
         return self._start_search(state, clock, [retry_phase])
-
-
-def _awaited_search(pending: PendingStep, result: StepResult) -> str | None:
-    """The pending key of the search `result` answers, or None when it answers none."""
-    for key, command_id in pending.command_ids.items():
-        if command_id == result.command_id and parse_search_key(key)[0] == result.channel:
-            return key
-    return None
 
 
 _STEP_PHASE: dict[str, Phase] = {

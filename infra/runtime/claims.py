@@ -14,7 +14,7 @@ however the stores are deployed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, Self, TypeVar
 
 import redis.asyncio as aioredis
@@ -130,10 +130,21 @@ class Claims:
         """Claim a channel's ranking (chunk references) for fusion; its field, which the
         search result carries instead of the chunks. Keyed by the command, so a redelivery
         writes the same field again and a later attempt's search never overwrites it."""
-        field = f"ranking:{command_id}"
-        body = _RANKING.dump_json(list(chunks), exclude_defaults=True).decode()
-        await self._store(claims_key(request_id), {field: body})
-        return field
+        return (await self.put_rankings(request_id, {command_id: chunks}))[command_id]
+
+    async def put_rankings(
+        self, request_id: str, rankings: Mapping[str, Sequence[RetrievedChunk]]
+    ) -> dict[str, str]:
+        """Several rankings in one write, each under its own key (a command id, or a command
+        id and a channel for a command that searched several): key -> field."""
+        fields = {key: f"ranking:{key}" for key in rankings}
+        bodies = {
+            fields[key]: _RANKING.dump_json(list(chunks), exclude_defaults=True).decode()
+            for key, chunks in rankings.items()
+        }
+        if bodies:
+            await self._store(claims_key(request_id), bodies)
+        return fields
 
     async def rankings(self, request_id: str, fields: Sequence[str]) -> list[list[RetrievedChunk]]:
         """The claimed rankings, in the order of `fields`."""

@@ -60,7 +60,8 @@ def _subject(msg: StreamMessage[Any]) -> str:
     return str(getattr(raw, "subject", "") or getattr(msg, "path", {}).get("subject", "") or "")
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """An exception as one line for an error event or a dead letter."""
     if isinstance(exc, ValidationError):
         parts = [
             f"{'.'.join(str(p) for p in err['loc']) or '<body>'}: {err['msg']}"
@@ -109,6 +110,23 @@ def current_deliveries() -> int:
     return _DELIVERIES.get()
 
 
+def _asked_once(
+    is_live: Callable[[str], Awaitable[bool]] | None,
+) -> Callable[[str], Awaitable[bool]] | None:
+    """One message's liveness check, asked of Redis once however many phases it runs (a
+    search command runs one per channel, side by side: they share the one answer)."""
+    if is_live is None:
+        return None
+    asked: dict[str, asyncio.Future[bool]] = {}
+
+    def check(request_id: str) -> Awaitable[bool]:
+        if request_id not in asked:
+            asked[request_id] = asyncio.ensure_future(is_live(request_id))
+        return asked[request_id]
+
+    return check
+
+
 async def require_live(request_id: str) -> None:
     check = _LIVENESS.get()
     if check is not None and not await check(request_id):
@@ -133,7 +151,7 @@ def error_policy(
             deliveries = delivery_count(msg)
             structlog.contextvars.clear_contextvars()
             heartbeat = asyncio.create_task(_keep_alive(msg, settings.ack_wait_s / 2))
-            liveness = _LIVENESS.set(is_live)
+            liveness = _LIVENESS.set(_asked_once(is_live))
             delivered = _DELIVERIES.set(deliveries)
             try:
                 result = await call_next(msg)
@@ -160,7 +178,7 @@ def error_policy(
         async def _on_failure(
             self, msg: StreamMessage[Any], subject: str, deliveries: int, exc: Exception
         ) -> None:
-            error = _describe(exc)
+            error = describe_error(exc)
             if is_transient(exc) and deliveries < settings.max_deliver:
                 log.warning("step_retry", subject=subject, deliveries=deliveries, error=error)
                 MESSAGES.labels(subject=subject, outcome="retry").inc()
@@ -255,7 +273,7 @@ async def _phase_events(
         yield run
     except Exception as exc:
         status = PhaseStatus.FAILED
-        run.metadata["error"] = _describe(exc)
+        run.metadata["error"] = describe_error(exc)
         raise
     finally:
         run.duration_ms = (time.perf_counter() - t0) * 1000

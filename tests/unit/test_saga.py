@@ -19,6 +19,7 @@ from contracts.events import AnswerEvent, DoneEvent, ErrorEvent, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk, ToolOutcome
 from contracts.queries import QueryCancelled, QuerySubmitted
 from contracts.results import (
+    ChannelOutcome,
     ClassifyResult,
     CriticResult,
     FuseResult,
@@ -47,7 +48,8 @@ class Run:
     """Drives one request through the saga, keeping the state as Redis would."""
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = Settings(**settings)
+        # a command per channel unless a test asks for batches: the tests name channels
+        self.settings = Settings(**{"search_batch": False, **settings})
         self.saga = Saga(self.settings)
         self.now = 1_000.0
         self.state: RequestState | None = None
@@ -104,11 +106,13 @@ class Run:
         pending = self.state.pending if self.state else None
         awaited = set(pending.command_ids.values()) if pending else set()
         for cmd in [m for m in self.sent if isinstance(m, SearchCommand) and m.event_id in awaited]:
+            found = chunks if chunks is not None else [CHUNK]
             out += self.result(
                 SearchResult(
                     **self.corr(cmd),
                     channel=cmd.channel,
-                    chunks=chunks if chunks is not None else [CHUNK],
+                    chunks=found,
+                    also=[ChannelOutcome(channel=c, chunks=found) for c in cmd.also],
                 )
             )
         return out

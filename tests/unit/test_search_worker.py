@@ -204,3 +204,67 @@ async def test_a_command_for_a_request_that_is_not_live_is_dropped_unrun(
         assert harness.on("rag.res.") == [], "no result for an unknown request"
         assert harness.on("rag.events.") == [], "and no events under its id"
         assert harness.on("rag.dlq.") == [], "dropped, not dead-lettered: nothing is wrong with it"
+
+
+async def test_one_command_searches_several_channels_and_answers_for_each(
+    settings: Settings, encoder: FakeEncoder
+) -> None:
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        cmd = _command(
+            Channel.VECTOR,
+            "statin cholesterol",
+            also=[Channel.SPARSE, Channel.GRAPH_LOCAL],
+            claim_ranking=True,
+        )
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+
+        [raw] = harness.on("rag.res.search.")  # one result, on the command's own subject
+        result = SearchResult.model_validate(raw)
+        assert result.channel is Channel.VECTOR and result.status == "ok"
+        assert [o.channel for o in result.also] == [Channel.SPARSE, Channel.GRAPH_LOCAL]
+        fields = [result.ranking_claim, *(o.ranking_claim for o in result.also)]
+        assert fields == [
+            f"ranking:{cmd.event_id}",
+            f"ranking:{cmd.event_id}:sparse",
+            f"ranking:{cmd.event_id}:graph_local",
+        ]
+        rankings = await harness.resources.claims().rankings("req-1", fields)  # type: ignore[arg-type]
+        assert rankings[1][0].document_id == "statins"
+        assert [len(r) for r in rankings] == [result.count, *(o.count for o in result.also)]
+
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        ended = {p["phase"] for p in phases if p["status"] == "completed"}
+        assert ended == {CHANNEL_PHASE[c].value for c in cmd.channels}
+
+
+async def test_a_failing_channel_inside_a_command_is_reported_beside_the_others(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(resources: Resources, cmd: SearchCommand) -> Found:
+        raise ValueError("index corrupted")
+
+    async def fine(resources: Resources, cmd: SearchCommand) -> Found:
+        return Found([RetrievedChunk(chunk_id="c1", document_id="d", text="t")])
+
+    monkeypatch.setattr("workers.search.channels.search_sparse", broken)
+    monkeypatch.setattr("workers.search.channels.search_vector", fine)
+    async with worker_harness(create_router, settings) as harness:
+        cmd = _command(Channel.VECTOR, "anything", also=[Channel.SPARSE])
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+        result = SearchResult.model_validate(harness.on("rag.res.search.vector")[0])
+        assert result.status == "ok" and [c.chunk_id for c in result.chunks] == ["c1"]
+        [sparse] = result.also
+        assert sparse.status == "failed" and sparse.error is not None
+        assert "index corrupted" in sparse.error.message
+        assert harness.on("rag.dlq.") == [], "the command itself did not fail"
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        ended = {p["phase"]: p["status"] for p in phases if p["status"] != "in_progress"}
+        assert ended == {"vector_search": "completed", "sparse_search": "failed"}
+
+
+async def test_a_command_naming_the_memory_channel_is_refused() -> None:
+    with pytest.raises(ValueError, match="document channels"):
+        _command(Channel.VECTOR, "anything", also=[Channel.MEMORY])
+    with pytest.raises(ValueError, match="twice"):
+        _command(Channel.VECTOR, "anything", also=[Channel.VECTOR])

@@ -1,29 +1,37 @@
 """Search worker: one durable consumer per document channel, one result per command (the
 `memory` channel is `workers.memory`'s, beside the store it searches).
 
+A command may name further channels (`SearchCommand.also`, which the saga sets unless
+`RAGBUS_SEARCH_BATCH=false`): they run side by side and answer in the same result, each with
+its own phase event and its own claimed ranking, so a query's document search is one command,
+one result and one saga transition instead of one per channel.
+
 The subscriber looks its channel function up on `channels` at call time, so a test (or an
 operator's patch) can replace one channel without rebuilding the router.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from faststream.nats import NatsRouter
 
 from contracts.commands import SearchCommand
-from contracts.enums import CHANNEL_PHASE, Channel, Step
-from contracts.models import RetrievedChunk
-from contracts.results import SearchResult
-from infra.errors import PoisonMessage
+from contracts.enums import CHANNEL_PHASE, Channel, Step, StepStatus
+from contracts.models import ErrorInfo, RetrievedChunk
+from contracts.results import ChannelOutcome, SearchResult
+from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
+    RequestNotLive,
     ResultPublisher,
+    describe_error,
     phase,
-    step_result_fields,
     step_router,
 )
 from workers.search import channels
@@ -60,11 +68,90 @@ def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChun
     ]
 
 
+@dataclass
+class Searched:
+    """One channel's part of a command: its ranking (inline or claimed) or its failure."""
+
+    channel: Channel
+    chunks: list[RetrievedChunk] = field(default_factory=list)
+    claim: str | None = None
+    count: int = 0
+    query_vector: str | None = None
+    duration_ms: float = 0.0
+    error: Exception | None = None
+
+    def outcome(self) -> ChannelOutcome:
+        return ChannelOutcome(
+            channel=self.channel,
+            status=StepStatus.FAILED if self.error else StepStatus.OK,
+            error=_error_info(self.error),
+            chunks=[] if self.claim else self.chunks,
+            ranking_claim=self.claim,
+            count=self.count,
+            duration_ms=self.duration_ms,
+        )
+
+
+def _error_info(exc: Exception | None) -> ErrorInfo | None:
+    if exc is None:
+        return None
+    return ErrorInfo(code="channel_failed", message=describe_error(exc)[:2000])
+
+
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
     router = step_router(resources)
     claims = resources.claims()
     resources.on_warm_up(resources.encoder, resources.vectors, resources.sparse, resources.graph)
+
+    async def search_one(cmd: SearchCommand, channel: Channel) -> Searched:
+        search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
+        # the query is named: a rewritten or decomposed attempt searches other words
+        shown = cmd.query[:SHOWN_QUERY_CHARS]
+        async with phase(
+            bus, cmd, CHANNEL_PHASE[channel], channel=channel.value, query=shown
+        ) as run:
+            found = await search(resources, cmd)
+            chunks = ranked(found.chunks, channel)[: cmd.top_k]
+            run.metadata["count"] = len(chunks)
+        return Searched(channel, chunks, None, len(chunks), found.query_vector, run.duration_ms)
+
+    async def claim(cmd: SearchCommand, searched: list[Searched]) -> None:
+        """Leave the rankings in the claim store, in one write, when the command asks: fusion
+        reads them there and the result stays small. Keyed by the command (and the channel,
+        for a further one), so a redelivery writes the same fields again."""
+        if not cmd.claim_ranking:
+            return
+        keys = {
+            s.channel: cmd.event_id if s.channel is cmd.channel else f"{cmd.event_id}:{s.channel}"
+            for s in searched
+            if s.error is None
+        }
+        fields = await claims.put_rankings(
+            cmd.request_id, {keys[s.channel]: s.chunks for s in searched if s.channel in keys}
+        )
+        for s in searched:
+            if s.channel in keys:
+                s.claim = fields[keys[s.channel]]
+
+    async def search_all(cmd: SearchCommand) -> list[Searched]:
+        """The command's channels side by side; one that fails is reported failed (its phase
+        event says why) while the others answer. Only when every channel failed for a
+        passing reason does the command fail as a whole, to be delivered again."""
+
+        async def guarded(channel: Channel) -> Searched:
+            try:
+                return await search_one(cmd, channel)
+            except RequestNotLive:
+                raise
+            except Exception as exc:
+                return Searched(channel, error=exc)
+
+        searched = await asyncio.gather(*(guarded(channel) for channel in cmd.channels))
+        errors = [s.error for s in searched if s.error is not None]
+        if len(errors) == len(searched) and all(is_transient(e) for e in errors):
+            raise errors[0]
+        return list(searched)
 
     def register(channel: Channel) -> None:
         publisher = ResultPublisher(router, Step.SEARCH, SearchResult, channel)
@@ -72,26 +159,28 @@ def create_router(resources: Resources) -> NatsRouter:
         async def handle(cmd: SearchCommand) -> None:
             if cmd.channel is not channel:
                 raise PoisonMessage(f"a {cmd.channel} command on the {channel} subject")
-            search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
-            # the query is named: a rewritten or decomposed attempt searches other words
-            shown = cmd.query[:SHOWN_QUERY_CHARS]
-            async with phase(
-                bus, cmd, CHANNEL_PHASE[channel], channel=channel.value, query=shown
-            ) as run:
-                found = await search(resources, cmd)
-                chunks = ranked(found.chunks, channel)[: cmd.top_k]
-                run.metadata["count"] = len(chunks)
-            claim = None
-            if cmd.claim_ranking:  # fusion reads it from the claim store: the result is small
-                claim = await claims.put_ranking(cmd.request_id, cmd.event_id, chunks)
+            unknown = [c for c in cmd.also if c not in CHANNEL_FUNCTIONS]
+            if unknown:
+                raise PoisonMessage(f"the search worker has no {unknown[0]} channel")
+            if cmd.also:
+                searched = await search_all(cmd)
+            else:  # one channel: its failure takes the error policy's way (retry, report)
+                searched = [await search_one(cmd, channel)]
+            await claim(cmd, searched)
+            own, *also = searched
             result = SearchResult(
-                **step_result_fields(cmd, run),
+                **cmd.correlation(),
+                command_id=cmd.event_id,
+                duration_ms=own.duration_ms,
+                status=StepStatus.FAILED if own.error else StepStatus.OK,
+                error=_error_info(own.error),
                 event_id=result_event_id(cmd),
                 channel=channel,
-                chunks=[] if claim else chunks,
-                ranking_claim=claim,
-                count=len(chunks),
-                query_vector=found.query_vector,
+                chunks=[] if own.claim else own.chunks,
+                ranking_claim=own.claim,
+                count=own.count,
+                query_vector=own.query_vector,
+                also=[s.outcome() for s in also],
             )
             await publisher.publish(result)
 

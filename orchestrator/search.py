@@ -1,0 +1,227 @@
+"""The saga's search fan-out and fan-in: pure decisions, like the rest of the saga
+(`orchestrator.saga` calls these).
+
+An attempt searches each of its queries (the first, and any follow-ups a decomposing critic
+asked for) in every channel its intent weighs above 0, plus memory in a conversation. With
+`RAGBUS_SEARCH_BATCH` (the default) a query's document channels go to the search worker as
+one command (`SearchCommand.also`) and come back as one result that answers for each, so a
+query's search is one command, one result and one transition; memory is always its own
+command, to the memory worker. Each awaited (channel, query) is a key of the pending step
+(`search_key`), mapped to the command that answers for it. A channel that failed or missed
+the search deadline is reported and left out; fusion starts when no key is left.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from contracts.commands import SearchCommand, parse_search_key, search_key
+from contracts.enums import (
+    CHANNEL_PHASE,
+    DOCUMENT_CHANNELS,
+    Channel,
+    PhaseStatus,
+    RequestStatus,
+    Step,
+    StepStatus,
+)
+from contracts.models import ChannelReport, RetrievedChunk
+from contracts.results import ChannelOutcome, SearchResult, StepResult
+from orchestrator.state import PendingStep, RequestState
+from orchestrator.store import Outgoing, Transition
+
+if TYPE_CHECKING:
+    from orchestrator.saga import Clock, Saga
+
+
+def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing]) -> Transition:
+    state.status = RequestStatus.SEARCHING
+    state.channel_results = {}
+    state.claimed_results = {}
+    state.channel_reports = {}
+    state.sub_results = [{} for _ in state.search_queries[1:]]
+    awaited: dict[str, str] = {}
+    searches: dict[int, list[Channel]] = {}  # query index -> the channels that search it
+    for channel in Channel:
+        if channel is Channel.MEMORY and not saga._has_memory(state):
+            # not a phase of a request outside a conversation: the report says why,
+            # and the stream is spared an event per request
+            state.channel_reports[channel] = ChannelReport(
+                channel=channel, status="skipped", reason="no session"
+            )
+            continue
+        if state.weights.get(channel, 0.0) <= 0.0 and state.mode != "retrieve":
+            state.channel_reports[channel] = ChannelReport(
+                channel=channel, status="skipped", reason="weight 0 for this intent"
+            )
+            messages.append(
+                saga._phase(
+                    state,
+                    CHANNEL_PHASE[channel],
+                    PhaseStatus.SKIPPED,
+                    reason="weight 0 for this intent",
+                )
+            )
+            continue
+        for index in range(len(state.search_queries)):
+            searches.setdefault(index, []).append(channel)
+    for index, channels in searches.items():
+        messages.extend(_commands(saga, state, index, channels, awaited))
+    state.pending = saga._pending(Step.SEARCH, awaited, saga.settings.search_timeout_s, clock)
+    if not awaited:
+        return saga._start_fuse(state, clock, messages)
+    return saga._moved(state, messages)
+
+
+def _commands(
+    saga: Saga, state: RequestState, index: int, channels: list[Channel], awaited: dict[str, str]
+) -> list[Outgoing]:
+    """The commands that search one query: the document channels together in one
+    (`RAGBUS_SEARCH_BATCH`), memory on its own; each awaited channel keyed to its command."""
+    query = state.search_queries[index]
+    documents = [c for c in channels if c in DOCUMENT_CHANNELS]
+    if saga.settings.search_batch and len(documents) > 1:
+        groups = [documents, *([c] for c in channels if c not in DOCUMENT_CHANNELS)]
+    else:
+        groups = [[c] for c in channels]
+    messages = []
+    for own, *also in groups:
+        vector_read = any(c.reads_query_vector for c in (own, *also))
+        cmd = SearchCommand(
+            **saga._corr(state),
+            channel=own,
+            also=also,
+            query=query,
+            namespaces=state.namespaces,
+            top_k=state.channel_top_k,
+            query_vector=saga._vector_of(state, query) if vector_read else None,
+            session_id=state.session_id,
+            # a retrieval answer shows the channels' rankings: they come back inline
+            claim_ranking=state.mode != "retrieve",
+        )
+        for channel in (own, *also):
+            awaited[search_key(channel, index)] = cmd.event_id
+        messages.append(saga._cmd(cmd, Step.SEARCH, own))
+    return messages
+
+
+def _answered(
+    state: RequestState,
+    key: str,
+    report: ChannelReport,
+    chunks: list[RetrievedChunk],
+    claim: str | None,
+) -> None:
+    """One channel answered for one of the attempt's queries."""
+    assert state.pending is not None
+    state.pending.command_ids.pop(key)
+    channel, index = parse_search_key(key)
+    if index == 0:  # the reports describe the attempt's first query
+        state.channel_reports[channel] = report
+    if report.status != "completed":
+        return
+    if claim:
+        state.claimed_results[key] = claim
+    else:
+        results = state.channel_results if index == 0 else state.sub_results[index - 1]
+        results[channel] = chunks
+
+
+def _moved(saga: Saga, state: RequestState, clock: Clock) -> Transition:
+    """Fuse once every awaited channel has answered."""
+    assert state.pending is not None
+    if state.pending.command_ids:
+        return saga._moved(state, [])
+    return saga._start_fuse(state, clock, [])
+
+
+def on_deadline(saga: Saga, state: RequestState, clock: Clock) -> Transition:
+    assert state.pending is not None
+    messages: list[Outgoing] = []
+    reason = f"no answer within {saga.settings.search_timeout_s:g}s"
+    for key in list(state.pending.command_ids):
+        channel, index = parse_search_key(key)
+        if index == 0:
+            state.channel_reports[channel] = ChannelReport(
+                channel=channel, status="timed_out", reason=reason
+            )
+        messages.append(
+            saga._phase(
+                state,
+                CHANNEL_PHASE[channel],
+                PhaseStatus.FAILED,
+                reason=reason,
+                dropped=True,
+                query=state.search_queries[index],
+            )
+        )
+    state.pending.command_ids.clear()
+    return saga._start_fuse(state, clock, messages)
+
+
+def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock) -> Transition:
+    """A search command answered for its own channel and any further ones it searched."""
+    assert state.pending is not None and res.channel is not None
+    own = ChannelOutcome.model_construct(
+        channel=res.channel,
+        status=res.status,
+        error=res.error,
+        chunks=res.chunks,
+        ranking_claim=res.ranking_claim,
+        count=res.count,
+        duration_ms=res.duration_ms,
+    )
+    keys = {parse_search_key(k)[0]: k for k in _keys_of(state.pending, res.command_id)}
+    for outcome in (own, *res.also):
+        key = keys.get(outcome.channel)
+        if key is None or key not in state.pending.command_ids:
+            continue  # a channel the saga did not ask this command for
+        if outcome.status is StepStatus.FAILED:
+            reason = outcome.error.message if outcome.error else "step failed"
+            report = ChannelReport(
+                channel=outcome.channel,
+                status="failed",
+                reason=reason,
+                duration_ms=outcome.duration_ms or None,
+            )
+        else:
+            report = ChannelReport(
+                channel=outcome.channel,
+                status="completed",
+                count=outcome.count if outcome.ranking_claim else len(outcome.chunks),
+                duration_ms=outcome.duration_ms,
+            )
+        _answered(state, key, report, outcome.chunks, outcome.ranking_claim)
+    if res.query_vector:
+        index = parse_search_key(keys[res.channel])[1]
+        state.query_vectors[state.search_queries[index]] = res.query_vector
+    return _moved(saga, state, clock)
+
+
+def on_failed(
+    saga: Saga, state: RequestState, result: StepResult, message: str, clock: Clock
+) -> Transition:
+    """A search command failed as a whole: every channel it searched failed with it."""
+    assert state.pending is not None
+    for key in _keys_of(state.pending, result.command_id):
+        report = ChannelReport(
+            channel=parse_search_key(key)[0],
+            status="failed",
+            reason=message,
+            duration_ms=result.duration_ms or None,
+        )
+        _answered(state, key, report, [], None)
+    return _moved(saga, state, clock)
+
+
+def _keys_of(pending: PendingStep, command_id: str) -> list[str]:
+    """The pending search keys one command answers (several when it searched several)."""
+    return [key for key, awaited in pending.command_ids.items() if awaited == command_id]
+
+
+def awaited(pending: PendingStep, result: StepResult) -> str | None:
+    """The pending key of the search `result` answers, or None when it answers none."""
+    for key, command_id in pending.command_ids.items():
+        if command_id == result.command_id and parse_search_key(key)[0] == result.channel:
+            return key
+    return None
