@@ -51,7 +51,16 @@ def bench(
             "same namespace's embedded store, for as long, and report the ratio."
         ),
     ] = True,
-    peer_threads: Annotated[int, typer.Option(min=1, help="The peer's threads.")] = 8,
+    same_work_peer: Annotated[
+        bool,
+        typer.Option(
+            help="Then load the same-work peer (bench/same_work.py): ragbus's own engines "
+            "(classify, the four channels, fusion, extractive generation, the critic) in this "
+            "process, without the bus, over copies of the same stores, for as long; report the "
+            "ratio (the design's own cost)."
+        ),
+    ] = True,
+    peer_threads: Annotated[int, typer.Option(min=1, help="Each peer's threads.")] = 8,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
@@ -59,7 +68,8 @@ def bench(
     ),
 ) -> None:
     """Drive the running API with C concurrent loops for S seconds; report latencies, CPU per
-    request, and the same figures for the in-process peer retriever on the same corpus."""
+    request, and the same figures for the in-process peers on the same corpus: the
+    retrieval-only one and the one running ragbus's own engines without the bus."""
     from bench.load import load_queries, print_report, run_bench
 
     settings = Settings()
@@ -81,6 +91,10 @@ def bench(
     print_report(report, console)
     if peer:
         report["peer"], report["vs_peer"] = _bench_peer(
+            settings, report, texts, peer_threads, duration, warmup
+        )
+    if same_work_peer:
+        report["same_work_peer"], report["vs_same_work_peer"] = _bench_same_work(
             settings, report, texts, peer_threads, duration, warmup
         )
     _save_json(report, out)
@@ -113,6 +127,31 @@ def _bench_peer(
         retriever.close()
     ratio = compare(ragbus, peer_report)
     print_comparison(ragbus, peer_report, ratio, console)
+    return peer_report, ratio
+
+
+def _bench_same_work(
+    settings: Settings,
+    ragbus: dict[str, Any],
+    queries: list[str],
+    threads: int,
+    duration: float,
+    warmup: float,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The same-work peer's run and ragbus's ratio to it, or (a reason, None)."""
+    from bench.same_work import bench_same_work
+
+    peer_report, ratio = bench_same_work(
+        settings,
+        ragbus,
+        queries,
+        threads=threads,
+        duration_s=duration,
+        warmup_s=warmup,
+        console=console,
+    )
+    if "skipped" in peer_report:
+        errors.print(f"[yellow]same-work peer skipped:[/yellow] {peer_report['skipped']}")
     return peer_report, ratio
 
 

@@ -17,7 +17,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,10 +25,8 @@ import numpy as np
 from qdrant_edge import EdgeShard, ScrollRequest
 from rich.console import Console
 from rich.table import Table
-from threadpoolctl import threadpool_limits
 
-from bench.cpu import own_cpu_s
-from bench.load import percentile
+from bench.closed_loop import closed_loop
 from infra.retrieval.text import stem
 from infra.retrieval.vectors.base import DENSE
 from infra.retrieval.vectors.edge import CONFIG_FILE
@@ -38,10 +35,6 @@ from infra.settings import Settings
 COPY_ATTEMPTS = 3
 """A shard being written to while it is copied may lose a file mid-copy: copy again."""
 COPY_BLOCK = 1 << 20
-BLAS_THREADS = 1
-"""The peer's parallelism is its T threads, so `matrix @ q` runs on one BLAS thread, as in
-any thread-per-request server: measured at 8 threads over 5,000 chunks on 2 cores, OpenBLAS's
-own threads made the peer 47x slower (30 against 1,425 queries/s, encoder left out)."""
 
 
 class QueryEncoder(Protocol):
@@ -70,6 +63,31 @@ def _copy_sparse(source: str, target: str) -> None:
                 dst.write(src.read(min(COPY_BLOCK, offset - src.tell())))
         dst.truncate(size)
     shutil.copystat(source, target)
+
+
+def copy_tree(source: Path, target: Path) -> Path:
+    """Copy a directory a running `ragbus up` keeps writing to, holes kept, again when a file
+    vanished mid-copy; `target`."""
+    for attempt in range(1, COPY_ATTEMPTS + 1):
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            shutil.copytree(source, target, copy_function=_copy_sparse)
+            return target
+        except OSError:  # shutil.Error included
+            if attempt == COPY_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def copy_shard(settings: Settings, namespace: str, target: Path) -> Path:
+    """A copy of `namespace`'s Edge shard at `target/namespace` (an embedded store has one
+    owner, the running `ragbus up`)."""
+    if settings.qdrant_url:
+        raise ValueError("the peer reads the embedded Edge store; RAGBUS_QDRANT_URL is set")
+    source = settings.vectors_path / namespace
+    if not (source / CONFIG_FILE).exists():
+        raise ValueError(f"namespace {namespace!r} has no vector shard at {source}")
+    return copy_tree(source, target / namespace)
 
 
 def _scroll(path: Path) -> list[Any]:
@@ -153,21 +171,9 @@ class PeerRetriever:
         """Copy `namespace`'s Edge shard, read its chunks and index them; `encoder` defaults
         to the configured one, `depth` (hits per channel) to `RAGBUS_CHANNEL_TOP_K`."""
         started = time.perf_counter()
-        if settings.qdrant_url:
-            raise ValueError("the peer reads the embedded Edge store; RAGBUS_QDRANT_URL is set")
         source = settings.vectors_path / namespace
-        if not (source / CONFIG_FILE).exists():
-            raise ValueError(f"namespace {namespace!r} has no vector shard at {source}")
         with tempfile.TemporaryDirectory(prefix="ragbus-peer-") as tmp:
-            for attempt in range(1, COPY_ATTEMPTS + 1):
-                shutil.rmtree(Path(tmp) / namespace, ignore_errors=True)
-                try:
-                    shutil.copytree(source, Path(tmp) / namespace, copy_function=_copy_sparse)
-                    break
-                except OSError:  # shutil.Error included
-                    if attempt == COPY_ATTEMPTS:
-                        raise
-            records = _scroll(Path(tmp) / namespace)
+            records = _scroll(copy_shard(settings, namespace, Path(tmp)))
         if not records:
             raise ValueError(f"namespace {namespace!r} holds no chunks")
         if encoder is None:
@@ -219,31 +225,6 @@ class PeerRetriever:
         self.ids = []
 
 
-def _load(
-    peer: PeerRetriever, queries: Sequence[str], threads: int, seconds: float
-) -> tuple[list[float], list[str]]:
-    """`threads` closed loops for `seconds`: each query's latency (ms), and the errors."""
-    stop_at = time.monotonic() + seconds
-    latencies: list[list[float]] = [[] for _ in range(threads)]
-    errors: list[str] = []
-
-    def loop(worker: int) -> None:
-        n = worker
-        while time.monotonic() < stop_at:
-            started = time.perf_counter()
-            try:
-                peer.search(queries[n % len(queries)])
-            except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-            else:
-                latencies[worker].append((time.perf_counter() - started) * 1000)
-            n += threads
-
-    with ThreadPoolExecutor(threads, thread_name_prefix="peer") as pool:
-        list(pool.map(loop, range(threads)))
-    return [ms for mine in latencies for ms in mine], errors
-
-
 def run_peer(
     peer: PeerRetriever,
     queries: Sequence[str],
@@ -252,59 +233,57 @@ def run_peer(
     duration_s: float,
     warmup_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Closed-loop load on the peer (one BLAS thread per search); CPU is this process's over
-    the measured seconds."""
-    if not queries:
-        raise ValueError("no queries")
-    with threadpool_limits(BLAS_THREADS, user_api="blas"):
-        if warmup_s > 0:
-            _load(peer, queries, threads, warmup_s)
-        cpu0, start = own_cpu_s(), time.perf_counter()
-        latencies, errors = _load(peer, queries, threads, duration_s)
-        elapsed, cpu_s = time.perf_counter() - start, own_cpu_s() - cpu0
-    completed = len(latencies)
+    """Closed-loop load on the peer (`bench.closed_loop`: one BLAS thread per search); CPU is
+    this process's over the measured seconds."""
+    load = closed_loop(
+        lambda _worker, query: peer.search(query),
+        queries,
+        threads=threads,
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+    )
     return {
         "system": "peer",
-        "threads": threads,
         "chunks": len(peer),
-        "requests": completed + len(errors),
-        "completed": completed,
-        "errors": len(errors),
-        "throughput_qps": round(completed / elapsed, 3) if elapsed > 0 else 0.0,
-        "latency_ms": {f"p{p}": _round(percentile(latencies, p), 1) for p in (50, 95, 99)},
-        "cpu": {
-            "cpu_s": round(cpu_s, 3),
-            "cpu_ms_per_request": round(cpu_s / max(completed, 1) * 1000, 3),
-            "cores_busy": round(cpu_s / elapsed, 3) if elapsed > 0 else None,
-            "cores": os.cpu_count(),
-        },
+        **load.figures(),
         "duration_s": duration_s,
-        "elapsed_s": round(elapsed, 3),
         "warmup_s": warmup_s,
         "load_s": round(peer.load_s, 3),
-        "sample_errors": errors[:5],
     }
 
 
 def compare(ragbus_report: dict[str, Any], peer_report: dict[str, Any]) -> dict[str, Any]:
-    """ragbus over the peer: throughput, and CPU per request (None where one is missing)."""
+    """ragbus over the peer: throughput, CPU per request and p95 latency (None where one is
+    missing)."""
     ragbus_cpu = (ragbus_report.get("cpu") or {}).get("server_cpu_ms_per_request")
     peer_cpu = (peer_report.get("cpu") or {}).get("cpu_ms_per_request")
+    ragbus_p95 = (ragbus_report.get("latency_ms") or {}).get("p95")
+    peer_p95 = (peer_report.get("latency_ms") or {}).get("p95")
     return {
         "qps_ratio": _ratio(ragbus_report.get("throughput_qps"), peer_report.get("throughput_qps")),
         "cpu_ratio": _ratio(ragbus_cpu, peer_cpu),
+        "p95_ratio": _ratio(ragbus_p95, peer_p95),
     }
 
 
 def print_comparison(
-    ragbus: dict[str, Any], peer: dict[str, Any], ratio: dict[str, Any], console: Console
+    ragbus: dict[str, Any],
+    peer: dict[str, Any],
+    ratio: dict[str, Any],
+    console: Console,
+    *,
+    title: str = "ragbus and the in-process peer, same corpus, same queries",
+    peer_does: str = "retrieves",
 ) -> None:
     """ragbus and the peer side by side, and ragbus's ratio to the peer."""
 
     def cell(value: float | None, unit: str = "") -> str:
         return "-" if value is None else f"{value:,.1f}{unit}"
 
-    table = Table(title="ragbus and the in-process peer, same corpus, same queries")
+    def times(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}x"
+
+    table = Table(title=title)
     for column in ("", "q/s", "p50 ms", "p95 ms", "CPU ms/request"):
         table.add_column(column, justify="right" if column else "left")
     ragbus_cpu = (ragbus.get("cpu") or {}).get("server_cpu_ms_per_request")
@@ -316,7 +295,7 @@ def print_comparison(
         cell(ragbus_cpu),
     )
     table.add_row(
-        f"peer ({peer['threads']} threads, retrieves)",
+        f"peer ({peer['threads']} threads, {peer_does})",
         cell(peer["throughput_qps"]),
         cell(peer["latency_ms"]["p50"]),
         cell(peer["latency_ms"]["p95"]),
@@ -324,17 +303,13 @@ def print_comparison(
     )
     table.add_row(
         "ragbus / peer",
-        f"{ratio['qps_ratio']:.3f}x" if ratio["qps_ratio"] is not None else "-",
+        times(ratio["qps_ratio"], 3),
         "",
-        "",
-        f"{ratio['cpu_ratio']:.1f}x" if ratio["cpu_ratio"] is not None else "-",
+        times(ratio.get("p95_ratio"), 1),
+        times(ratio["cpu_ratio"], 1),
     )
     console.print(table)
 
 
 def _ratio(top: float | None, bottom: float | None) -> float | None:
     return None if top is None or not bottom else round(top / bottom, 3)
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)

@@ -141,10 +141,20 @@ def test_run_peer_counts_failed_queries():
 
 
 def test_compare_divides_ragbus_by_the_peer():
-    ragbus = {"throughput_qps": 30.0, "cpu": {"server_cpu_ms_per_request": 45.0}}
-    peer = {"throughput_qps": 60.0, "cpu": {"cpu_ms_per_request": 15.0}}
-    assert compare(ragbus, peer) == {"qps_ratio": 0.5, "cpu_ratio": 3.0}
-    assert compare({"throughput_qps": 1.0, "cpu": None}, peer)["cpu_ratio"] is None
+    ragbus = {
+        "throughput_qps": 30.0,
+        "cpu": {"server_cpu_ms_per_request": 45.0},
+        "latency_ms": {"p95": 200.0},
+    }
+    peer = {
+        "throughput_qps": 60.0,
+        "cpu": {"cpu_ms_per_request": 15.0},
+        "latency_ms": {"p95": 40.0},
+    }
+    assert compare(ragbus, peer) == {"qps_ratio": 0.5, "cpu_ratio": 3.0, "p95_ratio": 5.0}
+    missing = compare({"throughput_qps": 1.0, "cpu": None, "latency_ms": {"p95": None}}, peer)
+    assert missing["cpu_ratio"] is None
+    assert missing["p95_ratio"] is None
 
 
 def test_the_shard_copy_keeps_data_and_holes(tmp_path):
