@@ -12,12 +12,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
-from api.entry import MULTIPROC_VARIABLE
 from api.schemas import Health, Readiness
 from infra.runtime.bus import stream_specs
 from infra.runtime.readiness import QUERY_ROLES, ready_processes
 
 CHECK_TIMEOUT_S = 2.0
+MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess folder; `ragbus up` sets one per run (`cli.entry`)."""
 
 router = APIRouter(tags=["operations"])
 
@@ -84,7 +85,7 @@ async def readyz(
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics")
 async def metrics() -> Response:
-    """This process's metrics; under `ragbus up`, every process's, summed (`api.entry`)."""
+    """This process's metrics; under `ragbus up`, every process's, summed (`cli.entry`)."""
     if os.environ.get(MULTIPROC_VARIABLE):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from api.client import RagbusClient
 from bench.floor import Pattern
 from bench.load import Outcome, run_bench, run_one, summarize
 from bench.stack import ROOT, served_stack
 from bench.tap import BusTap, RedisTap, traffic_report
+from client import RagbusClient
 from infra.runtime.services import free_port, start_nats, start_redis
 
 READY_TIMEOUT_S = 60.0

@@ -31,17 +31,17 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import nats
+from nats.js import JetStreamContext
 
-from api.client import RagbusClient
-from api.event_stream import stored_events
 from bench.load import percentile
+from client import RagbusClient
 from contracts import subjects as sj
 from contracts.ingest import DocumentIn
 from infra.retrieval.text import chunk_document
@@ -55,6 +55,10 @@ QUESTIONS = (
     "When was the canal handed to Panama?",
     "What water problem does the expansion face?",
 )
+StoredEvents = Callable[[JetStreamContext, str], Awaitable[list[tuple[int, dict[str, Any]]]]]
+"""Every caller event the stream holds for a request, with its sequence: the CLI hands in
+`api.event_stream.stored_events` (bench takes nothing from the HTTP layer)."""
+
 ROLES: dict[str, tuple[list[str], int]] = {
     "api": (["api"], 1),
     "orchestrator": (["orchestrator"], 2),
@@ -149,7 +153,7 @@ class Cluster:
 
     def spawn(self, role: Role, index: int) -> None:
         role.processes[index] = subprocess.Popen(
-            [sys.executable, "-m", "api", *role.args],
+            [sys.executable, "-m", "cli", *role.args],
             env=self.env,
             stdout=self._logs,
             stderr=self._logs,
@@ -213,7 +217,7 @@ def chaos_documents(count: int) -> list[DocumentIn]:
     """Documents long enough that an ingest job of them is still running when it is killed."""
     base = [
         p.read_text(encoding="utf-8")
-        for p in sorted((Path(__file__).parents[1] / "api" / "sample").glob("*.md"))
+        for p in sorted((Path(__file__).parent / "sample").glob("*.md"))
     ]
     return [
         DocumentIn(
@@ -334,7 +338,9 @@ def _describe(seq: int, event: dict[str, Any], done_seq: int | None) -> dict[str
     }
 
 
-async def _verify_requests(cluster: Cluster, tracked: Sequence[Tracked]) -> dict[str, Any]:
+async def _verify_requests(
+    cluster: Cluster, tracked: Sequence[Tracked], read_events: StoredEvents
+) -> dict[str, Any]:
     nc = await nats.connect(cluster.env["RAGBUS_NATS_URL"])
     duplicates = {"answers": 0, "done": 0}
     missing_streams, missing_events, after_done = 0, 0, 0
@@ -349,7 +355,7 @@ async def _verify_requests(cluster: Cluster, tracked: Sequence[Tracked]) -> dict
             nonlocal missing_streams, missing_events, after_done
             async with checking:
                 state = await client.status(request.request_id)
-                events = await stored_events(js, request.request_id)
+                events = await read_events(js, request.request_id)
             statuses[str(state["status"])] += 1
             if state["status"] != "completed":
                 error = state.get("error") or {}
@@ -455,6 +461,7 @@ async def run_chaos(
     ingest_documents: int = 40,
     seed: int | None = None,
     work_dir: Path | None = None,
+    read_events: StoredEvents,
 ) -> dict[str, Any]:
     random.seed(seed)
     with tempfile.TemporaryDirectory(prefix="ragbus-chaos-", dir=work_dir) as tmp:
@@ -463,7 +470,7 @@ async def run_chaos(
             cluster.start_services()
             await asyncio.to_thread(
                 subprocess.run,
-                [sys.executable, "-m", "api", "train-intent"],
+                [sys.executable, "-m", "cli", "train-intent"],
                 env=cluster.env,
                 check=True,
                 capture_output=True,
@@ -473,7 +480,7 @@ async def run_chaos(
             async with RagbusClient(cluster.url, timeout=30) as client:
                 seeded = await client.ingest(
                     {"id": p.stem, "title": p.stem, "text": p.read_text(encoding="utf-8")}
-                    for p in sorted((Path(__file__).parents[1] / "api" / "sample").glob("*.md"))
+                    for p in sorted((Path(__file__).parent / "sample").glob("*.md"))
                 )
             await _wait_job(cluster.url, seeded["job_id"], 180)
 
@@ -494,7 +501,7 @@ async def run_chaos(
             elapsed = time.monotonic() - started
             await _ready(cluster.url, READY_TIMEOUT_S)
             record = await _wait_job(cluster.url, job["job_id"], 300) if "job_id" in job else {}
-            requests = await _verify_requests(cluster, clients.tracked)
+            requests = await _verify_requests(cluster, clients.tracked, read_events)
         finally:
             cluster.stop()
         ingest = _verify_ingest(cluster, job, record) if "job_id" in job else {}

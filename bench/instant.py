@@ -58,7 +58,7 @@ class InstantEncoder:
 def sample_chunks(encoder: InstantEncoder) -> list[RetrievedChunk]:
     """The bundled sample corpus, chunked as ingestion would, with the vectors it stores."""
     chunks: list[RetrievedChunk] = []
-    for path in sorted(files("api").joinpath("sample").iterdir(), key=lambda p: p.name):
+    for path in sorted(files("bench").joinpath("sample").iterdir(), key=lambda p: p.name):
         if not path.name.endswith(".md"):
             continue
         doc = DocumentIn(id=path.name, title=path.name, text=path.read_text(encoding="utf-8"))
@@ -164,7 +164,7 @@ class InstantResources(Resources):
 
 
 def main() -> None:
-    from api.launcher import serve
+    from launcher.runtime import serve
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)

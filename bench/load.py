@@ -23,8 +23,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from api.client import ApiError, RagbusClient
 from bench.cpu import CpuMeter, CpuUsage
+from client import ApiError, RagbusClient
 
 REQUEST_TIMEOUT_S = 60.0
 

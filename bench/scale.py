@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from api.client import RagbusClient
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
 from bench.scale_build import SCALE_FILE, STACK_LOG, read_json
 from bench.stack import served_stack
+from client import RagbusClient
 from contracts.enums import CHANNEL_PHASE, Channel
 from infra.retrieval.vectors.edge import CONFIG_FILE
 
@@ -105,7 +105,7 @@ async def measure(
     }
     started = time.perf_counter()
     async with served_stack(
-        ["-m", "api", "up"],
+        ["-m", "cli", "up"],
         env,
         ready_timeout_s=READY_TIMEOUT_S,
         data_dir=out_data_dir,

@@ -20,10 +20,10 @@ READY_TIMEOUT_S = 180.0
 def ragbus_up(
     env: dict[str, str], log: Path, url: str, timeout_s: float = READY_TIMEOUT_S
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`python -m api up` with `env`, once `{url}/readyz` answers 200; stopped on exit."""
+    """`python -m cli up` with `env`, once `{url}/readyz` answers 200; stopped on exit."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "api", "up"], cwd=ROOT, env=env, stdout=out, stderr=out
+            [sys.executable, "-m", "cli", "up"], cwd=ROOT, env=env, stdout=out, stderr=out
         )
     try:
         deadline = time.monotonic() + timeout_s

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from api.cli_chaos import _goals
+from api.event_stream import stored_events
 from bench.chaos import run_chaos
+from cli.chaos import _goals
 
 pytestmark = pytest.mark.integration
 
 
 async def test_a_short_chaos_run_loses_and_doubles_nothing() -> None:
     report = await run_chaos(
-        duration_s=40, concurrency=2, kill_every_s=4, ingest_documents=24, seed=7
+        duration_s=40,
+        concurrency=2,
+        kill_every_s=4,
+        ingest_documents=24,
+        seed=7,
+        read_events=stored_events,
     )
     requests = report["requests"]
     assert report["kills"] >= 5

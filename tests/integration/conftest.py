@@ -17,11 +17,11 @@ import pytest
 import uvicorn
 
 from api.app import create_app
-from api.launcher import WORKER_KINDS, Runtime
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 from infra.settings import Settings
+from launcher.runtime import WORKER_KINDS, Runtime
 from tests.integration.corpus import DOCUMENTS
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from api.event_stream import stored_events
-from api.launcher import Runtime
+from launcher.runtime import Runtime
 from tests.integration.sse import read_events
 
 pytestmark = pytest.mark.integration

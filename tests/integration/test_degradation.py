@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.launcher import WORKER_KINDS
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
+from launcher.runtime import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 from tests.integration.test_query_flow import ask, phase_is
 

@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from api.launcher import Runtime
+from launcher.runtime import Runtime
 from tests.integration.corpus import QUESTION
 from tests.integration.sse import read_events
 

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from api.launcher import Runtime
 from contracts.enums import Channel
 from infra.retrieval.text import chunk_document
+from launcher.runtime import Runtime
 from tests.integration.corpus import DOCUMENTS, EXPECTED_DOCUMENT, QUESTION
 from tests.integration.sse import SseEvent, read_events
 

@@ -11,12 +11,12 @@ import asyncio
 import httpx
 import pytest
 
-from api.launcher import Runtime
 from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.envelope import new_request_id
 from contracts.events import AnswerData, AnswerEvent, DoneData, DoneEvent
 from contracts.queries import QuerySubmitted
+from launcher.runtime import Runtime
 from orchestrator.state import RequestState
 from orchestrator.store import Outgoing, StateStore, Transition
 from tests.integration.sse import read_events

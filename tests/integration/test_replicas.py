@@ -11,10 +11,10 @@ import nats
 import pytest
 from nats.js.api import DeliverPolicy
 
-from api.launcher import WORKER_KINDS
 from contracts import subjects as sj
 from contracts.tenancy import DEFAULT_TENANT
 from infra.runtime.services import free_port, start_nats, start_redis
+from launcher.runtime import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 
 pytestmark = pytest.mark.integration

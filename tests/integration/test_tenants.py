@@ -45,7 +45,7 @@ class TenantStack:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "api", *args],
+            [sys.executable, "-m", "cli", *args],
             cwd=ROOT,
             env=self.env,
             capture_output=True,

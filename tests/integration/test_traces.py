@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from api.launcher import WORKER_KINDS
 from infra.runtime.services import free_port
 from infra.telemetry import setup_tracing, stop_tracing
+from launcher.runtime import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, own_services, running, serving_api
 from tests.integration.corpus import QUESTION
 from tests.integration.sse import read_events

@@ -12,11 +12,11 @@ import nats
 import pytest
 from prometheus_client import REGISTRY
 
-from api.launcher import Runtime
 from contracts import subjects as sj
 from contracts.commands import ClassifyCommand, SearchCommand
 from contracts.enums import Channel, Step
 from contracts.queries import QuerySubmitted
+from launcher.runtime import Runtime
 
 pytestmark = pytest.mark.integration
 

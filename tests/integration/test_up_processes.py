@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn_up(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "api", "up"], cwd=ROOT, env=env)
+    return subprocess.Popen([sys.executable, "-m", "cli", "up"], cwd=ROOT, env=env)
 
 
 def gone(pid: int) -> bool:

@@ -16,7 +16,6 @@ from typing import Any
 import nats
 import pytest
 
-from api.launcher import Runtime
 from contracts import subjects as sj
 from contracts.commands import ClassifyCommand
 from contracts.enums import Step
@@ -26,6 +25,7 @@ from infra.runtime.readiness import ready_processes
 from infra.runtime.redis_client import connect_redis
 from infra.runtime.resources import Resources
 from infra.settings import Settings
+from launcher.runtime import Runtime
 from tests.integration.conftest import own_services
 
 pytestmark = pytest.mark.integration

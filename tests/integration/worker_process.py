@@ -11,8 +11,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from api.launcher import Runtime
 from infra.settings import Settings
+from launcher.runtime import Runtime
 
 
 def stall_fuse(marker: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from api.client import SSEMessage, parse_sse
 from bench.load import Outcome, load_queries, percentile, summarize
+from client import SSEMessage, parse_sse
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:

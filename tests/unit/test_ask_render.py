@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.ask import _phase_line
+from cli.answers import _phase_line
 
 
 def test_a_finished_phase_shows_its_short_facts_before_a_long_query() -> None:

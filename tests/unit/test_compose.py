@@ -23,7 +23,7 @@ def services() -> dict[str, dict[str, Any]]:
 
 
 def worker_kinds() -> tuple[str, ...]:
-    from api.launcher import WORKER_KINDS  # lazily: the launcher pulls in the runtime
+    from launcher.runtime import WORKER_KINDS  # lazily: the launcher pulls in the runtime
 
     return WORKER_KINDS
 

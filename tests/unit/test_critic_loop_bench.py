@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api.evaluation.beir import BeirSet
-from api.evaluation.critic_loop import LoopOutcome, LoopRun, answer_hit, summarise
+from bench.evaluation.beir import BeirSet
+from bench.evaluation.critic_loop import LoopOutcome, LoopRun, answer_hit, summarise
 
 BEIR = BeirSet(
     Path("."),

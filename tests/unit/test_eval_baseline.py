@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.evaluation.runner import RRF_K, EvalRun
+from bench.evaluation.runner import RRF_K, EvalRun
 
 
 def test_dense_sparse_baseline_is_weighted_rrf_of_the_two_text_channels() -> None:

@@ -277,7 +277,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
 
 
 def test_eval_intent_rejects_labels_outside_the_taxonomy(cli: CliRunner, tmp_path: Path) -> None:
-    from api.cli import app
+    from cli.app import app
 
     data = tmp_path / "nf.jsonl"
     data.write_text('{"text": "why is the sky blue", "label": "REASON"}\n')
@@ -288,7 +288,7 @@ def test_eval_intent_rejects_labels_outside_the_taxonomy(cli: CliRunner, tmp_pat
 
 
 def test_train_then_eval_intent_from_the_cli(cli: CliRunner, tmp_path: Path) -> None:
-    from api.cli import app
+    from cli.app import app
 
     trained = cli.invoke(app, ["train-intent", "--per-class", "2"])
     assert trained.exit_code == 0, trained.output

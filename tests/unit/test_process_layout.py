@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
-from api.launcher import embedded_layout_problem
+from cli.app import app
 from infra.settings import Settings
+from launcher.runtime import embedded_layout_problem
 
 
 def test_a_fuse_worker_of_its_own_is_refused_in_embedded_mode(

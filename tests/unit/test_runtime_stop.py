@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from api import launcher
 from infra.settings import Settings
+from launcher import runtime as launcher
 
 
 class StuckBroker:

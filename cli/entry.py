@@ -1,7 +1,7 @@
 """The `ragbus` command's entry point: it picks how metrics are kept before anything imports
 `prometheus_client`, which reads the choice once, at import.
 
-`ragbus up` runs its roles in more than one process (`api.processes`), and the API's
+`ragbus up` runs its roles in more than one process (`launcher.processes`), and the API's
 `/metrics` must still report every one of them. So `up` runs in Prometheus multiprocess
 mode: each process writes its samples to files in `PROMETHEUS_MULTIPROC_DIR` (a fresh
 temporary folder per run, inherited by the worker child), and `/metrics` sums them
@@ -33,6 +33,6 @@ def prepare_metrics(args: Sequence[str]) -> None:
 
 def main() -> None:
     prepare_metrics(sys.argv[1:])
-    from api.cli import main as cli_main
+    from cli.app import main as cli_main
 
     cli_main()

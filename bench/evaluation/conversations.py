@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from api.client import RagbusClient
-from api.evaluation.beir import Qrels
-from api.evaluation.metrics import Run, document_run, evaluate
+from bench.evaluation.beir import Qrels
+from bench.evaluation.metrics import Run, document_run, evaluate
+from client import RagbusClient
 
 CONDITIONS = ("with_memory", "without_memory", "standalone")
 

@@ -2,7 +2,7 @@
 
 One Python process is one GIL: under load `ragbus up` in one process kept a single core busy
 while the other waited. With two processes the API, the saga and the classifier run in the
-parent and every other worker kind in a child started with `python -m api worker <kinds>`,
+parent and every other worker kind in a child started with `python -m cli worker <kinds>`,
 on the services the parent found or started. The parent restarts a child that dies (at most
 `CHILD_RESTARTS` times a minute, then it stops too, so a supervisor sees the failure) and
 stops it before the services it started.
@@ -53,7 +53,7 @@ class WorkerChild:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "api", "worker", *self.kinds, env=self._env()
+            sys.executable, "-m", "cli", "worker", *self.kinds, env=self._env()
         )
         log.info("worker_process_started", pid=self.process.pid, workers=self.kinds)
 

@@ -8,20 +8,55 @@ from __future__ import annotations
 
 import asyncio
 import time
+from importlib.resources import files
 from pathlib import Path
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 
-from api.ask import ask_question
-from api.client import RagbusClient
-from api.ingest_job import describe, ingest_and_follow
-from api.launcher import WORKER_KINDS, serve
+from cli.answers import ask_question
+from cli.common import Verbose, console, interactive_logging
+from cli.ingest_job import describe, ingest_and_follow
+from client import RagbusClient
 from infra.runtime.ingest_producer import load_documents
 from infra.runtime.services import ensure_services
 from infra.settings import Settings
+from launcher.runtime import WORKER_KINDS, serve
 
 READY_TIMEOUT_S = 180.0
 INGEST_TIMEOUT_S = 600.0
+DEMO_QUESTION = "Why did the Americans build a lock canal, and who designed the Gatun Locks?"
+
+
+def sample_dir() -> Path:
+    """The bundled Panama Canal corpus (`bench/sample`, shipped as package data)."""
+    return Path(str(files("bench").joinpath("sample")))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(demo)
+
+
+def demo(
+    question: Annotated[str, typer.Option(help="The question to ask.")] = DEMO_QUESTION,
+    data_dir: Annotated[Path | None, typer.Option(help="Where stores and services live.")] = None,
+    port: Annotated[int | None, typer.Option(help="API port.")] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve/--no-serve", help="Keep serving the API and the web page afterwards."
+        ),
+    ] = True,
+    verbose: Verbose = False,
+) -> None:
+    """Start everything, ingest the bundled Panama Canal corpus, ask a question; then keep
+    serving the web page until Ctrl-C (`--no-serve`: stop)."""
+    overrides: dict[str, Any] = {"data_dir": data_dir, "api_port": port}
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    interactive_logging(settings, verbose)
+    code = asyncio.run(run_demo(settings, sample_dir(), question, console, keep_serving=serve))
+    raise typer.Exit(code)
 
 
 async def _wait_until_ready(

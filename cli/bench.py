@@ -1,7 +1,6 @@
-"""`ragbus bench*`: load, the in-process peer, the bus's own cost, scale, ingestion and the
-critic loop, each printing its figures and writing a JSON report (`results/`).
-
-Registered on `api.cli.app` when that module loads."""
+"""`ragbus bench|bench-bus|bench-scale|bench-ingest`: load, the in-process peers, the bus's own
+cost, scale and ingestion, each printing its figures and writing a JSON report (`results/`).
+The measuring is `bench`'s; this module parses options and prints."""
 
 from __future__ import annotations
 
@@ -12,18 +11,25 @@ from typing import Annotated, Any
 
 import typer
 
-from api.cli import (
+from cli.common import (
     DEFAULT_API,
     ApiUrl,
     Token,
     Verbose,
-    _interactive_logging,
-    _save_json,
-    app,
     console,
     errors,
+    interactive_logging,
+    save_json,
 )
 from infra.settings import Settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(bench)
+    app.command("bench-bus")(bench_bus)
+    app.command("bench-scale")(bench_scale)
+    app.command("bench-ingest")(bench_ingest)
+
 
 Queries = Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")]
 DEFAULT_QUERIES = Path("bench/queries.txt")
@@ -34,7 +40,6 @@ Warmup = Annotated[
 ]
 
 
-@app.command()
 def bench(
     queries: Queries = DEFAULT_QUERIES,
     concurrency: Concurrency = 4,
@@ -73,7 +78,7 @@ def bench(
     from bench.load import load_queries, print_report, run_bench
 
     settings = Settings()
-    _interactive_logging(settings, verbose=False)
+    interactive_logging(settings, verbose=False)
     texts = load_queries(queries)
     report = asyncio.run(
         run_bench(
@@ -97,7 +102,7 @@ def bench(
         report["same_work_peer"], report["vs_same_work_peer"] = _bench_same_work(
             settings, report, texts, peer_threads, duration, warmup
         )
-    _save_json(report, out)
+    save_json(report, out)
     console.print(f"wrote {out}")
 
 
@@ -155,7 +160,6 @@ def _bench_same_work(
     return peer_report, ratio
 
 
-@app.command("bench-bus")
 def bench_bus(
     queries: Queries = DEFAULT_QUERIES,
     concurrency: Concurrency = 8,
@@ -175,7 +179,7 @@ def bench_bus(
     from bench.bus_report import print_floor
     from bench.load import load_queries, print_report
 
-    _interactive_logging(Settings(), verbose=False)
+    interactive_logging(Settings(), verbose=False)
     report = asyncio.run(
         run(
             load_queries(queries),
@@ -185,13 +189,12 @@ def bench_bus(
             floor=floor,
         )
     )
-    _save_json(report, out)
+    save_json(report, out)
     print_report(report, console)
     print_floor(report, console)
     console.print(f"wrote {out}")
 
 
-@app.command("bench-scale")
 def bench_scale(
     sizes: Annotated[
         str, typer.Option(help="Corpus sizes in chunks, comma-separated (k = thousand).")
@@ -220,7 +223,7 @@ def bench_scale(
     from bench.scale import measure, size_label, table
 
     settings = Settings()
-    _interactive_logging(settings, verbose)
+    interactive_logging(settings, verbose)
     source_dir = source or settings.data_dir
     root = work_dir or source_dir / "scale"
     try:
@@ -251,7 +254,7 @@ def bench_scale(
         row["size"] = size_label(target)
         rows.append(row)
         console.print(table(rows))
-        _save_json({"sizes": rows, "table": table(rows)}, out)
+        save_json({"sizes": rows, "table": table(rows)}, out)
     console.print(f"wrote {out}")
 
 
@@ -281,7 +284,6 @@ def _chunk_count(size: str) -> int:
     return int(value)
 
 
-@app.command("bench-ingest")
 def bench_ingest(
     path: Annotated[
         Path, typer.Argument(exists=True, help="Documents: a folder, file or BEIR corpus.jsonl.")
@@ -298,11 +300,11 @@ def bench_ingest(
     import time
     from itertools import islice
 
-    from api.ingest_job import ingest_and_follow
+    from cli.ingest_job import ingest_and_follow
     from infra.runtime.ingest_producer import load_documents
 
     settings = Settings()
-    _interactive_logging(settings, verbose)
+    interactive_logging(settings, verbose)
     documents = [
         doc.model_copy(update={"namespace": namespace})
         for doc in islice(load_documents(path), limit)
@@ -327,171 +329,4 @@ def bench_ingest(
     if report["documents_unchanged"]:
         errors.print("some documents were already indexed (unchanged): use a fresh --namespace")
     console.print_json(json.dumps(report))
-    _save_json(report, out)
-
-
-@app.command("bench-conversations")
-def bench_conversations(
-    conversations: Annotated[
-        Path, typer.Option(exists=True, dir_okay=False, help="JSONL of conversations.")
-    ] = Path("bench/conversations.jsonl"),
-    beir: Annotated[
-        Path, typer.Option(exists=True, file_okay=False, help="The BEIR set they are about.")
-    ] = Path("../shared/data/musique_train100"),
-    namespace: Annotated[str | None, typer.Option(help="Default: the set's name.")] = None,
-    skip_ingest: Annotated[bool, typer.Option(help="Reuse what is already indexed.")] = False,
-    concurrency: Concurrency = 4,
-    api: ApiUrl = DEFAULT_API,
-    token: Token = None,
-    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "results/conversations.json"
-    ),
-    verbose: Verbose = False,
-) -> None:
-    """Follow-up questions' retrieval (Recall@10, nDCG@10) in their conversation, without it,
-    and for the standalone reference question (the ceiling), through the running API."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    from api.client import RagbusClient
-    from api.evaluation.beir import load_beir
-    from api.evaluation.conversations import load_conversations, run_conversations
-    from api.evaluation.harness import default_namespace, ingest_set
-
-    settings = Settings()
-    _interactive_logging(settings, verbose)
-    talks = load_conversations(conversations)
-    where = namespace or default_namespace(beir)
-
-    async def go() -> dict[str, Any]:
-        if not skip_ingest:
-            await ingest_set(settings, load_beir(beir, "test"), where, console)
-        columns = (TextColumn("conversations"), BarColumn(), MofNCompleteColumn())
-        async with RagbusClient(api, token=token) as client:
-            with Progress(*columns, console=console, transient=True) as bar:
-                task = bar.add_task("conversations", total=len(talks))
-                run = await run_conversations(
-                    client,
-                    talks,
-                    where,
-                    concurrency=concurrency,
-                    progress=lambda: bar.advance(task),
-                )
-        report = run.report()
-        report.update({"conversations": len(talks), "file": str(conversations), "namespace": where})
-        return report
-
-    report = asyncio.run(go())
-    shown = {k: v for k, v in report.items() if k != "rewrites"}
-    console.print_json(json.dumps(shown))
-    _save_json(report, out)
-
-
-@app.command("bench-research")
-def bench_research(
-    beir: Annotated[
-        Path, typer.Option(exists=True, file_okay=False, help="A BEIR set with answers.")
-    ] = Path("../shared/data/musique_train100"),
-    split: Annotated[str, typer.Option(help="qrels/<split>.tsv to score.")] = "test",
-    namespace: Annotated[str | None, typer.Option(help="Default: the set's name.")] = None,
-    skip_ingest: Annotated[bool, typer.Option(help="Reuse what is already indexed.")] = False,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N questions.")] = None,
-    concurrency: Concurrency = 2,
-    api: ApiUrl = DEFAULT_API,
-    token: Token = None,
-    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "results/research.json"
-    ),
-    verbose: Verbose = False,
-) -> None:
-    """Research mode against a normal request on the same questions: reference answers found,
-    supporting documents among the cited ones, latency and child requests."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    from api.client import RagbusClient
-    from api.evaluation.beir import load_beir
-    from api.evaluation.harness import default_namespace, ingest_set
-    from api.evaluation.research import run_research
-
-    settings = Settings()
-    _interactive_logging(settings, verbose)
-    data = load_beir(beir, split)
-    if limit is not None:
-        data = data.first(limit)
-    where = namespace or default_namespace(beir)
-
-    async def go() -> dict[str, Any]:
-        if not skip_ingest:
-            await ingest_set(settings, data, where, console)
-        columns = (TextColumn("questions"), BarColumn(), MofNCompleteColumn())
-        async with RagbusClient(api, token=token) as client:
-            with Progress(*columns, console=console, transient=True) as bar:
-                task = bar.add_task("questions", total=len(data.queries))
-                run = await run_research(
-                    client,
-                    data,
-                    where,
-                    concurrency=concurrency,
-                    progress=lambda: bar.advance(task),
-                )
-        report = run.report()
-        report.update({"dataset": str(beir), "split": split, "namespace": where})
-        return report
-
-    report = asyncio.run(go())
-    console.print_json(json.dumps(report))
-    _save_json(report, out)
-
-
-@app.command("bench-critic")
-def bench_critic(
-    beir: Annotated[Path, typer.Option(exists=True, file_okay=False, help="A BEIR directory.")],
-    split: Annotated[str, typer.Option(help="qrels/<split>.tsv (use a development split).")] = (
-        "dev"
-    ),
-    namespace: Annotated[str | None, typer.Option(help="Default: the directory's name.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries.")] = None,
-    concurrency: Concurrency = 4,
-    out: Annotated[Path, typer.Option(help="JSON report.")] = Path("results/critic.json"),
-    api: ApiUrl = DEFAULT_API,
-    token: Token = None,
-    verbose: Verbose = False,
-) -> None:
-    """Does the critic's retry earn its cost? First vs last attempt of every retried request
-    through the full loop: recall against the qrels at the first attempt's depth, reference
-    answers found (when the queries carry them), support scores, confidence, latency; for all
-    retried requests, per strategy, and for those whose first attempt missed a relevant
-    document. The data set must already be indexed (`ragbus eval` does that)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from api.client import RagbusClient
-    from api.evaluation.beir import load_beir
-    from api.evaluation.critic_loop import run_loop, summarise
-    from api.evaluation.harness import default_namespace
-
-    _interactive_logging(Settings(), verbose)
-    data = load_beir(beir, split)
-    if limit is not None:
-        data = data.first(limit)
-
-    async def go() -> dict[str, Any]:
-        async with RagbusClient(api, token=token) as client:
-            with Progress(
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task("asking", total=len(data.queries))
-                run = await run_loop(
-                    client,
-                    data,
-                    namespace or default_namespace(beir),
-                    concurrency=concurrency,
-                    progress=lambda: bar.advance(task),
-                )
-        return summarise(run, data)
-
-    report = asyncio.run(go())
-    console.print_json(json.dumps(report))
-    _save_json(report, out)
+    save_json(report, out)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from statistics import median, quantiles
 from typing import Any
 
-from api.client import RagbusClient
-from api.evaluation.beir import BeirSet
-from api.evaluation.metrics import Run, document_run, evaluate
+from bench.evaluation.beir import BeirSet
+from bench.evaluation.metrics import Run, document_run, evaluate
+from client import RagbusClient
 
 DENSE_SPARSE_WEIGHTS = {"vector": 0.55, "sparse": 0.35}
 """The reliability prior's weights for the two text channels

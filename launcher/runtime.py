@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
 
-from api.processes import WorkerChild
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker, declare_topology
@@ -29,6 +28,7 @@ from infra.settings import Settings
 from infra.telemetry import setup_tracing, shutdown_tracing
 from infra.tenancy.nats_auth import NatsAuthorizer, service_password
 from infra.tenancy.registry import bcrypt_hash
+from launcher.processes import WorkerChild
 
 if TYPE_CHECKING:
     from orchestrator.service import Orchestrator
@@ -238,7 +238,7 @@ async def serve(
     child_workers: Sequence[str] = (),
 ) -> None:
     """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
-    (`api.processes`) on the services this one found or started."""
+    (`launcher.processes`) on the services this one found or started."""
     setup_tracing(process_role(api=api, orchestrator=orchestrator, workers=workers))
     runtime = Runtime(
         settings,

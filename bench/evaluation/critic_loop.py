@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
-from api.client import RagbusClient
-from api.evaluation.beir import BeirSet
+from bench.evaluation.beir import BeirSet
+from client import RagbusClient
 
 
 @dataclass

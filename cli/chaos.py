@@ -1,6 +1,7 @@
 """`ragbus chaos`: the failure suite (`bench.chaos`), with its report printed and saved.
 
-Registered on `api.cli.app` when that module loads."""
+The broker-side check reads each request's stored caller events with
+`api.event_stream.stored_events`, handed to `bench.chaos.run_chaos`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from api.cli import _interactive_logging, _save_json, app, console, errors
+from cli.common import console, errors, interactive_logging, save_json
 from infra.settings import Settings
 
 
@@ -80,7 +81,10 @@ def print_chaos(report: dict[str, Any]) -> None:
     console.print(table)
 
 
-@app.command()
+def register(app: typer.Typer) -> None:
+    app.command()(chaos)
+
+
 def chaos(
     duration: Annotated[float, typer.Option("--duration", "-d", min=10, help="Seconds.")] = 60.0,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 2,
@@ -98,9 +102,10 @@ def chaos(
     """Run every role in its own process on fresh nats-server and redis-server, ask questions,
     SIGKILL and restart processes, kill both servers once and the ingest process mid-job;
     then check from the broker and the stores that nothing was lost or doubled."""
+    from api.event_stream import stored_events
     from bench.chaos import run_chaos
 
-    _interactive_logging(Settings(), verbose=False)
+    interactive_logging(Settings(), verbose=False)
     console.print(
         f"chaos: {duration:g} s, {concurrency} clients, a kill every ~{kill_every:g} s "
         "(starting the cluster first)"
@@ -112,11 +117,12 @@ def chaos(
             kill_every_s=kill_every,
             ingest_documents=ingest_documents,
             seed=seed,
+            read_events=stored_events,
         )
     )
     report["goals_missed"] = _goals(report)
     print_chaos(report)
-    _save_json(report, out)
+    save_json(report, out)
     console.print(f"wrote {out}")
     if report["goals_missed"]:
         errors.print(f"goals missed: {', '.join(report['goals_missed'])}")

@@ -7,7 +7,7 @@ from statistics import mean
 
 import pytrec_eval
 
-from api.evaluation.beir import Qrels
+from bench.evaluation.beir import Qrels
 
 Run = dict[str, dict[str, float]]
 """query id -> document id -> score (higher is better)."""

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from statistics import mean, median, quantiles
 from typing import Any
 
-from api.client import RagbusClient
-from api.evaluation.beir import BeirSet
-from api.evaluation.critic_loop import answer_hit
+from bench.evaluation.beir import BeirSet
+from bench.evaluation.critic_loop import answer_hit
+from client import RagbusClient
 
 MODES = ("answer", "research")
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from api.cli import app, console, errors
+from cli.common import console, errors
 from infra.runtime.redis_client import connect_redis
 from infra.settings import Settings
 from infra.tenancy.nats_auth import (
@@ -31,7 +31,11 @@ T = TypeVar("T")
 tenant_app = typer.Typer(
     help="Tenants: their API keys, NATS users and limits.", no_args_is_help=True
 )
-app.add_typer(tenant_app, name="tenant")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tenant_app, name="tenant")
+
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 

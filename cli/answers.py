@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from api.client import RagbusClient
+from client import RagbusClient
 
 LONG_VALUE = 40
 """Metadata values longer than this are shown after the short ones, where the line is cut."""

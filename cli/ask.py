@@ -1,0 +1,76 @@
+"""`ragbus ask`: a question over HTTP, its phases, streamed answer and sources."""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from cli.common import DEFAULT_API, ApiUrl, Token, Verbose, console, errors, interactive_logging
+from contracts.enums import Intent
+from infra.settings import Settings
+
+
+class AskMode(StrEnum):
+    ANSWER = "answer"
+    RESEARCH = "research"
+    RETRIEVE = "retrieve"
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ask)
+
+
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    intent: Annotated[Intent | None, typer.Option(help="Skip classification.")] = None,
+    top_k: Annotated[int | None, typer.Option(min=1, max=50, help="Chunks to use.")] = None,
+    namespace: Annotated[
+        list[str] | None, typer.Option(help="Namespace to search (repeatable).")
+    ] = None,
+    mode: Annotated[
+        AskMode,
+        typer.Option(
+            help="`answer`; `research`: plan sub-questions, answer each as a child request, "
+            "and write a cited report; `retrieve`: rankings only.",
+        ),
+    ] = AskMode.ANSWER,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            help="A conversation: follow-ups are understood from its earlier turns, and what "
+            "it taught is recalled (`GET /v1/sessions/<id>` shows it).",
+        ),
+    ] = None,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+    verbose: Verbose = False,
+) -> None:
+    """Ask over HTTP: phases with their durations, the answer as it streams, its sources."""
+    from cli.answers import ask_question
+    from client import ApiError, RagbusClient
+
+    interactive_logging(Settings(), verbose)
+
+    async def run() -> str | None:
+        async with RagbusClient(api, token=token) as client:
+            return await ask_question(
+                client,
+                question,
+                console,
+                intent=intent.value if intent else None,
+                top_k=top_k,
+                namespaces=namespace,
+                session_id=session,
+                mode=mode.value,
+            )
+
+    try:
+        status = asyncio.run(run())
+    except ApiError as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    if status != "completed":
+        raise typer.Exit(1)

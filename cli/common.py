@@ -1,0 +1,67 @@
+"""What every `ragbus` command module shares: the terminal consoles, the common options
+(`--api`, `--token`, `--verbose`, `--out`), logging set-up and writing a report.
+
+A command module imports this and nothing else of `cli` but the support modules
+(`cli.answers`, `cli.ingest_job`); this module imports nothing of `cli`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
+import typer
+from rich.console import Console
+
+from infra.logging import configure_logging
+from infra.settings import Settings
+
+console = Console()
+errors = Console(stderr=True)
+
+DEFAULT_API = "http://127.0.0.1:8000"
+
+ApiUrl = Annotated[str, typer.Option("--api", envvar="RAGBUS_API_URL", help="API base URL.")]
+Token = Annotated[
+    str | None, typer.Option("--token", envvar="RAGBUS_API_TOKEN", help="Bearer token.")
+]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show logs on the terminal.")]
+OutFile = Annotated[Path | None, typer.Option("--out", "-o", help="File (default: stdout).")]
+
+
+def server_logging(settings: Settings) -> None:
+    configure_logging(settings.log_level, settings.log_json)
+
+
+def interactive_logging(settings: Settings, verbose: bool) -> None:
+    """Interactive commands keep the terminal for their own output; our logs go to a file."""
+    if verbose:
+        configure_logging(settings.log_level, json=False)
+        return
+    configure_logging(settings.log_level, settings.log_json)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    log_file = (settings.data_dir / "ragbus.log").open("a", encoding="utf-8")
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=log_file))
+    # FastStream and uvicorn attach their own terminal handlers to stdlib loggers as
+    # brokers start; only the global switch keeps them quiet.
+    logging.disable(logging.CRITICAL)
+
+
+def save_json(report: dict[str, Any], out: Path) -> None:
+    """A command's report as indented JSON, its directory made when missing."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def write_out(text: str, out: Path | None) -> None:
+    """`text` to stdout, or to `out` (its directory made when missing)."""
+    if out is None:
+        sys.stdout.write(text + "\n")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    errors.print(f"wrote {out}")

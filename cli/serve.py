@@ -1,0 +1,103 @@
+"""`ragbus up|api|orchestrator|worker|ping`: run the roles (the API, the saga orchestrator,
+worker kinds) in this process, `up` with a supervised worker child (`launcher`), and a
+healthcheck for NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from cli.common import console, errors, server_logging
+from infra.errors import StartupError
+from infra.settings import Settings
+from launcher.runtime import UP_PARENT, WORKER_KINDS, embedded_layout_problem, serve
+
+WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)
+    app.command("api")(api_command)
+    app.command()(orchestrator)
+    app.command()(worker)
+    app.command()(ping)
+
+
+def _serve(
+    *,
+    api: bool,
+    orchestrator: bool,
+    workers: tuple[str, ...],
+    child_workers: tuple[str, ...] = (),
+) -> None:
+    settings = Settings()
+    server_logging(settings)
+    try:
+        asyncio.run(
+            serve(
+                settings,
+                api=api,
+                orchestrator=orchestrator,
+                workers=workers,
+                child_workers=child_workers,
+            )
+        )
+    except StartupError as exc:  # a missing service, an unmigrated store: say so, no traceback
+        typer.secho(f"ragbus: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from exc
+
+
+def up() -> None:
+    """Run the API, the orchestrator and every worker kind: on two cores or more, the API,
+    saga and classifier here and the other workers in a child process (RAGBUS_UP_PROCESSES)."""
+    processes = Settings().up_processes or (2 if (os.cpu_count() or 1) >= 2 else 1)
+    if processes == 1:
+        _serve(api=True, orchestrator=True, workers=WORKER_KINDS)
+        return
+    child = tuple(kind for kind in WORKER_KINDS if kind not in UP_PARENT)
+    _serve(api=True, orchestrator=True, workers=UP_PARENT, child_workers=child)
+
+
+def api_command() -> None:
+    """Run the HTTP API only."""
+    _serve(api=True, orchestrator=False, workers=())
+
+
+def orchestrator() -> None:
+    """Run the saga orchestrator only (run several for scale-out)."""
+    _serve(api=False, orchestrator=True, workers=())
+
+
+def worker(
+    kinds: Annotated[list[WorkerKind], typer.Argument(help="The worker kinds to run.")],
+) -> None:
+    """Run worker kinds in this process (run several processes for scale-out)."""
+    chosen = tuple(dict.fromkeys(str(k) for k in kinds))
+    problem = embedded_layout_problem(Settings(), chosen)
+    if problem is not None:
+        typer.secho(f"ragbus: {problem}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
+    _serve(api=False, orchestrator=False, workers=chosen)
+
+
+def ping(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 3.0) -> None:
+    """Exit 0 when NATS JetStream answers: a container healthcheck for workers."""
+    import nats
+
+    async def check() -> None:
+        nc = await nats.connect(Settings().nats_url, connect_timeout=timeout, allow_reconnect=False)
+        try:
+            await nc.jetstream().account_info()
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(check(), timeout))
+    except Exception as exc:
+        errors.print(f"NATS unreachable: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    console.print("ok")
