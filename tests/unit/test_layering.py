@@ -2,11 +2,12 @@
 statement, those inside functions and under `TYPE_CHECKING` included), so a lazy import
 cannot hide a dependency the layering forbids.
 
-From the bottom: `contracts` (wire schemas) < `infra` < `workers`, `orchestrator` < `api`
-(the HTTP surface) < `launcher` (runs the roles) ; `client` (the HTTP API's Python client)
-sits on `contracts` alone; `bench` (benchmarks and evaluation) drives a stack through
-`client` and may start one with `launcher`, but takes nothing from `api`; `cli` is the top
-and nothing imports it. Inside `cli`, the command modules never import one another.
+From the bottom: `contracts` (wire schemas) < `infra` < `workers`, `orchestrator` (side by
+side: neither imports the other) < `api` (the HTTP surface) < `launcher` (runs the roles);
+`client` (the HTTP API's Python client) sits on `contracts` alone; `bench` (benchmarks and
+evaluation) drives a stack through `client` and may start one with `launcher`, but takes
+nothing from `api`; `cli` is the top and nothing imports it. Inside `cli`, the command
+modules never import one another.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ ALLOWED: dict[str, set[str]] = {
     "contracts": set(),
     "infra": {"contracts"},
     "workers": {"contracts", "infra"},
-    "orchestrator": {"contracts", "infra", "workers"},
+    "orchestrator": {"contracts", "infra"},  # the saga decides; it runs no worker code
     "client": {"contracts"},
-    "api": {"contracts", "infra", "workers", "orchestrator"},
+    "api": {"contracts", "infra", "orchestrator"},
     "launcher": {"contracts", "infra", "workers", "orchestrator", "api"},
     "bench": {"contracts", "infra", "workers", "orchestrator", "client", "launcher"},
     "cli": set(OURS) - {"cli"},
