@@ -41,7 +41,7 @@ import nats
 from nats.js import JetStreamContext
 
 from bench.load import percentile
-from client import RagbusClient
+from client import ApiError, RagbusClient
 from contracts import subjects as sj
 from contracts.ingest import DocumentIn
 from infra.retrieval.text import chunk_document
@@ -309,9 +309,7 @@ async def _chaos(
                 continue
             del events[event]
             if event == "ingest":
-                async with RagbusClient(cluster.url, timeout=30) as client:
-                    documents = [d.model_dump() for d in chaos_documents(job["documents"])]
-                    job["job_id"] = (await client.ingest(documents))["job_id"]
+                job["job_id"] = await _submit_job(cluster.url, job["documents"])
                 await asyncio.sleep(2.0)  # a few documents in: kill the process that ingests
                 index = cluster.kill("stores")
                 if index is not None:
@@ -324,6 +322,23 @@ async def _chaos(
         if index is not None:
             pending_restarts.append(asyncio.create_task(restart_later(name, index)))
     await asyncio.gather(*pending_restarts, return_exceptions=True)
+
+
+async def _submit_job(url: str, count: int) -> str:
+    """Submit the ingest job, again while the API is down (killed a moment ago, restarting):
+    one `Idempotency-Key`, so a submission that did land is taken once."""
+    documents = [d.model_dump() for d in chaos_documents(count)]
+    key = uuid.uuid4().hex
+    while True:
+        try:
+            async with RagbusClient(url, timeout=30) as client:
+                return str((await client.ingest(documents, idempotency_key=key))["job_id"])
+        except httpx.HTTPError:
+            await asyncio.sleep(0.5)
+        except ApiError as exc:
+            if exc.status < 500:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def _describe(seq: int, event: dict[str, Any], done_seq: int | None) -> dict[str, object]:

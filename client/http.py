@@ -158,9 +158,15 @@ class RagbusClient:
                 if message.event == "done":
                     return
 
-    async def ingest(self, documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
-        """`{job_id, accepted, duplicates, status_url}`."""
-        return await self._json("POST", "/v1/documents", json={"documents": list(documents)})
+    async def ingest(
+        self, documents: Iterable[dict[str, Any]], *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """`{job_id, accepted, duplicates, status_url}`; with `idempotency_key`, a retry of a
+        submission that did land answers with the same job."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self._json(
+            "POST", "/v1/documents", json={"documents": list(documents)}, headers=headers
+        )
 
     async def job(self, job_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/ingest/{job_id}")
