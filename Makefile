@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DATA ?= $(or $(RAGBUS_DATA_DIR),.ragbus)
 INTENT_MODEL := $(DATA)/intent-model/meta.json
 
-.PHONY: setup services intent-model demo up test unit integration lint typecheck bench clean
+.PHONY: setup services intent-model demo up test soak unit integration lint typecheck bench clean
 
 setup: services $(VENV)/.installed
 
@@ -49,6 +49,14 @@ up: setup $(INTENT_MODEL)
 
 test: setup
 	$(BIN)/pytest -q
+
+# The long runs, after `make test`: the fuzz suites with four times the examples, then a
+# ten-minute chaos run (every role SIGKILLed and restarted, both servers killed once, an
+# ingest process killed mid-job); it exits 1 when a goal is missed. Its report goes to
+# results/chaos-soak.json.
+soak: setup
+	RAGBUS_FUZZ_SCALE=4 $(BIN)/pytest -q tests/fuzz
+	$(BIN)/ragbus chaos --duration 600 --concurrency 5 --kill-every 4 --seed 11 --out results/chaos-soak.json
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

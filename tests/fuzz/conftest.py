@@ -14,6 +14,8 @@ from infra.runtime.services import LocalService, free_port, start_nats, start_re
 from tests.up_process import ragbus_up
 
 READY_TIMEOUT_S = 180.0
+SCALE = max(1, int(os.environ.get("RAGBUS_FUZZ_SCALE", "1")))
+"""How many times the usual number of examples to try: `make soak` sets it, `make test` not."""
 FUZZ_TOKEN = "fuzz-token-0123456789"
 """The stack runs with bearer auth on, so the fuzzer also checks that it is enforced."""
 

@@ -38,11 +38,11 @@ from contracts.ingest import IngestJobSealed, ingest_message_adapter
 from contracts.models import RetrievedChunk
 from contracts.queries import QuerySubmitted
 from contracts.results import ClassifyResult, any_result_adapter
-from tests.fuzz.conftest import FUZZ_TOKEN, UpStack
+from tests.fuzz.conftest import FUZZ_TOKEN, SCALE, UpStack
 
 pytestmark = pytest.mark.integration
 
-PER_SUBJECT = 30
+PER_SUBJECT = 30 * SCALE
 SETTLE_S = 60.0
 
 CHUNK = RetrievedChunk(chunk_id="c1", document_id="d1", text="The Pharos stood at Alexandria.")

@@ -17,13 +17,13 @@ from schemathesis.checks import negative_data_rejection, positive_data_acceptanc
 
 from api.app import create_app
 from infra.settings import Settings
-from tests.fuzz.conftest import FUZZ_TOKEN, UpStack
+from tests.fuzz.conftest import FUZZ_TOKEN, SCALE, UpStack
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = 25
-"""Per operation: enough to cover each field's edges in CI; `pytest --hypothesis-seed` and a
-larger number reproduce or extend a run."""
+EXAMPLES = 25 * SCALE
+"""Per operation: enough to cover each field's edges in CI (`make soak` tries more:
+`RAGBUS_FUZZ_SCALE`); `pytest --hypothesis-seed` reproduces a run."""
 
 schema = schemathesis.openapi.from_dict(create_app(Settings(api_token=FUZZ_TOKEN)).openapi())
 
