@@ -178,12 +178,7 @@ def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock
             continue  # a channel the saga did not ask this command for
         if outcome.status is StepStatus.FAILED:
             reason = outcome.error.message if outcome.error else "step failed"
-            report = ChannelReport(
-                channel=outcome.channel,
-                status="failed",
-                reason=reason,
-                duration_ms=outcome.duration_ms or None,
-            )
+            report = _failed(outcome.channel, reason, outcome.duration_ms)
         else:
             report = ChannelReport(
                 channel=outcome.channel,
@@ -204,14 +199,15 @@ def on_failed(
     """A search command failed as a whole: every channel it searched failed with it."""
     assert state.pending is not None
     for key in _keys_of(state.pending, result.command_id):
-        report = ChannelReport(
-            channel=parse_search_key(key)[0],
-            status="failed",
-            reason=message,
-            duration_ms=result.duration_ms or None,
-        )
+        report = _failed(parse_search_key(key)[0], message, result.duration_ms)
         _answered(state, key, report, [], None)
     return _moved(saga, state, clock)
+
+
+def _failed(channel: Channel, reason: str, duration_ms: float) -> ChannelReport:
+    return ChannelReport(
+        channel=channel, status="failed", reason=reason, duration_ms=duration_ms or None
+    )
 
 
 def _keys_of(pending: PendingStep, command_id: str) -> list[str]:

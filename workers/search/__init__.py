@@ -16,6 +16,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from faststream.nats import NatsRouter
 
@@ -80,16 +81,17 @@ class Searched:
     duration_ms: float = 0.0
     error: Exception | None = None
 
-    def outcome(self) -> ChannelOutcome:
-        return ChannelOutcome(
-            channel=self.channel,
-            status=StepStatus.FAILED if self.error else StepStatus.OK,
-            error=_error_info(self.error),
-            chunks=[] if self.claim else self.chunks,
-            ranking_claim=self.claim,
-            count=self.count,
-            duration_ms=self.duration_ms,
-        )
+    def answer(self) -> dict[str, Any]:
+        """What a result says of the channel, on the command's own channel (`SearchResult`)
+        or a further one (`ChannelOutcome`): the same fields in both."""
+        return {
+            "status": StepStatus.FAILED if self.error else StepStatus.OK,
+            "error": _error_info(self.error),
+            "chunks": [] if self.claim else self.chunks,
+            "ranking_claim": self.claim,
+            "count": self.count,
+            "duration_ms": self.duration_ms,
+        }
 
 
 def _error_info(exc: Exception | None) -> ErrorInfo | None:
@@ -170,17 +172,12 @@ def create_router(resources: Resources) -> NatsRouter:
             own, *also = searched
             result = SearchResult(
                 **cmd.correlation(),
+                **own.answer(),
                 command_id=cmd.event_id,
-                duration_ms=own.duration_ms,
-                status=StepStatus.FAILED if own.error else StepStatus.OK,
-                error=_error_info(own.error),
                 event_id=result_event_id(cmd),
                 channel=channel,
-                chunks=[] if own.claim else own.chunks,
-                ranking_claim=own.claim,
-                count=own.count,
                 query_vector=own.query_vector,
-                also=[s.outcome() for s in also],
+                also=[ChannelOutcome(channel=s.channel, **s.answer()) for s in also],
             )
             await publisher.publish(result)
 
