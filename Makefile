@@ -47,22 +47,27 @@ demo: setup $(INTENT_MODEL)
 up: setup $(INTENT_MODEL)
 	$(BIN)/ragbus up
 
-test: setup
-	$(BIN)/pytest -q
+# The suites run in parallel, one pytest-xdist worker per core (at most four), each test file
+# on one worker so that a module's stack starts once. Most tests wait on servers and processes,
+# so two workers pay even on two cores. The short chaos run is marked `soak` and runs there.
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-# The long runs, after `make test`: the fuzz suites with four times the examples, then a
-# ten-minute chaos run (every role SIGKILLed and restarted, both servers killed once, an
-# ingest process killed mid-job); it exits 1 when a goal is missed. Its report goes to
-# results/chaos-soak.json.
+test: setup
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak"
+
+# The long runs, after `make test`: the fuzz suites with four times the examples and the short
+# chaos run (tests marked `soak`), then a ten-minute chaos run (every role SIGKILLed and
+# restarted, both servers killed once, an ingest process killed mid-job); it exits 1 when a
+# goal is missed. Its report goes to results/chaos-soak.json.
 soak: setup
-	RAGBUS_FUZZ_SCALE=4 $(BIN)/pytest -q tests/fuzz
+	RAGBUS_FUZZ_SCALE=4 $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/fuzz tests/chaos
 	$(BIN)/ragbus chaos --duration 600 --concurrency 5 --kill-every 4 --seed 11 --out results/chaos-soak.json
 
 unit: setup
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests/unit
 
 integration: setup
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/integration
 
 lint: setup
 	$(BIN)/ruff check .

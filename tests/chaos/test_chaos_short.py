@@ -1,6 +1,8 @@
 """The chaos suite, short: every role in its own process, a SIGKILL every few seconds, nats-server
 and redis-server killed and restarted once each, the ingest process killed mid-job; checked
-from the broker and the stores (`bench.chaos`). `ragbus chaos` runs the long version."""
+from the broker and the stores (`bench.chaos`). `ragbus chaos` runs the long version.
+
+Marked `soak`: `make soak` runs it before the ten-minute run; `make test` leaves it out."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from api.event_stream import stored_events
 from bench.chaos import run_chaos
 from cli.chaos import _goals
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 
 async def test_a_short_chaos_run_loses_and_doubles_nothing() -> None:
