@@ -26,16 +26,7 @@ from api.idempotency import (
     IdempotencyKey,
     fingerprint,
 )
-from api.routes import (
-    SSE_DOC,
-    SSE_PING_S,
-    V1_ERRORS,
-    LastEventId,
-    relay_to_end,
-    resume_after,
-    take_submission,
-    unconfirmed,
-)
+from api.routes import V1_ERRORS, take_submission, unconfirmed
 from api.schemas import (
     DocumentEntry,
     DocumentList,
@@ -47,6 +38,7 @@ from api.schemas import (
     NamespaceCount,
     Namespaces,
 )
+from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, IngestProgress, JobCounts

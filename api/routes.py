@@ -1,11 +1,11 @@
 """The `/v1` query endpoints: submit, status, SSE events and chat, each for its caller's
-tenant (`api.auth`); documents and ingest jobs are `api.documents`."""
+tenant (`api.auth`); documents and ingest jobs are `api.documents`, the SSE relay `api.sse`."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any
 
@@ -13,7 +13,6 @@ import structlog
 from fastapi import (
     APIRouter,
     Depends,
-    Header,
     HTTPException,
     Path,
     Query,
@@ -21,13 +20,11 @@ from fastapi import (
     Response,
     status,
 )
-from nats.js import JetStreamContext
 from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.auth import Caller, CallerDep, authenticate
 from api.deps import BusDep, JetStreamDep, QuotasDep, SettingsDep, StoreDep
-from api.event_stream import last_sequence, request_events
 from api.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
@@ -46,6 +43,7 @@ from api.schemas import (
     RecentRequests,
     WhoAmI,
 )
+from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_request, resume_after
 from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
@@ -62,20 +60,8 @@ from orchestrator.store import RECENT_KEPT, StateExists, StateStore
 
 log = get_logger(__name__)
 
-SSE_PING_S = 15
-
 RequestIdPath = Annotated[
     str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
-]
-LastEventId = Annotated[
-    str | None,
-    Header(
-        alias="Last-Event-ID",
-        max_length=20,
-        pattern=r"^(\d+|null|)$",
-        description="Resume after this stream sequence (the `id` of the last event received); "
-        "empty or `null` starts from the beginning.",
-    ),
 ]
 
 V1_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -292,87 +278,6 @@ async def owned_request(store: StateStore, caller: Caller, request_id: str) -> R
     return state
 
 
-def sse_message(seq: int, event: dict[str, Any], name: str | None = None) -> ServerSentEvent:
-    return ServerSentEvent(
-        data=json.dumps(event, separators=(",", ":")),
-        event=name or str(event.get("type", "message")),
-        id=str(seq),
-    )
-
-
-async def _relay(
-    js: JetStreamContext, store: StateStore, tenant: str, request_id: str, after_seq: int
-) -> AsyncGenerator[ServerSentEvent]:
-    """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
-    `done` from the state (with an id, like every event)."""
-
-    async def finished() -> bool:
-        """Terminal, with every event it decided published. A state is committed before its
-        events go out: an orchestrator killed in between leaves them in the outbox, and the
-        redelivery that publishes them comes seconds later. Until then the request is not
-        finished for a reader, whatever its status says."""
-        state = await store.get(request_id)
-        if state is None:
-            return True
-        return state.status.is_terminal and not await store.outbox_pending(request_id)
-
-    async def done_from_state(seq: int) -> dict[str, Any] | None:
-        state = await store.get(request_id)
-        if state is None:
-            return None
-        return {
-            "type": "done",
-            "request_id": request_id,
-            "seq": seq,
-            "data": {"status": state.status.value},
-        }
-
-    events = request_events(js, request_id, after_seq, tenant=tenant, is_finished=finished)
-    subject = sj.events_subject(tenant, request_id)
-    async for message in relay_to_end(
-        events,
-        ends=lambda event: event.get("type") == "done",
-        stream=(js, sj.STREAM_EVENTS, subject, after_seq),
-        summary=done_from_state,
-    ):
-        yield message
-
-
-async def relay_to_end(
-    events: AsyncGenerator[tuple[int, dict[str, Any]]],
-    *,
-    ends: Callable[[dict[str, Any]], bool],
-    stream: tuple[JetStreamContext, str, str, int],
-    summary: Callable[[int], Awaitable[dict[str, Any] | None]],
-    name: str | None = None,
-) -> AsyncIterator[ServerSentEvent]:
-    """A stream's events as SSE, up to its terminal one. If none of those it held was terminal
-    (they expired), `summary` makes the end from the record, with an id a resuming client can
-    send back: the stream's last sequence for the subject (`stream` = JetStream, stream name,
-    subject, and the sequence the reader resumed after)."""
-    ended = False
-    async with aclosing(events):
-        async for seq, event in events:
-            ended = ends(event)
-            yield sse_message(seq, event, name)
-    if not ended:
-        js, stream_name, subject, after_seq = stream
-        seq = max(after_seq, await last_sequence(js, stream_name, subject))
-        closing = await summary(seq)
-        if closing is not None:
-            yield sse_message(seq, closing, name)
-
-
-def resume_after(last_event_id: str | None) -> int:
-    """The stream sequence a `Last-Event-ID` resumes after (0: from the start)."""
-    return int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-
-
-SSE_DOC: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}
-}
-
-
 @router.get(
     "/queries/{request_id}/events",
     name="query_events",
@@ -388,7 +293,7 @@ async def query_events(
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
     await owned_request(store, caller, request_id)
-    relay = _relay(js, store, caller.tenant, request_id, resume_after(last_event_id))
+    relay = relay_request(js, store, caller.tenant, request_id, resume_after(last_event_id))
     return EventSourceResponse(relay, ping=SSE_PING_S)
 
 
@@ -419,7 +324,7 @@ async def chat(
         yield ServerSentEvent(
             data=json.dumps({"request_id": submitted.request_id}), event="submitted"
         )
-        relay = _relay(js, store, caller.tenant, submitted.request_id, 0)
+        relay = relay_request(js, store, caller.tenant, submitted.request_id, 0)
         async with aclosing(relay):
             async for message in relay:
                 yield message

@@ -1,0 +1,113 @@
+"""Server-sent events for the `/v1` endpoints: a stored event as an SSE message, the relay of
+a stream's events up to its terminal one (with the end made from the record when the events
+expired), resuming after `Last-Event-ID`, and how the SSE endpoints are documented. The query
+endpoints (`api.routes`) and the ingest job's events (`api.documents`) share them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from typing import Annotated, Any
+
+from fastapi import Header
+from nats.js import JetStreamContext
+from sse_starlette import ServerSentEvent
+
+from api.event_stream import last_sequence, request_events
+from contracts import subjects as sj
+from orchestrator.store import StateStore
+
+SSE_PING_S = 15
+
+LastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        max_length=20,
+        pattern=r"^(\d+|null|)$",
+        description="Resume after this stream sequence (the `id` of the last event received); "
+        "empty or `null` starts from the beginning.",
+    ),
+]
+
+
+def sse_message(seq: int, event: dict[str, Any], name: str | None = None) -> ServerSentEvent:
+    return ServerSentEvent(
+        data=json.dumps(event, separators=(",", ":")),
+        event=name or str(event.get("type", "message")),
+        id=str(seq),
+    )
+
+
+async def relay_request(
+    js: JetStreamContext, store: StateStore, tenant: str, request_id: str, after_seq: int
+) -> AsyncGenerator[ServerSentEvent]:
+    """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
+    `done` from the state (with an id, like every event)."""
+
+    async def finished() -> bool:
+        """Terminal, with every event it decided published. A state is committed before its
+        events go out: an orchestrator killed in between leaves them in the outbox, and the
+        redelivery that publishes them comes seconds later. Until then the request is not
+        finished for a reader, whatever its status says."""
+        state = await store.get(request_id)
+        if state is None:
+            return True
+        return state.status.is_terminal and not await store.outbox_pending(request_id)
+
+    async def done_from_state(seq: int) -> dict[str, Any] | None:
+        state = await store.get(request_id)
+        if state is None:
+            return None
+        return {
+            "type": "done",
+            "request_id": request_id,
+            "seq": seq,
+            "data": {"status": state.status.value},
+        }
+
+    events = request_events(js, request_id, after_seq, tenant=tenant, is_finished=finished)
+    subject = sj.events_subject(tenant, request_id)
+    async for message in relay_to_end(
+        events,
+        ends=lambda event: event.get("type") == "done",
+        stream=(js, sj.STREAM_EVENTS, subject, after_seq),
+        summary=done_from_state,
+    ):
+        yield message
+
+
+async def relay_to_end(
+    events: AsyncGenerator[tuple[int, dict[str, Any]]],
+    *,
+    ends: Callable[[dict[str, Any]], bool],
+    stream: tuple[JetStreamContext, str, str, int],
+    summary: Callable[[int], Awaitable[dict[str, Any] | None]],
+    name: str | None = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """A stream's events as SSE, up to its terminal one. If none of those it held was terminal
+    (they expired), `summary` makes the end from the record, with an id a resuming client can
+    send back: the stream's last sequence for the subject (`stream` = JetStream, stream name,
+    subject, and the sequence the reader resumed after)."""
+    ended = False
+    async with aclosing(events):
+        async for seq, event in events:
+            ended = ends(event)
+            yield sse_message(seq, event, name)
+    if not ended:
+        js, stream_name, subject, after_seq = stream
+        seq = max(after_seq, await last_sequence(js, stream_name, subject))
+        closing = await summary(seq)
+        if closing is not None:
+            yield sse_message(seq, closing, name)
+
+
+def resume_after(last_event_id: str | None) -> int:
+    """The stream sequence a `Last-Event-ID` resumes after (0: from the start)."""
+    return int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+
+
+SSE_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."}
+}
