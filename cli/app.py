@@ -23,7 +23,7 @@ evaluate.register(app)  # eval
 intent.register(app)  # train-intent, eval-intent
 vectors.register(app)  # migrate-vectors
 demo.register(app)  # demo
-specs.register(app)  # openapi, asyncapi
+specs.register(app)  # openapi, asyncapi, tables
 bench.register(app)  # bench, bench-bus, bench-scale, bench-ingest
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos

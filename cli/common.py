@@ -17,6 +17,7 @@ import structlog
 import typer
 from rich.console import Console
 
+from bench.provenance import run_record
 from infra.logging import configure_logging
 from infra.settings import Settings
 
@@ -52,9 +53,11 @@ def interactive_logging(settings: Settings, verbose: bool) -> None:
 
 
 def save_json(report: dict[str, Any], out: Path) -> None:
-    """A command's report as indented JSON, its directory made when missing."""
+    """A command's report as indented JSON, its directory made when missing, with the run it
+    came from (date, machine, command, commit) under `run` for the benchmark tables."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    recorded = {**report, "run": report.get("run") or run_record()}
+    out.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
 
 
 def write_out(text: str, out: Path | None) -> None:

@@ -171,3 +171,26 @@ def test_every_link_between_the_pages_points_at_something_that_exists() -> None:
 def test_every_docs_page_is_linked_from_the_readme() -> None:
     pages = sorted(page.name for page in (ROOT / "docs").glob("*.md"))
     assert [name for name in pages if f"(docs/{name})" not in README] == []
+
+
+def test_the_benchmark_tables_are_the_reports_latest_runs() -> None:
+    """`ragbus tables` wrote them from results/*.json, and nobody edited a figure by hand."""
+    from bench.tables import rendered
+
+    stale = [
+        str(path.relative_to(ROOT))
+        for path, text in rendered(ROOT).items()
+        if path.read_text(encoding="utf-8") != text
+    ]
+    assert stale == [], "run `ragbus tables` to rewrite them from results/*.json"
+
+
+def test_every_benchmark_row_names_its_run() -> None:
+    from bench.tables import ROWS, table
+
+    rows = table(ROOT / "results").splitlines()[2:]
+    assert len(rows) >= len(ROWS) - 1  # chaos-soak.json appears after the first `make soak`
+    for row in rows:
+        _what, _figures, run, command = (cell.strip() for cell in row.strip("|").split(" | "))
+        assert re.match(r"\d{4}-\d{2}-\d{2}, \d+ cores", run), row
+        assert command.startswith("`ragbus "), row

@@ -1,0 +1,193 @@
+"""The benchmark tables of the README and `docs/benchmarks.md`, read from `results/*.json`.
+
+Each row is the latest run of one benchmark: its figures, the date and machine of the run and
+the command that made it (the report's `run` block, `bench.provenance`). `ragbus tables`
+rewrites the tables between their markers; a unit test fails when a table and its reports
+disagree, so no figure is typed by hand. History lives in git, not in rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Report = dict[str, Any]
+
+README_MARKERS = ("<!-- benchmarks:begin -->", "<!-- benchmarks:end -->")
+DOCS_MARKERS = ("<!-- latest-runs:begin -->", "<!-- latest-runs:end -->")
+
+
+def _n(value: float, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
+
+
+def _whole_stack(r: Report) -> str:
+    cpu = r["cpu"]["server_cpu_ms_per_request"]
+    text = (
+        f"namespace `{r.get('namespace', 'default')}`: {_n(r['throughput_qps'])} q/s, "
+        f"p95 {_ms(r['latency_ms']['p95'])}, {_ms(cpu)} CPU a request"
+    )
+    peers = []
+    if r.get("vs_same_work_peer"):
+        peers.append(f"{r['vs_same_work_peer']['qps_ratio']:.2f}× the same-work peer's q/s")
+    if r.get("vs_peer"):
+        peers.append(f"{r['vs_peer']['qps_ratio']:.3f}× the retrieval-only peer's")
+    return "; ".join([text, *peers])
+
+
+def _bus(r: Report) -> str:
+    ragbus = r["cpu"]["process_cpu_ms_per_request"]["ragbus"]
+    text = (
+        f"{_n(r['throughput_qps'])} q/s, {_ms(ragbus)} Python CPU a request, "
+        f"{r['messages_per_request']:g} messages and {r['bytes_per_request'] / 1000:.0f} KB "
+        f"a request, c = 1 p50 {_ms(r['one_at_a_time']['latency_ms']['p50'])}"
+    )
+    ratio = r.get("ratio_to_floor")
+    if ratio:
+        floor_cpu = ratio["python_cpu_ms_per_request"]["floor"]
+        text += f"; {ratio['cpu_per_request']:.1f}× its floor's {_ms(floor_cpu)}"
+    return text
+
+
+def _scale(r: Report) -> str:
+    sizes = r["sizes"]
+    first, last = sizes[0], sizes[-1]
+    ratio = last["latency_ms"]["p95"] / first["latency_ms"]["p95"]
+    return (
+        f"end-to-end p95 at {last['size']} chunks = {ratio:.2f}× its p95 at {first['size']}; "
+        f"{_n(last['throughput_qps'])} q/s at the largest"
+    )
+
+
+def _ingest(r: Report) -> str:
+    return (
+        f"{r['documents']:,} documents, {r['chunks']:,} chunks in {r['seconds']:,.0f} s: "
+        f"{r['chunks_per_minute']:,.0f} chunks/min"
+    )
+
+
+def _chaos(r: Report) -> str:
+    requests, ingest = r["requests"], r.get("ingest") or {}
+    dups = sum(r["duplicates"].values())
+    text = (
+        f"{r['duration_s']:.0f} s, {r['kills']} kills + nats-server + redis-server: "
+        f"{requests['submitted']} requests, {100 * requests['terminal_share']:.0f} % terminal, "
+        f"{100 * (requests['completed_share'] or 0):.0f} % completed, {dups} duplicates, "
+        f"{r['sse_events_missed']} events missed"
+    )
+    if ingest:
+        done = ingest["documents_done"] + ingest["documents_unchanged"]
+        text += f", {done} of {ingest['documents']} documents"
+    return text
+
+
+def _retrieval(r: Report) -> str:
+    fused, pair = r["fused"], r.get("baselines", {}).get("vector+sparse")
+    text = f"nDCG@10 {fused['ndcg@10']:.3f}, Recall@10 {fused['recall@10']:.3f}"
+    if pair:
+        text += f" (vector+sparse RRF {pair['ndcg@10']:.3f}, {pair['recall@10']:.3f})"
+    return f"{text}; {r['queries']} queries"
+
+
+def _intent(r: Report) -> str:
+    return f"{r['n']} held-out queries: accuracy {r['accuracy']:.3f}, macro-F1 {r['macro_f1']:.3f}"
+
+
+def _conversations(r: Report) -> str:
+    return (
+        f"{r['follow_ups']} follow-ups, Recall@10 as typed "
+        f"{r['without_memory']['recall@10']:.3f} → in their session "
+        f"{r['with_memory']['recall@10']:.3f}"
+    )
+
+
+def _research(r: Report) -> str:
+    normal, research = r["answer"], r["research"]
+    return (
+        f"{normal['questions']} questions, reference answer found "
+        f"{normal['answer_found']:.2f} → {research['answer_found']:.2f} in research mode"
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    what: str
+    report: str
+    """The file under `results/`."""
+    figure: Callable[[Report], str]
+
+
+ROWS = (
+    Row("the whole stack, c = 8", "bench.json", _whole_stack),
+    Row("the broker path alone (instant engines), c = 8", "bus.json", _bus),
+    Row("scale, 10k → 300k chunks", "scale.json", _scale),
+    Row("ingestion", "ingest.json", _ingest),
+    Row("chaos", "chaos.json", _chaos),
+    Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
+    Row("retrieval, NFCorpus", "eval-nfcorpus.json", _retrieval),
+    Row("retrieval, MuSiQue", "eval-musique.json", _retrieval),
+    Row("intent", "intent.json", _intent),
+    Row("conversations", "conversations.json", _conversations),
+    Row("research mode", "research.json", _research),
+)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table(results: Path) -> str:
+    """The latest run of each benchmark whose report is in `results`, as a Markdown table."""
+    lines = [
+        "| what | figures | run | command |",
+        "|---|---|---|---|",
+    ]
+    for row in ROWS:
+        path = results / row.report
+        if not path.exists():
+            continue
+        report = json.loads(path.read_text(encoding="utf-8"))
+        run = report.get("run") or {}
+        when = f"{run.get('date', 'undated')}, {run.get('machine', 'machine not recorded')}"
+        lines.append(
+            f"| {row.what} | {_cell(row.figure(report))} "
+            f"([`results/{row.report}`](../results/{row.report})) | {_cell(when)} "
+            f"| `{_cell(run.get('command', 'not recorded'))}` |"
+        )
+    return "\n".join(lines)
+
+
+def replaced(text: str, markers: tuple[str, str], body: str) -> str:
+    """`text` with what lies between `markers` replaced by `body`."""
+    begin, end = markers
+    head, found, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"markers {begin} … {end} not found")
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def between(text: str, markers: tuple[str, str]) -> str:
+    begin, end = markers
+    return text.partition(begin)[2].partition(end)[0].strip("\n")
+
+
+def rendered(root: Path) -> dict[Path, str]:
+    """The README and the benchmarks page as they should read, keyed by path."""
+    body = table(root / "results")
+    readme, docs = root / "README.md", root / "docs" / "benchmarks.md"
+    return {
+        readme: replaced(
+            readme.read_text(encoding="utf-8"),
+            README_MARKERS,
+            body.replace("](../results/", "](results/"),
+        ),
+        docs: replaced(docs.read_text(encoding="utf-8"), DOCS_MARKERS, body),
+    }
