@@ -20,7 +20,8 @@ STEP_TIMEOUTS = (
 
 
 class Settings(BaseSettings):
-    """Every knob ragbus reads. The README's configuration table is generated from this class."""
+    """Every knob ragbus reads. docs/configuration.md lists each with its default, and a unit
+    test (`tests/unit/test_readme.py`) fails when the page and this class disagree."""
 
     model_config = SettingsConfigDict(env_prefix="RAGBUS_", env_file=".env", extra="ignore")
 
