@@ -23,7 +23,8 @@ from workers import tool
 from workers.tool.python_tool import register_python
 from workers.tool.registry import ToolRegistry
 from workers.tool.router import default_registry
-from workers.tool.sandbox import Sandbox, SandboxLimits, SandboxRun
+from workers.tool.sandbox import Sandbox
+from workers.tool.sandbox_run import SandboxLimits, SandboxRun
 
 LIMITS = SandboxLimits(timeout_s=4.0, cpu_s=2, memory_mb=256, max_procs=16, file_size_mb=4)
 

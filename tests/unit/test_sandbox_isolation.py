@@ -13,8 +13,9 @@ import workers.tool.sandbox as sandbox_module
 from contracts.models import ToolCall
 from workers.tool.python_tool import register_python
 from workers.tool.registry import ToolRegistry
-from workers.tool.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+from workers.tool.sandbox import Sandbox, SandboxUnavailable
 from workers.tool.sandbox_procs import SANDBOX_UIDS, processes
+from workers.tool.sandbox_run import SandboxLimits, SandboxRun
 
 LIMITS = SandboxLimits(timeout_s=8.0, cpu_s=2, memory_mb=256, max_procs=16, file_size_mb=4)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-run users need a root worker")
@@ -108,16 +109,16 @@ async def test_a_probe_that_fails_for_a_moment_does_not_weaken_the_choice(
 ) -> None:
     if sandbox_module.shutil.which("bwrap") is None:
         pytest.skip("bwrap is not installed")
-    real = sandbox_module._execute
+    real = sandbox_module.execute
     calls: list[str] = []
 
     async def flaky(code: str, limits: Any, isolation: str, *args: Any) -> Any:
         calls.append(isolation)
         if len(calls) == 1:  # no free process slot, once
-            return sandbox_module.SandboxRun(1, "", "Can't fork", False, False, isolation, 1.0)
+            return SandboxRun(1, "", "Can't fork", False, False, isolation, 1.0)
         return await real(code, limits, isolation, *args)
 
-    monkeypatch.setattr(sandbox_module, "_execute", flaky)
+    monkeypatch.setattr(sandbox_module, "execute", flaky)
     monkeypatch.setattr(sandbox_module, "PROBE_PAUSE_S", 0.01)
     sandbox = Sandbox(LIMITS, "auto")
     if not await sandbox._works("bwrap"):  # the machine itself cannot run bwrap

@@ -10,7 +10,8 @@ from contracts.models import ToolCall
 from contracts.tools import BUILTIN_TOOLS, CALCULATOR, INVALID_ARGUMENTS_KEY, openai_tools
 from workers.tool.registry import PLUGIN_GROUP, ToolRegistry, load_plugins
 from workers.tool.router import default_registry
-from workers.tool.sandbox import Sandbox, SandboxLimits
+from workers.tool.sandbox import Sandbox
+from workers.tool.sandbox_run import SandboxLimits
 
 
 def entry(name: str, target: str) -> EntryPoint:

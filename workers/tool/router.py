@@ -22,7 +22,8 @@ from workers.tool.calculator import register_calculator
 from workers.tool.planner import plan_calls
 from workers.tool.python_tool import register_python
 from workers.tool.registry import ToolRegistry, calling_tenant, load_plugins
-from workers.tool.sandbox import Sandbox, SandboxLimits
+from workers.tool.sandbox import Sandbox
+from workers.tool.sandbox_run import SandboxLimits
 from workers.tool.search_tool import register_search
 
 log = get_logger(__name__)

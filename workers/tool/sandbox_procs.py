@@ -39,6 +39,11 @@ PR_SET_CHILD_SUBREAPER: Final = 36
 PROC = Path("/proc")
 
 
+def drops_privileges() -> bool:
+    """Whether the worker runs as root, so that each run drops to a user id of its own."""
+    return os.geteuid() == 0
+
+
 class UidPool:
     """Hands out the ids of `SANDBOX_UIDS`, one per run; a run waits when all are in use."""
 

@@ -1,0 +1,99 @@
+"""The command line a sandboxed run starts: which Python it runs (`interpreter`), and how each
+isolation wraps it (`build_command`: bubblewrap's read-only filesystem and unshared namespaces,
+`unshare -rn`, or the bare interpreter). What the isolations mean and how one is chosen is
+`workers.tool.sandbox`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+from typing import Final
+
+from workers.tool.sandbox_procs import drops_privileges
+
+SANDBOX_DIR: Final = "/sandbox"
+
+
+def _world_executable(path: Path) -> bool:
+    """Whether a user with no special rights could run `path` (every parent searchable)."""
+    try:
+        real = path.resolve()
+        if not real.stat().st_mode & stat.S_IXOTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents)
+    except OSError:
+        return False
+
+
+def interpreter() -> Path:
+    """The Python the sandbox runs: the worker's own base interpreter when an unprivileged
+    user can execute it, else the system's `python3`."""
+    own = Path(getattr(sys, "_base_executable", "") or sys.executable).resolve()
+    if not drops_privileges() or _world_executable(own):
+        return own
+    system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if system and _world_executable(Path(system)):
+        return Path(system).resolve()
+    return own
+
+
+def _bwrap_command(python: Path, workdir: Path) -> list[str]:
+    command = [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        path = Path(top)
+        if path.is_symlink():
+            command += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            command += ["--ro-bind", top, top]
+    prefix = python.parent.parent
+    if not str(python).startswith("/usr/"):
+        command += ["--ro-bind", str(prefix), str(prefix)]
+    command += [
+        "--bind",
+        str(workdir),
+        SANDBOX_DIR,
+        "--chdir",
+        SANDBOX_DIR,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        SANDBOX_DIR,
+        "--setenv",
+        "TMPDIR",
+        SANDBOX_DIR,
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--",
+        str(python),
+        "-I",
+        "-B",
+        "main.py",
+    ]
+    return command
+
+
+def build_command(isolation: str, python: Path, workdir: Path) -> list[str]:
+    if isolation == "bwrap":
+        return _bwrap_command(python, workdir)
+    if isolation == "unshare":
+        return ["unshare", "-rn", "--", str(python), "-I", "-B", "main.py"]
+    return [str(python), "-I", "-B", "main.py"]
