@@ -1,0 +1,88 @@
+"""The chaos run's clients: closed-loop askers that outlast the failures around them, retrying a
+submission with the same `Idempotency-Key` and resuming a dropped event stream with
+`Last-Event-ID`, and each request as a client saw it (`Tracked`)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from client import RagbusClient
+
+QUESTIONS = (
+    "Who designed the Gatun Locks?",
+    "Why did the French attempt to build the canal fail?",
+    "How did sanitation change the construction of the canal?",
+    "What was the Culebra Cut?",
+    "When was the canal handed to Panama?",
+    "What water problem does the expansion face?",
+)
+
+
+@dataclass
+class Tracked:
+    """One request as a client saw it."""
+
+    request_id: str
+    submitted_at: float
+    seqs: set[int] = field(default_factory=set)
+    status: str = "unfinished"
+    latency_ms: float | None = None
+    resumes: int = 0
+
+
+class Clients:
+    """Closed-loop askers that outlast the failures around them."""
+
+    def __init__(self, url: str, stop: asyncio.Event, request_timeout_s: float) -> None:
+        self.url = url
+        self.stop = stop
+        self.timeout_s = request_timeout_s
+        self.tracked: list[Tracked] = []
+        self.submit_retries = 0
+        self.gave_up_submitting = 0
+
+    async def _submit(self, client: RagbusClient, question: str) -> str | None:
+        key = uuid.uuid4().hex
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            try:
+                answer = await client.submit(question, idempotency_key=key)
+                return str(answer["request_id"])
+            except Exception:  # the API or the bus is down: the same key again, later
+                self.submit_retries += 1
+                await asyncio.sleep(0.5)
+        self.gave_up_submitting += 1
+        return None
+
+    async def _follow(self, client: RagbusClient, tracked: Tracked) -> None:
+        deadline = time.monotonic() + self.timeout_s + 60
+        last: int | None = None
+        while time.monotonic() < deadline:
+            try:
+                async for message in client.stream_events(tracked.request_id, last):
+                    if message.id is not None and message.id.isdigit():
+                        last = int(message.id)
+                        tracked.seqs.add(last)
+                    if message.event == "done":
+                        tracked.status = str(message.data.get("data", {}).get("status"))
+                        tracked.latency_ms = (time.monotonic() - tracked.submitted_at) * 1000
+                        return
+            except Exception:
+                pass
+            tracked.resumes += 1
+            await asyncio.sleep(0.5)
+
+    async def loop(self) -> None:
+        async with RagbusClient(self.url, timeout=10) as client:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                request_id = await self._submit(client, random.choice(QUESTIONS))
+                if request_id is None:
+                    continue
+                tracked = Tracked(request_id, started)
+                self.tracked.append(tracked)
+                await self._follow(client, tracked)

@@ -1,0 +1,157 @@
+"""The chaos run's cluster: every role in its own process (`ROLES`: two of every role that can
+have two) on a nats-server and a redis-server (AOF on) started on free ports with temporary
+storage, each process killable with SIGKILL and restartable, both servers too, under settings
+whose deadlines outlast a restart (`SETTINGS_ENV`); and waiting for the API to be ready."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from infra.runtime.services import LocalService, free_port, start_nats, start_redis
+
+ROLES: dict[str, tuple[list[str], int]] = {
+    "api": (["api"], 1),
+    "orchestrator": (["orchestrator"], 2),
+    # Two of every role that can have two: a kill then takes one process of a role, never the
+    # role. The embedded stores belong to one process, so that role has one.
+    "classify": (["worker", "classify"], 2),
+    "stores": (["worker", "search", "fuse", "tool", "ingest"], 1),
+    "answer": (["worker", "generate", "critic"], 2),
+}
+SETTINGS_ENV = {
+    # A killed worker is back within seconds, but loading its models on two busy cores can
+    # take a while: deadlines that outlast a restart, so that a kill delays and degrades.
+    "RAGBUS_REQUEST_TIMEOUT_S": "90",
+    "RAGBUS_CLASSIFY_TIMEOUT_S": "30",
+    "RAGBUS_SEARCH_TIMEOUT_S": "30",
+    "RAGBUS_FUSE_TIMEOUT_S": "30",
+    "RAGBUS_GENERATE_TIMEOUT_S": "45",
+    "RAGBUS_CRITIC_TIMEOUT_S": "30",
+    "RAGBUS_TOOL_TIMEOUT_S": "30",
+    "RAGBUS_ACK_WAIT_S": "6",
+    "RAGBUS_RETRY_DELAY_S": "0.5",
+    "RAGBUS_SWEEP_INTERVAL_S": "30",
+    "RAGBUS_LOG_LEVEL": "WARNING",
+    "RAGBUS_START_SERVICES": "false",
+    "RAGBUS_UP_PROCESSES": "1",
+}
+READY_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Role:
+    name: str
+    args: list[str]
+    processes: list[subprocess.Popen[bytes] | None]
+
+
+class Cluster:
+    """The services and the role processes, each killable and restartable."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.nats_port, self.redis_port, self.api_port = free_port(), free_port(), free_port()
+        self.nats: LocalService | None = None
+        self.redis: LocalService | None = None
+        self.roles = {name: Role(name, args, [None] * n) for name, (args, n) in ROLES.items()}
+        self.env = {
+            **os.environ,
+            **SETTINGS_ENV,
+            "RAGBUS_NATS_URL": f"nats://127.0.0.1:{self.nats_port}",
+            "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "RAGBUS_DATA_DIR": str(root / "data"),
+            "RAGBUS_API_PORT": str(self.api_port),
+            "RAGBUS_API_TOKEN": "",
+        }
+        self.url = f"http://127.0.0.1:{self.api_port}"
+        self.kills: Counter[str] = Counter()
+        self._logs = (root / "roles.log").open("ab")
+
+    def start_services(self) -> None:
+        self.nats = start_nats(self.nats_port, self.root / "nats")
+        self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
+
+    def restart_service(self, which: str) -> None:
+        """SIGKILL nats-server or redis-server and start it again on its port and storage."""
+        service = self.nats if which == "nats" else self.redis
+        assert service is not None
+        os.kill(service.process.pid, signal.SIGKILL)
+        service.process.wait(10)
+        time.sleep(1.0)
+        if which == "nats":
+            self.nats = start_nats(self.nats_port, self.root / "nats")
+        else:
+            self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
+
+    def spawn(self, role: Role, index: int) -> None:
+        role.processes[index] = subprocess.Popen(
+            [sys.executable, "-m", "cli", *role.args],
+            env=self.env,
+            stdout=self._logs,
+            stderr=self._logs,
+        )
+
+    def start_roles(self) -> None:
+        for role in self.roles.values():
+            for index in range(len(role.processes)):
+                self.spawn(role, index)
+
+    def kill(self, name: str) -> int | None:
+        """SIGKILL one live process of the role; its index, to restart, or None."""
+        role = self.roles[name]
+        live = [i for i, p in enumerate(role.processes) if p is not None and p.poll() is None]
+        if len(live) < len(role.processes) or not live:
+            return None  # a process of this role is already down
+        index = random.choice(live)
+        process = role.processes[index]
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        self.kills[name] += 1
+        return index
+
+    def revive_all(self) -> None:
+        for role in self.roles.values():
+            for index, process in enumerate(role.processes):
+                if process is None or process.poll() is not None:
+                    self.spawn(role, index)
+
+    def stop(self) -> None:
+        for role in self.roles.values():
+            for process in role.processes:
+                if process is not None and process.poll() is None:
+                    process.terminate()
+        for role in self.roles.values():
+            for process in role.processes:
+                if process is not None:
+                    try:
+                        process.wait(20)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+        for service in (self.nats, self.redis):
+            if service is not None:
+                service.stop()
+        self._logs.close()
+
+
+async def ready(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=3) as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(f"{url}/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.5)
+    raise RuntimeError(f"the cluster was not ready within {timeout_s:g} s")
