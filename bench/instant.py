@@ -22,8 +22,9 @@ import numpy as np
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from infra.logging import configure_logging
+from infra.retrieval.chunking import chunk_document
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.sparse import Bm25Sparse
-from infra.retrieval.text import chunk_document, clean_sentence, sentence_spans
 from infra.retrieval.vectors.codec import chunk_vectors
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources

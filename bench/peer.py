@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.closed_loop import closed_loop
-from infra.retrieval.text import stem
+from infra.retrieval.lexical import stem
 from infra.retrieval.vectors.base import DENSE
 from infra.retrieval.vectors.edge import CONFIG_FILE
 from infra.settings import Settings

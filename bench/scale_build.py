@@ -67,11 +67,12 @@ from typing import Any, cast
 import numpy as np
 
 from contracts.models import RetrievedChunk
+from infra.retrieval.chunking import Chunk, chunk_id_for
 from infra.retrieval.entities import Entity, EntityKind
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.graph.model import Embed
+from infra.retrieval.lexical import SparseVec
 from infra.retrieval.sparse import Bm25Sparse
-from infra.retrieval.text import Chunk, SparseVec, chunk_id_for
 from infra.retrieval.vectors.base import DENSE, SPARSE, StoredPoint
 from infra.retrieval.vectors.codec import sentences_of
 from infra.retrieval.vectors.edge import CONFIG_FILE, EdgeVectorStore, _stored_kind

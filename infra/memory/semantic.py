@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 
 from contracts.models import RetrievedChunk
 from contracts.sessions import MEMORY_PREFIX
-from infra.retrieval.text import Chunk
+from infra.retrieval.chunking import Chunk
 from infra.retrieval.vectors.base import VectorStore
 
 MemoryKind = Literal["answer", "fact"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from infra.logging import get_logger
 from infra.retrieval.encoder import Encoder
-from infra.retrieval.text import SparseVec
+from infra.retrieval.lexical import SparseVec
 from infra.settings import Settings
 
 log = get_logger(__name__)

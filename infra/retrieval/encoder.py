@@ -33,7 +33,8 @@ import numpy as np
 from infra.logging import get_logger
 from infra.metrics import ENCODER_PASS_TEXTS
 from infra.retrieval.batching import CoalescingBatcher
-from infra.retrieval.text import Chunk, clean_sentence, sentence_spans
+from infra.retrieval.chunking import Chunk
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.vectors.base import Sentences
 from infra.settings import Settings
 

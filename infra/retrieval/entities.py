@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from infra.retrieval.text import STOP_WORDS, split_sentences, stem
+from infra.retrieval.lexical import STOP_WORDS, stem
+from infra.retrieval.sentences import split_sentences
 
 EntityKind = Literal["acronym", "proper", "term"]
 

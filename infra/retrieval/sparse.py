@@ -14,8 +14,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from infra.retrieval.chunking import Chunk
 from infra.retrieval.encoder import Encoding, sentence_embeddings
-from infra.retrieval.text import Chunk, SparseEncoder, SparseVec
+from infra.retrieval.lexical import SparseEncoder, SparseVec
 from infra.retrieval.vectors.base import Sentences
 
 
@@ -40,7 +41,7 @@ class JointEncoder(Protocol):
 
 
 class Bm25Sparse:
-    """`infra.retrieval.text.SparseEncoder` (stemmed terms, BM25 term frequency) as a
+    """`infra.retrieval.lexical.SparseEncoder` (stemmed terms, BM25 term frequency) as a
     `SparseModel`."""
 
     name = "bm25"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.ingest import DocumentIn
-from infra.retrieval.text import chunk_document
+from infra.retrieval.chunking import chunk_document
 from infra.retrieval.vectors import open_vector_store
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job

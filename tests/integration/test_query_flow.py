@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from contracts.enums import Channel
-from infra.retrieval.text import chunk_document
+from infra.retrieval.chunking import chunk_document
 from launcher.runtime import Runtime
 from tests.integration.corpus import DOCUMENTS, EXPECTED_DOCUMENT, QUESTION
 from tests.integration.sse import SseEvent, read_events

@@ -8,7 +8,8 @@ import hashlib
 import numpy as np
 
 from contracts.models import RetrievedChunk
-from infra.retrieval.text import analyze, clean_sentence, sentence_spans
+from infra.retrieval.lexical import analyze
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.vectors.codec import chunk_vectors
 from infra.runtime.claims import Claims
 

@@ -81,8 +81,9 @@ def test_onnx_runtime_matches_the_torch_reference(tmp_path: Path) -> None:
 
 async def test_sentence_embeddings_are_the_shown_sentences_encoded(tmp_path: Path) -> None:
     from contracts.ingest import DocumentIn
+    from infra.retrieval.chunking import chunk_document
     from infra.retrieval.encoder import sentence_embeddings
-    from infra.retrieval.text import chunk_document, clean_sentence
+    from infra.retrieval.sentences import clean_sentence
 
     encoder = load_encoder(Settings(data_dir=tmp_path))
     text = (

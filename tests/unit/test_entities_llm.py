@@ -13,6 +13,7 @@ import pytest
 from faststream.nats import NatsBroker
 
 from contracts.ingest import DocumentIn
+from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import (
     Entity,
     entity_from_name,
@@ -25,7 +26,6 @@ from infra.retrieval.graph.communities import MAX_SUMMARY_FAILURES, SUMMARY_CONC
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
 from infra.retrieval.graph.model import CommunityBrief
-from infra.retrieval.text import chunk_document
 from infra.runtime.bus import Bus
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job

@@ -10,11 +10,11 @@ import networkx as nx
 import pytest
 
 from contracts.ingest import DocumentIn
+from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
 from infra.retrieval.graph.model import entity_key
 from infra.retrieval.graph.ranking import pagerank, ranked
 from infra.retrieval.graph.store import open_graph_store
-from infra.retrieval.text import chunk_document
 from infra.settings import Settings
 
 
@@ -52,10 +52,10 @@ def test_ranked_is_the_full_sort_cut_to_top_k() -> None:
 async def test_an_entitys_work_is_capped_however_common_it_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from infra.retrieval.graph import embedded
+    from infra.retrieval.graph import embedded_index
 
-    monkeypatch.setattr(embedded, "MENTIONS_CAP", 10)
-    monkeypatch.setattr(embedded, "WALK_SCAN", 4)
+    monkeypatch.setattr(embedded_index, "MENTIONS_CAP", 10)
+    monkeypatch.setattr(embedded_index, "WALK_SCAN", 4)
     store = await open_graph_store(Settings(data_dir=tmp_path))
     for i in range(30):  # zinc everywhere; selenium only with zinc in the first documents
         partner = "Selenium" if i < 3 else f"Mineral{i:02d}"

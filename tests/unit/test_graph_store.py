@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from contracts.ingest import DocumentIn
+from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities, normalize, query_entities
 from infra.retrieval.graph.store import EmbeddedGraphStore, GraphStore, open_graph_store
-from infra.retrieval.text import chunk_document
 from infra.settings import Settings
 from tests.unit.graph_corpus import DOCS
 

@@ -22,7 +22,7 @@ from contracts.ingest import (
     ingest_message_adapter,
 )
 from infra.errors import TransientError
-from infra.retrieval.text import SparseEncoder
+from infra.retrieval.lexical import SparseEncoder
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import load_documents, publish_job
 from infra.runtime.services import LocalService

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bench.peer import PeerRetriever, QueryEncoder, _copy_sparse, compare, run_peer
-from infra.retrieval.text import Chunk, SparseEncoder, chunk_id_for
+from infra.retrieval.chunking import Chunk, chunk_id_for
+from infra.retrieval.lexical import SparseEncoder
 from infra.retrieval.vectors.edge import EdgeVectorStore
 from infra.settings import Settings
 from tests.unit.fakes import BrokenEncoder, FakeEncoder

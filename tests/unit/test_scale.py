@@ -29,10 +29,11 @@ from bench.scale_build import (
 )
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
+from infra.retrieval.chunking import Chunk, chunk_document, chunk_id_for
 from infra.retrieval.entities import extract_entities
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.sparse import Bm25Sparse
-from infra.retrieval.text import Chunk, chunk_document, chunk_id_for, clean_sentence, sentence_spans
 from infra.retrieval.vectors import Sentences
 from infra.retrieval.vectors.base import DENSE, SPARSE
 from infra.retrieval.vectors.codec import sentences_of

@@ -14,8 +14,9 @@ from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Step
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult, StepResult
+from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
-from infra.retrieval.text import SparseEncoder, chunk_document
+from infra.retrieval.lexical import SparseEncoder
 from infra.retrieval.vectors.codec import pack_query
 from infra.runtime.resources import Resources
 from infra.settings import Settings

@@ -8,14 +8,9 @@ import uuid
 import pytest
 
 from contracts.ingest import DocumentIn
-from infra.retrieval.text import (
-    SparseEncoder,
-    analyze,
-    chunk_document,
-    chunk_id_for,
-    split_sentences,
-    term_id,
-)
+from infra.retrieval.chunking import chunk_document, chunk_id_for
+from infra.retrieval.lexical import SparseEncoder, analyze, term_id
+from infra.retrieval.sentences import split_sentences
 
 
 def test_sentences_keep_abbreviations_initials_and_decimals() -> None:
@@ -143,7 +138,7 @@ def test_stemming_from_several_threads_gives_every_word_its_own_stem() -> None:
 
     import snowballstemmer
 
-    from infra.retrieval.text import stem
+    from infra.retrieval.lexical import stem
 
     reference = snowballstemmer.stemmer("english")
     words = [

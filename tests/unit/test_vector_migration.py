@@ -11,7 +11,9 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
 from contracts.ingest import DocumentIn
-from infra.retrieval.text import SparseEncoder, chunk_document, clean_sentence, sentence_spans
+from infra.retrieval.chunking import chunk_document
+from infra.retrieval.lexical import SparseEncoder
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.vectors import open_vector_store
 from infra.retrieval.vectors.codec import sentences_of
 from infra.retrieval.vectors.legacy import UnmigratedVectors, legacy_namespaces, migrate

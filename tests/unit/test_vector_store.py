@@ -20,7 +20,9 @@ import pytest
 from qdrant_client import QdrantClient
 
 from contracts.ingest import DocumentIn
-from infra.retrieval.text import SparseEncoder, chunk_document, clean_sentence, sentence_spans
+from infra.retrieval.chunking import chunk_document
+from infra.retrieval.lexical import SparseEncoder
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.vectors import Sentences, StoreMismatch, VectorStore, open_vector_store
 from infra.retrieval.vectors.codec import dense_of, sentences_of
 from infra.retrieval.vectors.qdrant import QdrantVectorStore

@@ -24,7 +24,7 @@ from typing import Final
 from contracts.queries import MAX_QUERY_CHARS
 from contracts.sessions import SessionTurn
 from infra.retrieval.entities import extract_entities, tokenize
-from infra.retrieval.text import STOP_WORDS
+from infra.retrieval.lexical import STOP_WORDS
 
 NEUTER: Final = frozenset({"it", "they", "them", "itself", "themselves"})
 PERSON: Final = frozenset({"he", "she", "him", "himself", "herself"})

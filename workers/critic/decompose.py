@@ -29,7 +29,8 @@ from typing import Final
 from contracts.models import RetrievedChunk
 from contracts.queries import MAX_QUERY_CHARS
 from infra.retrieval.entities import extract_entities, query_entities
-from infra.retrieval.text import analyze, split_sentences
+from infra.retrieval.lexical import analyze
+from infra.retrieval.sentences import split_sentences
 
 FROM_CONTEXTS: Final = 2
 """Passages whose named entities are bridge candidates, best first."""

@@ -24,7 +24,7 @@ from typing import Final
 from contracts.models import RetrievedChunk
 from contracts.queries import MAX_QUERY_CHARS
 from infra.retrieval.entities import extract_entities
-from infra.retrieval.text import STOP_WORDS
+from infra.retrieval.lexical import STOP_WORDS
 from workers.critic.decompose import sub_queries
 
 _COMPARE: Final = re.compile(

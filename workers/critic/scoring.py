@@ -31,7 +31,8 @@ import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
-from infra.retrieval.text import analyze, split_sentences
+from infra.retrieval.lexical import analyze
+from infra.retrieval.sentences import split_sentences
 from infra.retrieval.vectors.codec import chunk_sentences, dense_of
 
 

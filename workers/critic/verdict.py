@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from contracts.models import ToolOutcome
-from infra.retrieval.text import STOP_WORDS, stem
+from infra.retrieval.lexical import STOP_WORDS, stem
 from workers.critic.scoring import Scores
 
 WEAK_RETRIEVAL: Final = 0.25

@@ -23,7 +23,7 @@ from typing import Final, Protocol
 import numpy as np
 
 from contracts.models import RetrievedChunk
-from infra.retrieval.text import analyze
+from infra.retrieval.lexical import analyze
 from infra.retrieval.vectors.codec import chunk_sentences
 
 MAX_SENTENCES: Final = 4

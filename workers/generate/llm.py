@@ -28,7 +28,7 @@ from contracts.models import RetrievedChunk, ToolCall, ToolOutcome
 from contracts.tools import BUILTIN_TOOLS, INVALID_ARGUMENTS_KEY, openai_tools
 from infra.llm import LLMClient
 from infra.logging import get_logger
-from infra.retrieval.text import split_sentences
+from infra.retrieval.sentences import split_sentences
 
 log = get_logger(__name__)
 

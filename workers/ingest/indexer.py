@@ -26,10 +26,10 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 from contracts.ingest import DocumentIn
 from infra.errors import TransientError
 from infra.logging import get_logger
+from infra.retrieval.chunking import Chunk, chunk_document
 from infra.retrieval.entities import Entity, extract_all
 from infra.retrieval.entities_llm import LLMEntityExtractor
 from infra.retrieval.sparse import encode_documents
-from infra.retrieval.text import Chunk, chunk_document
 from infra.runtime.resources import Resources
 
 log = get_logger(__name__)

@@ -25,7 +25,7 @@ from infra.retrieval.graph.model import (
     Embed,
     Summarise,
 )
-from infra.retrieval.text import split_sentences
+from infra.retrieval.sentences import split_sentences
 
 log = get_logger(__name__)
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
+from infra.retrieval.chunking import Chunk
 from infra.retrieval.entities import Entity
-from infra.retrieval.text import Chunk
 
 log = get_logger(__name__)
 

@@ -1,4 +1,6 @@
-"""The Neo4j backend: the same model and ranking, in Cypher over the official async driver."""
+"""The Neo4j backend: the same model and ranking, in Cypher over the official async driver.
+
+The schema and the longer statements are in `infra.retrieval.graph.neo4j_cypher`."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
+from infra.retrieval.chunking import Chunk
 from infra.retrieval.entities import Entity, title_norms
 from infra.retrieval.graph.communities import brief_chunk_ids, detect_communities, summarise_all
 from infra.retrieval.graph.model import (
@@ -23,92 +26,22 @@ from infra.retrieval.graph.model import (
     Summarise,
     entity_key,
 )
+from infra.retrieval.graph.neo4j_cypher import (
+    DELETE_CHUNKS,
+    DOC_ENTITY_KEYS,
+    DROP_EMPTY_RELATES,
+    DROP_ORPHANS,
+    MARK_DIRTY,
+    MATCH_ENTITIES,
+    REFRESH_RELATES,
+    SCHEMA,
+    WRITE_DOCUMENT,
+    WRITE_MENTIONS,
+    WRITE_RELATES,
+)
 from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
-from infra.retrieval.text import Chunk
 
 log = get_logger(__name__)
-
-
-_SCHEMA = (
-    "CREATE CONSTRAINT ragbus_chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.chunk_id IS UNIQUE",
-    "CREATE CONSTRAINT ragbus_entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
-    "CREATE CONSTRAINT ragbus_document_key IF NOT EXISTS FOR (d:Document) REQUIRE d.key IS UNIQUE",
-    "CREATE CONSTRAINT ragbus_community_key IF NOT EXISTS "
-    "FOR (m:Community) REQUIRE m.key IS UNIQUE",
-    "CREATE INDEX ragbus_entity_ns_norm IF NOT EXISTS FOR (e:Entity) ON (e.namespace, e.norm)",
-    "CREATE INDEX ragbus_chunk_doc IF NOT EXISTS FOR (c:Chunk) ON (c.namespace, c.document_id)",
-    "CREATE INDEX ragbus_community_ns IF NOT EXISTS FOR (m:Community) ON (m.namespace)",
-)
-
-_DOC_ENTITY_KEYS = """
-MATCH (c:Chunk {namespace: $ns, document_id: $doc})<-[:MENTIONED_IN]-(e:Entity)
-RETURN collect(DISTINCT e.key) AS keys
-"""
-_DELETE_CHUNKS = """
-OPTIONAL MATCH (c:Chunk {namespace: $ns, document_id: $doc}) DETACH DELETE c
-WITH count(*) AS _
-OPTIONAL MATCH (d:Document {key: $dkey}) DETACH DELETE d
-"""
-_REFRESH_RELATES = """
-UNWIND $keys AS k
-MATCH (a:Entity {key: k})-[r:RELATES_TO]-(b:Entity)
-WHERE b.key IN $keys AND a.key < b.key
-OPTIONAL MATCH (a)-[:MENTIONED_IN]->(c:Chunk)<-[:MENTIONED_IN]-(b)
-WITH r, count(DISTINCT c) AS w
-SET r.weight = w
-"""
-_DROP_EMPTY_RELATES = """
-UNWIND $keys AS k
-MATCH (:Entity {key: k})-[r:RELATES_TO]->(:Entity)
-WHERE r.weight = 0
-DELETE r
-"""
-_DROP_ORPHANS = """
-UNWIND $keys AS k
-MATCH (e:Entity {key: k})
-WHERE NOT (e)-[:MENTIONED_IN]->()
-DETACH DELETE e
-"""
-_WRITE_DOCUMENT = """
-MERGE (d:Document {key: $dkey})
-SET d.namespace = $ns, d.document_id = $doc, d.title = $title, d.title_norms = $title_norms
-WITH d
-UNWIND $chunks AS ch
-MERGE (c:Chunk {chunk_id: ch.chunk_id})
-SET c.namespace = $ns, c.document_id = $doc, c.title = $title, c.text = ch.text,
-    c.source = ch.source, c.index = ch.index, c.mention_norms = ch.mention_norms,
-    c.mention_kinds = ch.mention_kinds
-MERGE (d)-[:HAS_CHUNK]->(c)
-"""
-_WRITE_MENTIONS = """
-UNWIND $mentions AS m
-MATCH (c:Chunk {chunk_id: m.chunk_id})
-MERGE (e:Entity {key: m.key})
-ON CREATE SET e.namespace = $ns, e.norm = m.norm, e.name = m.name, e.kind = m.kind,
-              e.tokens = m.tokens
-MERGE (e)-[:MENTIONED_IN]->(c)
-"""
-_WRITE_RELATES = """
-UNWIND $keys AS k
-MATCH (a:Entity {key: k})-[:MENTIONED_IN]->(:Chunk {namespace: $ns, document_id: $doc})
-      <-[:MENTIONED_IN]-(b:Entity)
-WHERE a.key < b.key
-WITH DISTINCT a, b
-MATCH (a)-[:MENTIONED_IN]->(c:Chunk)<-[:MENTIONED_IN]-(b)
-WITH a, b, count(DISTINCT c) AS w
-MERGE (a)-[r:RELATES_TO]->(b)
-SET r.weight = w
-"""
-_MARK_DIRTY = "MERGE (m:RagbusMeta {key: 'communities'}) SET m.dirty = true"
-_MATCH = """
-UNWIND $norms AS q
-MATCH (e:Entity)
-WHERE e.namespace IN $namespaces
-  AND (e.norm = q OR q IN coalesce(e.tokens, [])
-       OR (size(q) >= $min_prefix AND e.norm STARTS WITH q))
-RETURN q, e.key AS key, e.namespace AS namespace, e.norm AS norm, e.community AS community,
-       size([(e)-[:MENTIONED_IN]->() | 1]) AS df
-"""
 
 
 class Neo4jGraphStore:
@@ -126,7 +59,7 @@ class Neo4jGraphStore:
 
     async def start(self) -> None:
         await self._driver.verify_connectivity()
-        for statement in _SCHEMA:
+        for statement in SCHEMA:
             await self._run(statement)
 
     # ---------------------------------------------------------------- writes
@@ -134,13 +67,13 @@ class Neo4jGraphStore:
     @staticmethod
     async def _delete_tx(tx: Any, namespace: str, document_id: str) -> None:
         params = {"ns": namespace, "doc": document_id, "dkey": f"{namespace}/{document_id}"}
-        record = await (await tx.run(_DOC_ENTITY_KEYS, params)).single()
+        record = await (await tx.run(DOC_ENTITY_KEYS, params)).single()
         keys = list(record["keys"]) if record else []
-        await (await tx.run(_DELETE_CHUNKS, params)).consume()
+        await (await tx.run(DELETE_CHUNKS, params)).consume()
         if keys:
-            await (await tx.run(_REFRESH_RELATES, {"keys": keys})).consume()
-            await (await tx.run(_DROP_EMPTY_RELATES, {"keys": keys})).consume()
-            await (await tx.run(_DROP_ORPHANS, {"keys": keys})).consume()
+            await (await tx.run(REFRESH_RELATES, {"keys": keys})).consume()
+            await (await tx.run(DROP_EMPTY_RELATES, {"keys": keys})).consume()
+            await (await tx.run(DROP_ORPHANS, {"keys": keys})).consume()
 
     async def upsert_document(
         self,
@@ -186,11 +119,11 @@ class Neo4jGraphStore:
 
         async def work(tx: Any) -> None:
             await self._delete_tx(tx, namespace, document_id)
-            await (await tx.run(_WRITE_DOCUMENT, params)).consume()
-            await (await tx.run(_WRITE_MENTIONS, {"ns": namespace, "mentions": mentions})).consume()
+            await (await tx.run(WRITE_DOCUMENT, params)).consume()
+            await (await tx.run(WRITE_MENTIONS, {"ns": namespace, "mentions": mentions})).consume()
             relates = {"keys": keys, "ns": namespace, "doc": document_id}
-            await (await tx.run(_WRITE_RELATES, relates)).consume()
-            await (await tx.run(_MARK_DIRTY)).consume()
+            await (await tx.run(WRITE_RELATES, relates)).consume()
+            await (await tx.run(MARK_DIRTY)).consume()
 
         async with self._driver.session(database=self._database) as session:
             await session.execute_write(work)
@@ -198,7 +131,7 @@ class Neo4jGraphStore:
     async def delete_document(self, namespace: str, document_id: str) -> None:
         async def work(tx: Any) -> None:
             await self._delete_tx(tx, namespace, document_id)
-            await (await tx.run(_MARK_DIRTY)).consume()
+            await (await tx.run(MARK_DIRTY)).consume()
 
         async with self._driver.session(database=self._database) as session:
             await session.execute_write(work)
@@ -207,7 +140,7 @@ class Neo4jGraphStore:
 
     async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
         rows = await self._run(
-            _MATCH,
+            MATCH_ENTITIES,
             norms=list(dict.fromkeys(norms)),
             namespaces=list(namespaces),
             min_prefix=MIN_PREFIX,

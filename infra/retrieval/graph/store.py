@@ -8,7 +8,8 @@ an encoder was given.
 
 The ranking lives once (`infra.retrieval.graph.ranking`), over a small read interface
 (`GraphView`) that each backend implements: the embedded store (`infra.retrieval.graph.embedded`)
-answers from dictionaries, Neo4j (`infra.retrieval.graph.neo4j_store`) with Cypher. So both
+answers from dictionaries (`infra.retrieval.graph.embedded_index`), Neo4j
+(`infra.retrieval.graph.neo4j_store`) with Cypher. So both
 backends rank the same graph the same way, and the contract tests hold them to it. This module
 is the interface and the factory.
 """

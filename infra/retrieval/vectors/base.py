@@ -6,10 +6,10 @@ One collection (or Edge shard) per namespace, each holding three named vectors p
 weights without it) and `sentences`, the chunk's sentence embeddings as one unindexed float16
 multivector: nothing searches them, generation and the critic read them back by chunk id.
 
-A document's chunks have deterministic ids (`infra.retrieval.text.chunk_id_for`), and its first
-chunk carries the content hash and chunk count. So reading a document's version, replacing it
-or deleting it are lookups by id, never filtered scans, and chunk 0 is written last: it is the
-commit marker of a re-ingested document.
+A document's chunks have deterministic ids (`infra.retrieval.chunking.chunk_id_for`), and its
+first chunk carries the content hash and chunk count. So reading a document's version,
+replacing it or deleting it are lookups by id, never filtered scans, and chunk 0 is written
+last: it is the commit marker of a re-ingested document.
 
 A backend implements the primitives at the bottom (`_exists` … `_retrieve`); the public
 methods are written once here. Backends are synchronous: callers run them off the event loop
@@ -30,7 +30,8 @@ import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
-from infra.retrieval.text import Chunk, SparseVec, chunk_id_for
+from infra.retrieval.chunking import Chunk, chunk_id_for
+from infra.retrieval.lexical import SparseVec
 from infra.retrieval.vectors.codec import chunk_vectors
 
 log = get_logger(__name__)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts.models import ChunkVectors, RetrievedChunk
-from infra.retrieval.text import clean_sentence, split_sentences
+from infra.retrieval.sentences import clean_sentence, split_sentences
 
 F32 = np.dtype("<f4")
 F16 = np.dtype("<f2")

@@ -20,7 +20,7 @@ import numpy as np
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.retrieval.encoder import Encoder
-from infra.retrieval.text import clean_sentence, sentence_spans
+from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.vectors.base import DENSE, SPARSE, Record, StoredPoint, VectorStore
 from infra.settings import Settings
 

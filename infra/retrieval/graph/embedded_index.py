@@ -1,0 +1,246 @@
+"""The embedded graph store's in-memory index: documents, chunks, entities and communities in
+dictionaries, the writes that keep them, and the `GraphView` reads that answer from them.
+
+`infra.retrieval.graph.embedded.EmbeddedGraphStore` persists it and recomputes its communities.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.models import RetrievedChunk
+from infra.retrieval.entities import title_norms
+from infra.retrieval.graph.model import (
+    MENTIONS_CAP,
+    MIN_PREFIX,
+    WALK_SCAN,
+    Community,
+    Hit,
+    entity_key,
+)
+from infra.retrieval.graph.ranking import match_weight
+
+
+@dataclass
+class EntityRecord:
+    name: str
+    norm: str
+    kind: str
+    namespace: str
+    chunks: set[str] = field(default_factory=set)
+    community: str | None = None
+
+
+KIND_RANK = {"acronym": 0, "proper": 1, "term": 2}
+
+
+class EmbeddedGraphIndex:
+    """The graph in dictionaries, with no disk and no locks: the store around it serialises
+    the writes and persists them."""
+
+    def __init__(self) -> None:
+        self._documents: dict[str, dict[str, Any]] = {}
+        self._chunks: dict[str, RetrievedChunk] = {}
+        self._chunk_entities: dict[str, list[str]] = {}
+        self._chunk_at: dict[str, tuple[str, int]] = {}
+        """chunk id -> (document key, position among its chunks), for `chunk_entities`."""
+        self._entities: dict[str, EntityRecord] = {}
+        self._tokens: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._sorted: dict[str, list[str]] = {}
+        self._totals: Counter[str] = Counter()
+        self._communities: dict[str, Community] = {}
+        self._mentioned: dict[str, list[str]] = {}
+        """entity key -> its chunks as `mentions` returns them, until a write touches it."""
+        self._titles: dict[tuple[str, str], list[str]] = defaultdict(list)
+        """(namespace, title norm) -> document keys, for `documents_about`."""
+        self._dirty = False
+        """Whether a write came since the communities were detected."""
+        self._writes = 0
+        """Writes applied so far: a recompute that saw writes land meanwhile stays dirty."""
+
+    # ---------------------------------------------------------------- writes
+
+    def _apply(self, op: dict[str, Any]) -> None:
+        if op["op"] == "upsert":
+            self._apply_upsert(op["document"])
+        elif op["op"] == "delete":
+            self._remove(op["namespace"], op["document_id"])
+        self._dirty = True
+        self._writes += 1
+
+    def _apply_upsert(self, record: dict[str, Any]) -> None:
+        namespace, document_id = record["namespace"], record["document_id"]
+        self._remove(namespace, document_id)
+        document_key = f"{namespace}/{document_id}"
+        self._documents[document_key] = record
+        for norm in title_norms(record["title"]):
+            self._titles[(namespace, norm)].append(document_key)
+        for position, (chunk, entities) in enumerate(
+            zip(record["chunks"], record["entities"], strict=True)
+        ):
+            chunk_id = chunk["chunk_id"]
+            self._chunk_at[chunk_id] = (document_key, position)
+            self._chunks[chunk_id] = RetrievedChunk(
+                chunk_id=chunk_id,
+                document_id=document_id,
+                title=record["title"],
+                source=chunk.get("source", ""),
+                namespace=namespace,
+                text=chunk["text"],
+            )
+            self._totals[namespace] += 1
+            keys: list[str] = []
+            for entity in entities:
+                key = entity_key(namespace, entity["norm"])
+                known = self._entities.get(key)
+                if known is None:
+                    known = self._entities[key] = EntityRecord(
+                        entity["name"], entity["norm"], entity["kind"], namespace
+                    )
+                    for token in entity["norm"].split() if " " in entity["norm"] else ():
+                        self._tokens[(namespace, token)].add(key)
+                    self._sorted.pop(namespace, None)
+                elif KIND_RANK.get(entity["kind"], 9) < KIND_RANK.get(known.kind, 9):
+                    known.kind, known.name = entity["kind"], entity["name"]
+                known.chunks.add(chunk_id)
+                self._mentioned.pop(key, None)
+                keys.append(key)
+            self._chunk_entities[chunk_id] = keys
+
+    def _remove(self, namespace: str, document_id: str) -> None:
+        document_key = f"{namespace}/{document_id}"
+        record = self._documents.pop(document_key, None)
+        if record is None:
+            return
+        for norm in title_norms(record["title"]):
+            titled = self._titles.get((namespace, norm), [])
+            if document_key in titled:
+                titled.remove(document_key)
+            if not titled:
+                self._titles.pop((namespace, norm), None)
+        for chunk in record["chunks"]:
+            chunk_id = chunk["chunk_id"]
+            self._chunks.pop(chunk_id, None)
+            self._chunk_at.pop(chunk_id, None)
+            self._totals[namespace] -= 1
+            for key in self._chunk_entities.pop(chunk_id, []):
+                entity = self._entities.get(key)
+                if entity is None:
+                    continue
+                entity.chunks.discard(chunk_id)
+                self._mentioned.pop(key, None)
+                if not entity.chunks:
+                    del self._entities[key]
+                    for token in entity.norm.split() if " " in entity.norm else ():
+                        self._tokens[(namespace, token)].discard(key)
+                    self._sorted.pop(namespace, None)
+
+    def _sorted_norms(self, namespace: str) -> list[str]:
+        if namespace not in self._sorted:
+            self._sorted[namespace] = sorted(
+                e.norm for e in self._entities.values() if e.namespace == namespace
+            )
+        return self._sorted[namespace]
+
+    # ---------------------------------------------------------------- GraphView
+
+    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        hits: list[Hit] = []
+        for namespace in dict.fromkeys(namespaces):
+            ordered = self._sorted_norms(namespace)
+            for query in dict.fromkeys(norms):
+                candidates = set(self._tokens.get((namespace, query), ()))
+                if entity_key(namespace, query) in self._entities:
+                    candidates.add(entity_key(namespace, query))
+                if len(query) >= MIN_PREFIX:
+                    at = bisect.bisect_left(ordered, query)
+                    while at < len(ordered) and ordered[at].startswith(query):
+                        candidates.add(entity_key(namespace, ordered[at]))
+                        at += 1
+                for key in candidates:
+                    entity = self._entities[key]
+                    weight = match_weight(query, entity.norm)
+                    if weight:
+                        hits.append(
+                            Hit(query, key, namespace, weight, len(entity.chunks), entity.community)
+                        )
+        return hits
+
+    async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
+        return {ns: self._totals.get(ns, 0) for ns in namespaces}
+
+    def _mention_list(self, key: str) -> list[str]:
+        listed = self._mentioned.get(key)
+        if listed is None:
+            chunks = self._entities[key].chunks
+            listed = self._mentioned[key] = (
+                heapq.nsmallest(MENTIONS_CAP, chunks)
+                if len(chunks) > MENTIONS_CAP
+                else sorted(chunks)
+            )
+        return listed
+
+    async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
+        return {key: self._mention_list(key) for key in keys if key in self._entities}
+
+    async def neighbours(
+        self, keys: Sequence[str], limit: int
+    ) -> dict[str, list[tuple[str, int, int]]]:
+        """Co-occurring entities, counted over the entity's first `WALK_SCAN` chunks."""
+        result: dict[str, list[tuple[str, int, int]]] = {}
+        for key in keys:
+            if key not in self._entities:
+                continue
+            shared: Counter[str] = Counter()
+            for chunk_id in self._mention_list(key)[:WALK_SCAN]:
+                shared.update(k for k in set(self._chunk_entities.get(chunk_id, ())) if k != key)
+            if len(shared) > limit:  # the cut-off count in C, the full order on the few above it
+                cutoff = heapq.nlargest(limit, shared.values())[-1]
+                shared = Counter({k: n for k, n in shared.items() if n >= cutoff})
+            top = sorted(shared.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+            result[key] = [(k, n, len(self._entities[k].chunks)) for k, n in top]
+        return result
+
+    async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
+        return {cid: self._chunks[cid] for cid in chunk_ids if cid in self._chunks}
+
+    async def documents_about(
+        self, namespaces: Sequence[str], norms: Sequence[str]
+    ) -> list[RetrievedChunk]:
+        found: list[RetrievedChunk] = []
+        seen: set[str] = set()
+        for norm in norms:
+            for namespace in namespaces:
+                for document_key in self._titles.get((namespace, norm), ()):
+                    chunks = self._documents[document_key]["chunks"]
+                    if document_key not in seen and chunks:
+                        seen.add(document_key)
+                        found.append(self._chunks[chunks[0]["chunk_id"]])
+        return found
+
+    async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for chunk_id in chunk_ids:
+            at = self._chunk_at.get(chunk_id)
+            if at is not None:
+                entities = self._documents[at[0]]["entities"][at[1]]
+                found[chunk_id] = [(e["norm"], e["kind"]) for e in entities]
+        return found
+
+    async def communities(self, namespaces: Sequence[str]) -> list[Community]:
+        wanted = set(namespaces)
+        return [c for c in self._communities.values() if c.namespace in wanted]
+
+    def _counts(self) -> dict[str, int]:
+        return {
+            "documents": len(self._documents),
+            "chunks": len(self._chunks),
+            "entities": len(self._entities),
+            "mentions": sum(len(keys) for keys in self._chunk_entities.values()),
+            "communities": len(self._communities),
+        }
