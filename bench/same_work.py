@@ -6,29 +6,17 @@ the work ragbus does for a question, with the same engine functions its workers 
 the design around them (NATS, the saga, Redis, the claim store, phase and token events, the
 worker processes). ragbus's ratio to it is the design's own cost.
 
-Per query, one attempt (a critic's `retry` verdict is counted, not followed), as the workers
-do it for `ragbus bench`'s requests (no session, `answer` mode, default `top_k`):
-- classify: `IntentClassifier.classify` (rules → the trained SetFit head of
-  `<data>/intent-model` → zero-shot), which encodes the query once (`workers.classify`);
-- tool (a `tool` intent only, as the saga routes it): the planned calculator calls,
-  `workers.tool.router.run_tools`, then generation and the critic without search;
-- search: each document channel the intent weighs above 0 (the saga skips the others), by
-  the channel functions of `workers.search.channels` over the copied stores, ranked and cut
-  as the search worker does (`workers.search.ranked`);
-- fuse: `weighted_rrf` with the intent's weights, the graph bridge, hydration of the fused
-  passages from the vector store (text, stored vector and sentence vectors) and the
-  cross-encoder when one is configured, as `workers.fuse.router` does it;
-- generate: `workers.generate.router.answer_for` (extractive: stored sentence vectors, the
-  query vector from classify);
-- critic: `workers.critic.router.critique`.
+This module holds the peer (`SameWorkPeer`: opening the copied stores and loading the engines,
+its workers, one question) and its load (`run_same_work`, `bench_same_work`). What one question
+goes through, stage by stage, is `bench.same_work_worker`'s docstring; the engines over the
+copied stores and the configurations refused are `bench.same_work_engines`.
 
 Stores: the namespace's Edge shard and the whole embedded graph (snapshot and journal) are
 copied to a temporary directory, as `bench.peer` copies the shard: a running `ragbus up` owns
 them. A copy whose communities are stale is recomputed once before the load, as the running
-store does in the background after its first global search. BM25 has no data of its own
-(Qdrant applies the IDF). Configurations whose engines cannot be opened beside a running
-stack or would not do the same work are refused with the reason (`unsupported`): a Qdrant
-or Neo4j server, BGE-M3, an LLM.
+store does in the background after its first global search. Configurations whose engines
+cannot be opened beside a running stack or would not do the same work are refused with the
+reason (`bench.same_work_engines.unsupported`).
 
 Threads and pools, chosen as follows:
 - the encoder is loaded as ragbus's classify process loads it (`load_encoder`: ONNX Runtime
@@ -41,9 +29,9 @@ Threads and pools, chosen as follows:
   small (at most 240 sentences by 384): at 8 threads on the 35-chunk sample on 2 cores, two
   4 s runs each, one BLAS thread gave 19.2 and 20.2 q/s and the default 19.9 and 25.2, within
   the noise, so the pin that saved the retrieval peer changes nothing here;
-- each thread has its own event loop and its own `IntentClassifier` (its zero-shot
-  prototypes sit behind an asyncio lock, which belongs to one loop); the trained intent
-  model is loaded once and shared, as in ragbus's process.
+- each thread has its own worker (`bench.same_work_worker.Worker`): its own event loop and
+  its own `IntentClassifier`; the trained intent model is loaded once and shared, as in
+  ragbus's process.
 """
 
 from __future__ import annotations
@@ -53,237 +41,24 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from bench.closed_loop import closed_loop
 from bench.peer import compare, copy_shard, copy_tree, print_comparison
-from contracts.commands import CriticCommand, GenerateCommand, SearchCommand, ToolCommand
-from contracts.enums import Channel, Intent
-from contracts.envelope import new_request_id
-from contracts.models import RetrievedChunk, ToolOutcome
+from bench.same_work_engines import Engines, InlineEncoder, unsupported
+from bench.same_work_worker import STAGES, Served, Worker
 from infra.retrieval.encoder import Encoder, encoder_threads
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.sparse import Bm25Sparse
 from infra.retrieval.vectors.edge import EdgeVectorStore
 from infra.settings import Settings
-from workers.classify.classifier import Classification, IntentClassifier
 from workers.classify.intent_model import ModelSlot
 from workers.classify.model_meta import model_dir
-from workers.critic.router import critique
-from workers.fuse.bridge import bridge
-from workers.fuse.rerank import rerank
-from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
-from workers.generate.router import answer_for
-from workers.search import CHANNEL_FUNCTIONS, channels, ranked
-from workers.tool.router import default_registry, run_tools
+from workers.tool.router import default_registry
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from infra.retrieval.nli import NliModel
-    from infra.retrieval.reranker import Reranker
-    from infra.runtime.resources import Resources
-
-STAGES = ("classify", "tool", "search", "fuse", "generate", "critic")
-Rankings = dict[Channel, list[RetrievedChunk]]
-
-
-def unsupported(settings: Settings) -> str | None:
-    """Why the same-work peer cannot do ragbus's work under these settings, or None."""
-    if settings.qdrant_url:
-        return "RAGBUS_QDRANT_URL is set: the peer copies the embedded Edge store"
-    if settings.neo4j_uri:
-        return "RAGBUS_NEO4J_URI is set: the peer copies the embedded graph store"
-    if settings.bge_m3_path is not None:
-        return "RAGBUS_BGE_M3_PATH is set: the peer runs the dense encoder and BM25 only"
-    if settings.llm_base_url:
-        return "RAGBUS_LLM_BASE_URL is set: ragbus generates with the model, the peer would not"
-    return None
-
-
-class InlineEncoder(Encoder):
-    """The loaded encoder, run in the calling thread: `aencode` is `encode`, no batcher."""
-
-    def __init__(self, inner: Encoder) -> None:
-        self.inner = inner
-        self.name, self.dim = inner.name, inner.dim
-        self.runtime, self.precision = inner.runtime, inner.precision
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        return self.inner.encode(texts)
-
-    async def aencode(self, texts: list[str]) -> np.ndarray:
-        return self.inner.encode(texts)
-
-
-@dataclass
-class Engines:
-    """What the workers' engine functions ask of `infra.runtime.resources.Resources`, over
-    the copied stores; passed where they take `Resources`."""
-
-    settings: Settings
-    inline: InlineEncoder
-    store: EdgeVectorStore
-    graph_store: EmbeddedGraphStore
-    bm25: Bm25Sparse = field(default_factory=Bm25Sparse)
-    cross_encoder: Reranker | None = None
-    nli_model: NliModel | None = None
-
-    async def encoder(self) -> Encoder:
-        return self.inline
-
-    def encoding(self) -> InlineEncoder:
-        return self.inline
-
-    async def vectors(self) -> EdgeVectorStore:
-        return self.store
-
-    async def sparse(self) -> Bm25Sparse:
-        return self.bm25
-
-    async def graph(self) -> EmbeddedGraphStore:
-        return self.graph_store
-
-    async def reranker(self) -> Reranker | None:
-        return self.cross_encoder
-
-    async def nli(self) -> NliModel | None:
-        return self.nli_model
-
-    def llm(self) -> None:
-        return None  # `unsupported` refuses a configured model
-
-
-@dataclass(frozen=True)
-class Served:
-    """One query's answer as the peer made it, and the milliseconds of each stage."""
-
-    stages_ms: dict[str, float]
-    intent: str
-    method: str
-    answer: str
-    citations: int
-    contexts: int
-    verdict: str
-    encoded: int
-    """Texts generation had to encode (0: the stored sentence vectors served, as in ragbus)."""
-
-
-def _ms(since: float) -> float:
-    return (time.perf_counter() - since) * 1000
-
-
-class _Worker:
-    """One thread's event loop and classifier (the engines and stores are shared)."""
-
-    def __init__(self, peer: SameWorkPeer, models: ModelSlot) -> None:
-        self.peer = peer
-        self.loop = asyncio.new_event_loop()
-        self.classifier = IntentClassifier(peer.engines.encoder, models.directory)
-        self.classifier._models = models  # one trained model per process, as in ragbus
-        self.request_id = new_request_id()
-
-    async def serve(self, query: str) -> Served:
-        peer, settings = self.peer, self.peer.settings
-        resources = cast("Resources", peer.engines)
-        stages: dict[str, float] = {}
-        started = time.perf_counter()
-        found = await self.classifier.classify(query, None)
-        stages["classify"] = _ms(started)
-        tool_results: list[ToolOutcome] = []
-        contexts: list[RetrievedChunk] = []
-        if found.intent is Intent.TOOL:  # the saga sends it to the tool worker, not search
-            started = time.perf_counter()
-            cmd = ToolCommand(request_id=self.request_id, query=query, calls=[])
-            tool_results = await run_tools(peer.tools, cmd)
-            stages["tool"] = _ms(started)
-        else:
-            started = time.perf_counter()
-            results = await self.search(query, found)
-            stages["search"] = _ms(started)
-            started = time.perf_counter()
-            contexts = await self.fuse(query, found, results)
-            stages["fuse"] = _ms(started)
-        started = time.perf_counter()
-        generate = GenerateCommand(
-            request_id=self.request_id,
-            query=query,
-            intent=found.intent,
-            contexts=contexts,
-            tool_results=tool_results,
-            tool_rounds_left=max(0, settings.max_tool_calls - (1 if tool_results else 0)),
-            query_vectors={query: found.query_vector} if found.query_vector else {},
-        )
-        answer = await answer_for(generate, resources)
-        stages["generate"] = _ms(started)
-        started = time.perf_counter()
-        critic = CriticCommand(
-            request_id=self.request_id,
-            query=query,
-            intent=found.intent,
-            answer=answer.text,
-            citations=answer.citations,
-            contexts=contexts,
-            tool_results=tool_results,
-            attempts_left=max(0, settings.max_attempts - 1),
-            query_vector=found.query_vector,
-        )
-        verdict, _ = await critique(critic, resources, {})
-        stages["critic"] = _ms(started)
-        return Served(
-            stages,
-            found.intent.value,
-            found.method,
-            answer.text,
-            len(answer.citations),
-            len(contexts),
-            verdict.verdict,
-            answer.encoded,
-        )
-
-    async def search(self, query: str, found: Classification) -> Rankings:
-        """The channels the intent weighs above 0, one after another (ragbus's search worker
-        runs them side by side on one event loop: the same work)."""
-        resources = cast("Resources", self.peer.engines)
-        results: Rankings = {}
-        for channel, function in CHANNEL_FUNCTIONS.items():
-            if found.weights.get(channel, 0.0) <= 0.0:
-                continue
-            cmd = SearchCommand(
-                request_id=self.request_id,
-                channel=channel,
-                query=query,
-                namespaces=[self.peer.namespace],
-                top_k=self.peer.channel_top_k,
-                query_vector=found.query_vector if channel.reads_query_vector else None,
-            )
-            hits = await getattr(channels, function)(resources, cmd)
-            results[channel] = ranked(hits.chunks, channel)[: cmd.top_k]
-        return results
-
-    async def fuse(
-        self, query: str, found: Classification, results: Rankings
-    ) -> list[RetrievedChunk]:
-        """`workers.fuse.router.fuse` for a first attempt: fusion, bridge, hydration, rerank."""
-        peer, settings = self.peer, self.peer.settings
-        engines, top_k = peer.engines, peer.top_k
-        effective_weights(found.weights, results)  # the fusion phase reports them
-        reranker = engines.cross_encoder
-        depth = max(top_k, settings.rerank_top_n) if reranker is not None else top_k
-        chunks = weighted_rrf(results, found.weights, k=settings.rrf_k, top_k=depth)
-        if settings.graph_bridge and chunks:
-            chunks, _ = await bridge(engines.graph_store, chunks, depth)
-        chunks = await engines.store.read(engines.store.hydrate, chunks)
-        if reranker is not None:
-            chunks, _ = await rerank(reranker, query, chunks, settings.rerank_top_n)
-            chunks = chunks[:top_k]
-        channel_counts(results)
-        channel_samples(results)
-        return chunks
 
 
 class SameWorkPeer:
@@ -301,7 +76,7 @@ class SameWorkPeer:
         self.load_s = 0.0
         self._tmp = tmp
         self._models = ModelSlot(model_dir(settings))
-        self._workers: dict[int, _Worker] = {}
+        self._workers: dict[int, Worker] = {}
 
     @classmethod
     def from_store_copy(
@@ -363,12 +138,12 @@ class SameWorkPeer:
         for n in range(threads):
             self._worker(n)
 
-    def _worker(self, n: int) -> _Worker:
+    def _worker(self, n: int) -> Worker:
         """Worker `n`, made on first use and warmed up as the classify worker warms up (its
         zero-shot prototypes encoded, the trained model loaded)."""
         worker = self._workers.get(n)
         if worker is None:
-            worker = self._workers[n] = _Worker(self, self._models)
+            worker = self._workers[n] = Worker(self, self._models)
             worker.loop.run_until_complete(worker.classifier.classify("warm up", None))
         return worker
 

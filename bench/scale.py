@@ -1,10 +1,10 @@
 """`ragbus bench-scale`: search and end-to-end latency at about 10k, 100k and 300k chunks.
 
-`bench.scale_build` makes each corpus from an ingested namespace (perturbed copies; its
-docstring says how and why). `measure` serves such a data directory with `ragbus up` in a child
-process, on its own nats-server and redis-server (free ports, temporary storage), and drives it
-with `ragbus bench`'s closed loop (`bench.load.run_bench`); `table` renders the rows for the
-README.
+`bench.scale_build` makes each corpus from an ingested namespace (perturbed copies: its
+docstring says why, `bench.scale_copies`'s how). `measure` serves such a data directory with
+`ragbus up` in a child process, on its own nats-server and redis-server (free ports, temporary
+storage), and drives it with `ragbus bench`'s closed loop (`bench.load.run_bench`); `table`
+renders the rows for the README.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
-from bench.scale_build import SCALE_FILE, STACK_LOG, read_json
+from bench.scale_build import SCALE_FILE, STACK_LOG
+from bench.scale_source import read_json
 from bench.stack import served_stack
 from client import RagbusClient
 from contracts.enums import CHANNEL_PHASE, Channel

@@ -17,7 +17,8 @@ from faststream.nats import NatsBroker
 from rich.console import Console
 from typer.testing import CliRunner
 
-from bench.same_work import SameWorkPeer, bench_same_work, run_same_work, unsupported
+from bench.same_work import SameWorkPeer, bench_same_work, run_same_work
+from bench.same_work_engines import unsupported
 from infra.retrieval.vectors.edge import EdgeVectorStore
 from infra.runtime.bus import Bus
 from infra.runtime.ingest_producer import load_documents

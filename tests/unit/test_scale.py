@@ -18,15 +18,8 @@ import numpy as np
 import pytest
 
 from bench.scale import channel_latencies, size_label, table
-from bench.scale_build import (
-    SCALE_FILE,
-    abuild_corpus,
-    build_corpus,
-    noise_sigma,
-    perturb_text,
-    perturb_vectors,
-    renamed,
-)
+from bench.scale_build import SCALE_FILE, abuild_corpus, build_corpus
+from bench.scale_copies import noise_sigma, perturb_text, perturb_vectors, renamed
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from infra.retrieval.chunking import Chunk, chunk_document, chunk_id_for
