@@ -4,7 +4,7 @@
 docstring says why, `bench.scale_copies`'s how). `measure` serves such a data directory with
 `ragbus up` in a child process, on its own nats-server and redis-server (free ports, temporary
 storage), and drives it with `ragbus bench`'s closed loop (`bench.load.run_bench`); `table`
-renders the rows for the README.
+renders one row per size, printed and saved in the report (`results/scale.json`).
 """
 
 from __future__ import annotations

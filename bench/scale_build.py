@@ -4,10 +4,10 @@ namespace (`bench.scale` serves and measures them).
 Why the corpora are not ingested
 --------------------------------
 Ingestion is bounded by the dense encoder: about 20 chunks a second on this 2-core machine
-(README, Evaluation), so 300k chunks would cost over four hours of MiniLM forward passes alone,
-and the benchmark is about the stores and the query path, not the encoder. So `build_corpus`
-makes the bigger corpora from one namespace that was ingested for real (NFCorpus: 3,633
-documents, 9,299 chunks, by `ragbus eval --beir ../shared/data/nfcorpus`), writing stored
+(docs/benchmarks.md, Ingestion), so 300k chunks would cost over four hours of MiniLM forward
+passes alone, and the benchmark is about the stores and the query path, not the encoder. So
+`build_corpus` makes the bigger corpora from one namespace that was ingested for real (NFCorpus:
+3,633 documents, 9,299 chunks, by `ragbus eval --beir ../shared/data/nfcorpus`), writing stored
 points straight into a fresh data directory, in the stores' own formats, through their public
 write paths (`VectorStore.write_points`, `GraphStore.upsert_document`).
 
@@ -20,9 +20,7 @@ prepared; then the vector store is optimized and the graph's communities detecte
 intent model and the encoder's ONNX export are copied too, so the stack that serves the corpus
 classifies and encodes as the source's did without training or exporting anything.
 
-`measure` serves such a data directory with `ragbus up` in a child process, on its own
-nats-server and redis-server (free ports, temporary storage), and drives it with `ragbus bench`'s
-closed loop (`bench.load.run_bench`); `table` renders the rows for the README.
+`bench.scale` serves and measures each corpus.
 """
 
 from __future__ import annotations
