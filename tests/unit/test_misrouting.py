@@ -15,7 +15,7 @@ from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, RequestStatus
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult
 from infra.retrieval.intent_profiles import EVEN, LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
-from tests.unit.test_saga import Run
+from tests.unit.saga_support import Run
 from workers.critic.scoring import Scores
 from workers.critic.verdict import judge_answer
 from workers.fuse.rrf import weighted_rrf

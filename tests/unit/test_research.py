@@ -15,7 +15,7 @@ from contracts.models import Citation
 from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import PlanResult
 from orchestrator import research
-from tests.unit.test_saga import Run
+from tests.unit.saga_support import Run
 from workers.critic.plan import facets, plan
 
 QUESTION = "Compare the Lighthouse of Alexandria and the Colossus of Rhodes"

@@ -8,7 +8,7 @@ from contracts.enums import Channel, RequestStatus
 from contracts.events import PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk
 from contracts.results import ChannelOutcome, SearchResult, StepFailure
-from tests.unit.test_saga import CHUNK, FACTUAL, Run
+from tests.unit.saga_support import CHUNK, FACTUAL, Run
 
 OTHER = RetrievedChunk(chunk_id="c2", document_id="d2", text="Ptolemy paid for it.")
 

@@ -16,7 +16,7 @@ from contracts.enums import Channel, Intent, Step
 from contracts.results import ClassifyResult
 from contracts.sessions import RememberTurn
 from infra.retrieval.intent_profiles import PROFILES
-from tests.unit.test_saga import Run
+from tests.unit.saga_support import Run
 
 FACTUAL = dict(PROFILES[Intent.FACTUAL])
 
