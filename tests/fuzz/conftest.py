@@ -20,6 +20,19 @@ FUZZ_TOKEN = "fuzz-token-0123456789"
 """The stack runs with bearer auth on, so the fuzzer also checks that it is enforced."""
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each API operation's test its own node id. Schemathesis names the items by
+    operation (`test_x[POST /v1/queries]`) but leaves every node id the function's, and
+    pytest-xdist schedules and reports by node id: it would run one operation of the 24."""
+    for item in items:
+        if item.parent is None or item.nodeid.endswith(f"::{item.name}"):
+            continue
+        if hasattr(item, "_id"):  # pytest 9
+            item._id = item.parent.id.child(item.name)
+        else:  # pytest 8
+            item._nodeid = f"{item.parent.nodeid}::{item.name}"
+
+
 @dataclass(frozen=True)
 class UpStack:
     url: str
