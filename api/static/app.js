@@ -206,7 +206,7 @@ function apply(name, event, seq) {
       $("#run").dataset.status = status;
       fetchView(event.request_id || current.id);
       loadHistory();
-      conversation.refresh();
+      conversation.refresh({ ended: event.request_id || current.id });
       break;
     }
     default:

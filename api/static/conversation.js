@@ -9,6 +9,7 @@ import { $, clear, el, short } from "./dom.js";
 const KEY = "ragbus_session";
 const ASKED = "ragbus_session_asked";
 const ANSWER_CHARS = 280;
+const RECORD_RETRIES = 5; // 0.25 + 0.5 + 1 + 2 + 4 s for a turn to be recorded after its `done`
 
 function newId() {
   const bytes = new Uint8Array(8);
@@ -52,14 +53,22 @@ export class Conversation {
     this.restart();
   }
 
-  async refresh() {
+  // `ended`: a request whose `done` the page just saw. Its turn's outcome (answer, the question
+  // as understood) is recorded by the memory worker a moment after that `done`, so while the
+  // API still shows the turn as submitted, ask again, a few times, backing off.
+  async refresh({ ended = null, attempt = 0 } = {}) {
     if (sessionStorage.getItem(ASKED) !== this.id) {
       this.render([]); // nothing asked in it from this tab yet: the API has no turn to show
       return;
     }
     try {
       const session = await api.get(`/v1/sessions/${encodeURIComponent(this.id)}`);
-      this.render(session.turns || []);
+      const turns = session.turns || [];
+      this.render(turns);
+      const pending = ended && turns.some((t) => t.request_id === ended && t.status === "submitted");
+      if (pending && attempt < RECORD_RETRIES) {
+        setTimeout(() => this.refresh({ ended, attempt: attempt + 1 }), 250 * 2 ** attempt);
+      }
     } catch (error) {
       if (error.status === 404) this.render([]);
       else if (error.status !== 401) this.report(error);
