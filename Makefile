@@ -58,10 +58,12 @@ test: setup
 # The long runs, after `make test`: the fuzz suites with four times the examples and the short
 # chaos run (tests marked `soak`), then a ten-minute chaos run (every role SIGKILLed and
 # restarted, both servers killed once, an ingest process killed mid-job); it exits 1 when a
-# goal is missed. Its report goes to results/chaos-soak.json.
+# goal is missed. Its report goes to results/chaos-soak.json, and the benchmark tables of the
+# README and docs/benchmarks.md are rewritten from it (`make test` checks they match).
 soak: setup
 	RAGBUS_FUZZ_SCALE=4 $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/fuzz tests/chaos
 	$(BIN)/ragbus chaos --duration 600 --concurrency 5 --kill-every 4 --seed 11 --out results/chaos-soak.json
+	$(BIN)/ragbus tables
 
 unit: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests/unit
