@@ -123,8 +123,12 @@ class Runtime:
         workers: Sequence[str] = WORKER_KINDS,
         resources_factory: ResourcesFactory = Resources,
         child_workers: Sequence[str] = (),
+        on_services: Callable[[Settings], Awaitable[None]] | None = None,
     ) -> None:
         self.child_workers = list(child_workers)
+        # called with the settings of the services found or started, before this process loads
+        # its models: `serve` starts its worker child there, so the two load side by side
+        self.on_services = on_services
         self.requested = settings
         self.resources_factory = resources_factory
         self.run_orchestrator = orchestrator
@@ -145,6 +149,8 @@ class Runtime:
             refuse_unmigrated(self.requested)  # before anything starts: a clear message
         self.services = await ensure_services(self.requested)
         self.settings = self.services.settings
+        if self.on_services is not None:
+            await self.on_services(self.settings)
         self.broker = create_broker(self.settings)
         self.resources = self.resources_factory(
             self.settings, Bus.from_settings(self.broker, self.settings)
@@ -240,15 +246,25 @@ async def serve(
     """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
     (`launcher.processes`) on the services this one found or started."""
     setup_tracing(process_role(api=api, orchestrator=orchestrator, workers=workers))
+    child: WorkerChild | None = None
+
+    async def start_child(found: Settings) -> None:
+        """The child starts as soon as the services answer: it loads its own models while
+        this process loads its own, instead of after them."""
+        nonlocal child
+        child = WorkerChild(
+            found, child_workers, restarts=CHILD_RESTARTS, window_s=CHILD_RESTART_WINDOW_S
+        )
+        await child.start()
+
     runtime = Runtime(
         settings,
         orchestrator=orchestrator,
         workers=workers,
         resources_factory=resources_factory,
         child_workers=child_workers,
+        on_services=start_child if child_workers else None,
     )
-    await runtime.start()
-    child: WorkerChild | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -259,14 +275,8 @@ async def serve(
     server_task: asyncio.Task[None] | None = None
     supervisor: asyncio.Task[None] | None = None
     try:
-        if child_workers:
-            child = WorkerChild(
-                runtime.settings,
-                child_workers,
-                restarts=CHILD_RESTARTS,
-                window_s=CHILD_RESTART_WINDOW_S,
-            )
-            await child.start()
+        await runtime.start()
+        if child is not None:
             supervisor = asyncio.create_task(child.supervise(stop), name="worker-process")
         if api:
             import uvicorn
