@@ -460,7 +460,9 @@ async def test_a_tenant_cannot_reach_another_tenants_events_over_nats(
         await nc.flush()
         await asyncio.sleep(0.5)
         assert sum("permissions violation" in e for e in errors) >= len(subs)
-        js = nc.jetstream()
+        # a denied JetStream API call is never answered: a second tells it from an allowed one
+        # (answered in milliseconds on loopback) as well as the client's default of five
+        js = nc.jetstream(timeout=1.0)
         for config in (
             ConsumerConfig(name="steal-1"),  # filtered form on acme's subject
             None,  # the unfiltered create subject
