@@ -73,13 +73,18 @@ def _ingest(r: Report) -> str:
     )
 
 
+def _share(fraction: float) -> str:
+    """A share as a percentage, never rounded up to 100 %."""
+    return "100 %" if fraction >= 1 else f"{min(99.9, 100 * fraction):.1f} %"
+
+
 def _chaos(r: Report) -> str:
     requests, ingest = r["requests"], r.get("ingest") or {}
     dups = sum(r["duplicates"].values())
     text = (
         f"{r['duration_s']:.0f} s, {r['kills']} kills + nats-server + redis-server: "
-        f"{requests['submitted']} requests, {100 * requests['terminal_share']:.0f} % terminal, "
-        f"{100 * (requests['completed_share'] or 0):.0f} % completed, {dups} duplicates, "
+        f"{requests['submitted']:,} requests, {_share(requests['terminal_share'])} terminal, "
+        f"{_share(requests['completed_share'] or 0)} completed, {dups} duplicates, "
         f"{r['sse_events_missed']} events missed"
     )
     if ingest:
