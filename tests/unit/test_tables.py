@@ -1,0 +1,49 @@
+"""The benchmark tables say what the reports say, and nothing rounder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.tables import _share, replaced, table
+
+
+def test_a_share_below_all_is_never_shown_as_all() -> None:
+    assert _share(1.0) == "100 %"
+    assert _share(0.998) == "99.8 %"
+    assert _share(0.99996) == "99.9 %"
+    assert _share(0.0) == "0.0 %"
+
+
+def test_a_row_names_the_run_its_report_records(tmp_path: Path) -> None:
+    report = {
+        "documents": 10,
+        "chunks": 20,
+        "seconds": 60.0,
+        "chunks_per_minute": 20.0,
+        "run": {"date": "2026-01-02", "machine": "2 cores, X", "command": "ragbus bench-ingest D"},
+    }
+    (tmp_path / "ingest.json").write_text(json.dumps(report))
+    rows = table(tmp_path).splitlines()
+    assert len(rows) == 3  # header, rule, the one report present
+    assert "20 chunks/min" in rows[2]
+    assert "2026-01-02, 2 cores, X" in rows[2]
+    assert "`ragbus bench-ingest D`" in rows[2]
+
+
+def test_a_report_without_its_run_says_so(tmp_path: Path) -> None:
+    report = {"n": 5, "accuracy": 0.8, "macro_f1": 0.75}
+    (tmp_path / "intent.json").write_text(json.dumps(report))
+    row = table(tmp_path).splitlines()[2]
+    assert "undated, machine not recorded" in row
+    assert "`not recorded`" in row
+
+
+def test_only_the_text_between_the_markers_is_replaced() -> None:
+    markers = ("<!-- a -->", "<!-- b -->")
+    text = "head\n<!-- a -->\nold\n<!-- b -->\ntail\n"
+    assert replaced(text, markers, "new") == "head\n<!-- a -->\nnew\n<!-- b -->\ntail\n"
+    with pytest.raises(ValueError, match="markers"):
+        replaced("no markers here", markers, "new")
