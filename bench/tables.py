@@ -18,6 +18,17 @@ Report = dict[str, Any]
 
 README_MARKERS = ("<!-- benchmarks:begin -->", "<!-- benchmarks:end -->")
 DOCS_MARKERS = ("<!-- latest-runs:begin -->", "<!-- latest-runs:end -->")
+CHANNEL_MARKERS = ("<!-- channels:begin -->", "<!-- channels:end -->")
+
+EVALUATIONS = (("MuSiQue train-100", "eval-musique.json"), ("NFCorpus test", "eval-nfcorpus.json"))
+"""The `ragbus eval` reports whose channels are shown side by side."""
+CHANNEL_COLUMNS = ("vector", "sparse", "graph_local", "graph_global")
+EVAL_METRICS = (
+    ("nDCG@10", "ndcg@10"),
+    ("Recall@10", "recall@10"),
+    ("Complete@10", "complete@10"),
+    ("MRR@10", "mrr@10"),
+)
 
 
 def _n(value: float, digits: int = 1) -> str:
@@ -95,9 +106,11 @@ def _chaos(r: Report) -> str:
 
 def _retrieval(r: Report) -> str:
     fused, pair = r["fused"], r.get("baselines", {}).get("vector+sparse")
-    text = f"nDCG@10 {fused['ndcg@10']:.3f}, Recall@10 {fused['recall@10']:.3f}"
+    shown = [("nDCG@10", "ndcg@10"), ("Recall@10", "recall@10"), ("Complete@10", "complete@10")]
+    shown = [(label, key) for label, key in shown if key in fused]
+    text = ", ".join(f"{label} {fused[key]:.3f}" for label, key in shown)
     if pair:
-        text += f" (vector+sparse RRF {pair['ndcg@10']:.3f}, {pair['recall@10']:.3f})"
+        text += " (vector+sparse RRF " + ", ".join(f"{pair[key]:.3f}" for _, key in shown) + ")"
     return f"{text}; {r['queries']} queries"
 
 
@@ -169,6 +182,40 @@ def table(results: Path) -> str:
     return "\n".join(lines)
 
 
+def channel_table(results: Path) -> str:
+    """Each evaluated data set's metrics for the fused ranking, every channel alone and the
+    plain vector+sparse RRF, side by side; the best of a row in bold; each set's run below."""
+    head = ["data set, metric", "fused", *(c.replace("_", " ") for c in CHANNEL_COLUMNS)]
+    lines = ["| " + " | ".join([*head, "vector+sparse RRF"]) + " |", "|---" * (len(head) + 1) + "|"]
+    runs = []
+    for name, report_file in EVALUATIONS:
+        path = results / report_file
+        if not path.exists():
+            continue
+        report = json.loads(path.read_text(encoding="utf-8"))
+        columns = [
+            report["fused"],
+            *(report["channels"].get(c, {}) for c in CHANNEL_COLUMNS),
+            report.get("baselines", {}).get("vector+sparse", {}),
+        ]
+        for label, key in EVAL_METRICS:
+            values = [column.get(key) for column in columns]
+            if values[0] is None:
+                continue
+            best = max(v for v in values if v is not None)
+            cells = [
+                "—" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}") for v in values
+            ]
+            lines.append(f"| {name}, {label} | " + " | ".join(cells) + " |")
+        run = report.get("run") or {}
+        runs.append(
+            f"{name}: {report['queries']} queries, {run.get('date', 'undated')}, "
+            f"{run.get('machine', 'machine not recorded')}, `{run.get('command', 'not recorded')}` "
+            f"([`results/{report_file}`](../results/{report_file}))"
+        )
+    return "\n".join([*lines, "", *(f"- {line}" for line in runs)])
+
+
 def replaced(text: str, markers: tuple[str, str], body: str) -> str:
     """`text` with what lies between `markers` replaced by `body`."""
     begin, end = markers
@@ -188,7 +235,11 @@ def rendered(root: Path) -> dict[Path, str]:
     """The README and the benchmarks page as they should read, keyed by path."""
     body = table(root / "results")
     readme, docs = root / "README.md", root / "docs" / "benchmarks.md"
+    evaluation = root / "docs" / "evaluation.md"
     return {
+        evaluation: replaced(
+            evaluation.read_text(encoding="utf-8"), CHANNEL_MARKERS, channel_table(root / "results")
+        ),
         readme: replaced(
             readme.read_text(encoding="utf-8"),
             README_MARKERS,

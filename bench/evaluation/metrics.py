@@ -1,5 +1,7 @@
 """IR metrics as BEIR reports them: nDCG@10 and Recall@k from trec_eval (via pytrec_eval),
-MRR@10 computed directly (trec_eval's `recip_rank` has no cut-off)."""
+MRR@10 computed directly (trec_eval's `recip_rank` has no cut-off), and Complete@10: the share
+of queries with every relevant document in the top 10 (for a multi-hop question, all of its
+supporting paragraphs: what an answer needs, where Recall@10 gives half credit for half)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from bench.evaluation.beir import Qrels
 Run = dict[str, dict[str, float]]
 """query id -> document id -> score (higher is better)."""
 
-METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "complete@10")
 
 
 def mrr_at(qrels: Qrels, run: Run, k: int = 10) -> float:
@@ -21,6 +23,19 @@ def mrr_at(qrels: Qrels, run: Run, k: int = 10) -> float:
         ranked = sorted(run.get(qid, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         rank = next((i for i, (doc, _) in enumerate(ranked, 1) if relevant.get(doc, 0) > 0), None)
         scores.append(1.0 / rank if rank else 0.0)
+    return mean(scores) if scores else 0.0
+
+
+def complete_at(qrels: Qrels, run: Run, k: int = 10) -> float:
+    """The share of queries (with at least one relevant document) whose every relevant
+    document is among the run's first `k`."""
+    scores = []
+    for qid, judged in qrels.items():
+        relevant = {doc for doc, grade in judged.items() if grade > 0}
+        if not relevant:
+            continue
+        ranked = sorted(run.get(qid, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        scores.append(1.0 if relevant <= {doc for doc, _ in ranked} else 0.0)
     return mean(scores) if scores else 0.0
 
 
@@ -38,6 +53,7 @@ def evaluate(qrels: Qrels, run: Run) -> dict[str, float]:
         "recall@10": round(avg("recall_10"), 4),
         "recall@100": round(avg("recall_100"), 4),
         "mrr@10": round(mrr_at(qrels, run, 10), 4),
+        "complete@10": round(complete_at(qrels, run, 10), 4),
     }
 
 

@@ -47,3 +47,21 @@ def test_only_the_text_between_the_markers_is_replaced() -> None:
     assert replaced(text, markers, "new") == "head\n<!-- a -->\nnew\n<!-- b -->\ntail\n"
     with pytest.raises(ValueError, match="markers"):
         replaced("no markers here", markers, "new")
+
+
+def test_the_channels_stand_side_by_side_with_the_best_in_bold(tmp_path: Path) -> None:
+    from bench.tables import channel_table
+
+    metrics = {"ndcg@10": 0.5, "recall@10": 0.6, "mrr@10": 0.7}
+    report = {
+        "queries": 3,
+        "fused": metrics,
+        "channels": {"vector": {**metrics, "ndcg@10": 0.55}, "sparse": metrics},
+        "baselines": {"vector+sparse": metrics},
+    }
+    (tmp_path / "eval-musique.json").write_text(json.dumps(report))
+    lines = channel_table(tmp_path).splitlines()
+    ndcg = next(line for line in lines if "nDCG@10" in line)
+    assert "| 0.500 | **0.550** | 0.500 | — | — | 0.500 |" in ndcg
+    assert not any("Complete@10" in line for line in lines)  # not in this report: no row
+    assert lines[-1].startswith("- MuSiQue train-100: 3 queries, undated")
