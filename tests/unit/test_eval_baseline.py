@@ -22,9 +22,7 @@ def test_dense_sparse_baseline_is_weighted_rrf_of_the_two_text_channels() -> Non
     assert sorted(fused, key=lambda d: -fused[d]) == ["b", "a", "c"]
 
 
-def test_complete_at_ten_needs_every_relevant_document_in_the_top_ten() -> (
-    None
-):
+def test_complete_at_ten_needs_every_relevant_document_in_the_top_ten() -> None:
     from bench.evaluation.metrics import complete_at, evaluate
 
     qrels = {"both": {"a": 1, "b": 1}, "half": {"c": 1, "d": 1}, "none": {"x": 0}}
