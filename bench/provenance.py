@@ -59,44 +59,31 @@ def machine() -> str:
     return ", ".join(parts)
 
 
-def _gpu() -> str | None:
+def _output(command: list[str], cwd: Path | None = None) -> str | None:
+    """What `command` printed, or None when it could not run or failed."""
     try:
-        found = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
+        done = subprocess.run(
+            command, cwd=cwd, capture_output=True, text=True, timeout=5, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    names = [line.strip() for line in found.stdout.splitlines() if line.strip()]
-    return " + ".join(names) if found.returncode == 0 and names else None
+    return done.stdout.strip()
+
+
+def _gpu() -> str | None:
+    found = _output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    names = [line.strip() for line in (found or "").splitlines() if line.strip()]
+    return " + ".join(names) if names else None
 
 
 def commit() -> str | None:
     """The checkout's commit (short), with `+changes` when the work tree differs from it."""
     root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    sha = _output(["git", "rev-parse", "--short", "HEAD"], root)
+    dirty = _output(["git", "status", "--porcelain", "--untracked-files=no"], root)
+    if not sha or dirty is None:
         return None
-    return f"{sha}+changes" if dirty else sha or None
+    return f"{sha}+changes" if dirty else sha
 
 
 def command(argv: list[str] | None = None) -> str:

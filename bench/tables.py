@@ -157,6 +157,13 @@ ROWS = (
 )
 
 
+def _run_of(report: Report) -> tuple[str, str]:
+    """The report's run as the tables show it: "date, machine", and the command."""
+    run = report.get("run") or {}
+    when = f"{run.get('date', 'undated')}, {run.get('machine', 'machine not recorded')}"
+    return when, run.get("command", "not recorded")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -172,12 +179,11 @@ def table(results: Path) -> str:
         if not path.exists():
             continue
         report = json.loads(path.read_text(encoding="utf-8"))
-        run = report.get("run") or {}
-        when = f"{run.get('date', 'undated')}, {run.get('machine', 'machine not recorded')}"
+        when, command = _run_of(report)
         lines.append(
             f"| {row.what} | {_cell(row.figure(report))} "
             f"([`results/{row.report}`](../results/{row.report})) | {_cell(when)} "
-            f"| `{_cell(run.get('command', 'not recorded'))}` |"
+            f"| `{_cell(command)}` |"
         )
     return "\n".join(lines)
 
@@ -207,10 +213,9 @@ def channel_table(results: Path) -> str:
                 "—" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}") for v in values
             ]
             lines.append(f"| {name}, {label} | " + " | ".join(cells) + " |")
-        run = report.get("run") or {}
+        when, command = _run_of(report)
         runs.append(
-            f"{name}: {report['queries']} queries, {run.get('date', 'undated')}, "
-            f"{run.get('machine', 'machine not recorded')}, `{run.get('command', 'not recorded')}` "
+            f"{name}: {report['queries']} queries, {when}, `{command}` "
             f"([`results/{report_file}`](../results/{report_file}))"
         )
     return "\n".join([*lines, "", *(f"- {line}" for line in runs)])
@@ -226,13 +231,8 @@ def replaced(text: str, markers: tuple[str, str], body: str) -> str:
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def between(text: str, markers: tuple[str, str]) -> str:
-    begin, end = markers
-    return text.partition(begin)[2].partition(end)[0].strip("\n")
-
-
 def rendered(root: Path) -> dict[Path, str]:
-    """The README and the benchmarks page as they should read, keyed by path."""
+    """The README, the benchmarks page and the evaluation page as they should read, by path."""
     body = table(root / "results")
     readme, docs = root / "README.md", root / "docs" / "benchmarks.md"
     evaluation = root / "docs" / "evaluation.md"
