@@ -54,7 +54,8 @@ class RetrievedChunk(BaseModel):
 
     Channels return references (no `text`): fusion only needs ids and ranks. The fused list is
     hydrated from the store with the text and the stored `vectors` that generation and the
-    critic read, and claimed (`infra.runtime.claims`): on the bus it carries openings.
+    critic read, and claimed (`infra.runtime.claims`): on the bus it carries openings, and
+    in the commands of the steps that resolve it, not even those.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -76,7 +77,8 @@ class RetrievedChunk(BaseModel):
     claimed: bool = Field(
         default=False,
         description="the whole passage (text and vectors) waits in the request's claim store; "
-        "`text` here is its opening",
+        "`text` here is its opening (in a fusion result), or empty (in a command to a step "
+        "that resolves the claim)",
     )
 
 

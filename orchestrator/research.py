@@ -47,7 +47,7 @@ def start_plan(saga: Saga, state: RequestState, clock: Clock) -> Transition:
     cmd = PlanCommand(
         **saga._corr(state),
         query=state.question,
-        contexts=state.fused[:PLANNED_CONTEXTS],
+        contexts=saga._to_resolve(state.fused[:PLANNED_CONTEXTS]),
         max_questions=saga.settings.research_max_children,
     )
     state.status = RequestStatus.PLANNING

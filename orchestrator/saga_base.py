@@ -25,6 +25,7 @@ from contracts.events import (
     PhaseData,
     PhaseEvent,
 )
+from contracts.models import RetrievedChunk
 from infra.settings import Settings
 from orchestrator import research
 from orchestrator.answer import build_answer, passages_draft
@@ -126,6 +127,13 @@ class SagaBase:
         if text == state.question and state.query_vector:
             return state.query_vector
         return state.query_vectors.get(text)
+
+    @staticmethod
+    def _to_resolve(chunks: list[RetrievedChunk]) -> list[RetrievedChunk]:
+        """Passages for a step that resolves their claims first (generate, critic, plan): a
+        claimed chunk goes without its opening, which that step replaces with the whole
+        passage anyway. The state keeps the openings, for citations and the fallback answer."""
+        return [c.model_copy(update={"text": ""}) if c.claimed else c for c in chunks]
 
     @staticmethod
     def _corr(state: RequestState) -> dict[str, object]:

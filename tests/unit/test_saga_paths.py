@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from contracts.commands import (
     ClassifyCommand,
+    CriticCommand,
+    FuseCommand,
+    GenerateCommand,
     SearchCommand,
     ToolCommand,
 )
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, RequestStatus
 from contracts.events import AnswerEvent, PhaseEvent
-from contracts.models import ToolOutcome
+from contracts.models import RetrievedChunk, ToolOutcome
 from contracts.queries import QuerySubmitted
 from contracts.results import (
     ClassifyResult,
+    FuseResult,
     StepFailure,
     ToolResult,
 )
@@ -46,6 +50,27 @@ def test_happy_path_reaches_completed_with_one_answer_and_one_done() -> None:
     assert answer.data.metadata["attempts"] == 1
     assert run.state.status is RequestStatus.COMPLETED
     assert run.state.pending is None
+
+
+def test_steps_that_resolve_claims_get_claimed_passages_without_their_openings() -> None:
+    run = Run()
+    run.submit()
+    run.classify()
+    run.search_all()
+    cmd = run.last(FuseCommand)
+    claimed = RetrievedChunk(chunk_id="c1", document_id="d1", text="Pharos light.", claimed=True)
+    inline = RetrievedChunk(chunk_id="m1", document_id="d2", text="A remembered fact.")
+    run.result(FuseResult(**run.corr(cmd), chunks=[claimed, inline]))
+    generate = run.last(GenerateCommand)
+    assert [c.text for c in generate.contexts] == ["", "A remembered fact."]
+    assert '"Pharos' not in generate.compact_json()
+    assert run.state
+    assert [c.text for c in run.state.fused] == ["Pharos light.", "A remembered fact."]
+    run.generate()
+    assert [c.text for c in run.last(CriticCommand).contexts] == ["", "A remembered fact."]
+    answer = run.critic()[0]
+    assert isinstance(answer, AnswerEvent)
+    assert answer.data.citations[1].snippet == "Pharos light."  # from the state's opening
 
 
 def test_a_result_for_another_command_or_attempt_is_ignored() -> None:
