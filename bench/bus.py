@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.floor import Pattern
+from bench.ledger import ledger, record
 from bench.load import Outcome, run_bench, run_one, summarize
 from bench.stack import ROOT, served_stack
 from bench.tap import BusTap, RedisTap, traffic_report
@@ -41,6 +42,7 @@ async def bench_bus(
     warmup_s: float,
     extra_env: dict[str, str] | None = None,
     floor: bool = True,
+    profile: bool = False,
 ) -> dict[str, Any]:
     env = {
         # The instant vectors are random, so the real critic would send every request round
@@ -49,6 +51,13 @@ async def bench_bus(
         **(extra_env or {}),
     }
     async with served_stack(["-m", "bench.instant"], env, ready_timeout_s=READY_TIMEOUT_S) as stack:
+        profiling = (
+            asyncio.create_task(
+                record(stack.pids["ragbus"], delay_s=warmup_s + 1, seconds=duration_s - 2)
+            )
+            if profile
+            else None
+        )
         report = await run_bench(
             stack.url,
             queries,
@@ -57,6 +66,9 @@ async def bench_bus(
             warmup_s=warmup_s,
             pids=stack.pids,
         )
+        if profiling is not None:
+            cpu = (report.get("cpu") or {}).get("process_cpu_ms_per_request") or {}
+            report["ledger"] = ledger(await profiling, cpu.get("ragbus"))
         traffic, sequential = await tapped_requests(
             stack.url, stack.nats_url, stack.redis_url, queries
         )

@@ -61,3 +61,23 @@ def print_floor(report: dict[str, Any], console: Console) -> None:
     )
     versus.add_row("nats-server CPU", "", "", _fmt(ratio.get("nats_cpu_per_request"), "x"))
     console.print(versus)
+
+
+def print_ledger(report: dict[str, Any], console: Console) -> None:
+    """Where a request's CPU went (`--profile`), by role and by layer, beside the floor."""
+    ledger = report.get("ledger")
+    if not ledger:
+        return
+    floor_ms = ((report.get("ratio_to_floor") or {}).get("python_cpu_ms_per_request") or {}).get(
+        "floor"
+    )
+    for key, title in (("by_role", "role on the stack"), ("by_layer", "innermost layer")):
+        table = Table(title=f"a request's CPU by {title} ({ledger['samples']:,} samples)")
+        table.add_column(title.split()[-1] if key == "by_layer" else "role")
+        table.add_column("share", justify="right")
+        table.add_column("ms a request", justify="right")
+        for row in ledger[key]:
+            table.add_row(row["name"], f"{row['share']:.1%}", _fmt(row.get("ms_per_request")))
+        if floor_ms:
+            table.add_row("the floor, all of it", "", _fmt(floor_ms))
+        console.print(table)

@@ -171,12 +171,16 @@ def bench_bus(
     floor: Annotated[
         bool, typer.Option(help="Also run the floor: the same messages in plain nats-py.")
     ] = True,
+    profile: Annotated[
+        bool,
+        typer.Option(help="Sample the stack with py-spy under load: where a request's CPU goes."),
+    ] = False,
 ) -> None:
     """The broker path's own cost: the real API, saga, workers, nats-server and Redis, with
     instant engines (no model, no store), started on free ports and stopped afterwards; then
     the floor, the same message pattern in plain nats-py and redis-py, in the same run."""
     from bench.bus import bench_bus as run
-    from bench.bus_report import print_floor
+    from bench.bus_report import print_floor, print_ledger
     from bench.load import load_queries, print_report
 
     interactive_logging(Settings(), verbose=False)
@@ -187,11 +191,13 @@ def bench_bus(
             duration_s=duration,
             warmup_s=warmup,
             floor=floor,
+            profile=profile,
         )
     )
     save_json(report, out)
     print_report(report, console)
     print_floor(report, console)
+    print_ledger(report, console)
     console.print(f"wrote {out}")
 
 

@@ -1,0 +1,55 @@
+"""The CPU ledger files py-spy's raw samples by the role on the stack and the innermost layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.ledger import OTHER_LAYER, ledger, parse_frames, role
+
+LOOP = "main (bench/instant.py:172);run (asyncio/runners.py:190)"
+SAGA = (
+    f"{LOOP};consume (faststream/_internal/endpoint/subscriber/usecase.py:347);"
+    "Orchestrator.on_result (orchestrator/service.py:120);"
+    "StateStore.apply (orchestrator/store.py:294);"
+    "Pipeline.execute (redis/asyncio/client.py:2288)"
+)
+WORKER = (
+    f"{LOOP};consume (faststream/_internal/endpoint/subscriber/usecase.py:347);"
+    "handle (workers/search/__init__.py:171);"
+    "validate_json (pydantic/type_adapter.py:400)"
+)
+API = (
+    f"{LOOP};run_asgi (uvicorn/protocols/http/h11_impl.py:403);"
+    "submit (api/routes.py:90);dumps (json/__init__.py:231)"
+)
+NATS_LOOP = f"{LOOP};Client._read_loop (nats/aio/client.py:2100);feed (nats/protocol/parser.py:80)"
+
+
+def test_a_frame_keeps_its_function_and_path() -> None:
+    frames = parse_frames("f (a/b.py:3);<lambda> (c (x).py:9);g (<frozen runpy>:88)")
+    assert frames[0] == ("f", "a/b.py")
+    assert frames[-1] == ("g", "<frozen runpy>")
+
+
+def test_roles_are_the_outermost_part_of_ragbus_on_the_stack() -> None:
+    assert role(parse_frames(SAGA)) == "saga"
+    assert role(parse_frames(WORKER)) == "worker: search"
+    assert role(parse_frames(API)) == "API (submission, SSE relay)"
+    assert role(parse_frames(NATS_LOOP)) == "nats-py read and flush loops"
+    assert role(parse_frames(LOOP)).startswith("runtime")
+
+
+def test_the_ledger_gives_shares_and_milliseconds_a_request() -> None:
+    lines = [f"{SAGA} 2", f"{WORKER} 1", f"{API} 1", "not a sample", ""]
+    report = ledger(lines, cpu_ms_per_request=20.0)
+    assert report["samples"] == 4
+    roles = {row["name"]: row for row in report["by_role"]}
+    assert roles["saga"]["share"] == 0.5
+    assert roles["saga"]["ms_per_request"] == pytest.approx(10.0)
+    layers = {row["name"]: row["share"] for row in report["by_layer"]}
+    assert layers == {"redis-py": 0.5, "pydantic": 0.25, OTHER_LAYER: 0.25}
+
+
+def test_without_the_cpu_figure_only_shares_are_given() -> None:
+    report = ledger([f"{SAGA} 3"], cpu_ms_per_request=None)
+    assert "ms_per_request" not in report["by_role"][0]
