@@ -11,7 +11,6 @@ fuse worker, the API) never import it or torch.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,7 @@ from infra.logging import get_logger
 from infra.retrieval.encoder import Encoder
 from infra.retrieval.lexical import SparseVec
 from infra.settings import Settings
+from infra.threads import limit_tokenizer_threads, set_torch_threads, thread_share
 
 log = get_logger(__name__)
 
@@ -125,7 +125,8 @@ def _check_model_dir(path: Path) -> None:
 
 
 def load_bge_m3(settings: Settings) -> BgeM3Encoder:
-    """Load `settings.bge_m3_path` on CPU in fp32, offline."""
+    """Load `settings.bge_m3_path` on CPU in fp32, offline, on this process's share of the
+    cores (`RAGBUS_ENCODER_THREADS`, else `infra.threads.thread_share`)."""
     if settings.bge_m3_path is None:
         raise ValueError("RAGBUS_BGE_M3_PATH is not set")
     path = settings.bge_m3_path
@@ -133,12 +134,11 @@ def load_bge_m3(settings: Settings) -> BgeM3Encoder:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import torch
+    threads = settings.encoder_threads or thread_share(settings)  # a large model: no cap of 4
+    limit_tokenizer_threads(threads)
     from FlagEmbedding import BGEM3FlagModel
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    with contextlib.suppress(RuntimeError):  # already set, or parallel work already ran
-        torch.set_num_interop_threads(1)
+    set_torch_threads(threads)
     # fp16 is FlagEmbedding's default even on CPU, where it is slow or unsupported.
     model = BGEM3FlagModel(str(path), use_fp16=False, devices="cpu")
     encoder = BgeM3Encoder(model, name=path.name)

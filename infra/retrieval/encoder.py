@@ -20,7 +20,6 @@ query path runs no other forward pass.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from infra.retrieval.chunking import Chunk
 from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.vectors.base import Sentences
 from infra.settings import Settings
+from infra.threads import host_processes, limit_tokenizer_threads, set_torch_threads, thread_share
 
 log = get_logger(__name__)
 
@@ -198,19 +198,21 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+ENCODER_MAX_THREADS = 4
+"""MiniLM gains nothing past 4 intra-op threads."""
+
+
 def encoder_threads(settings: Settings) -> int:
-    """Intra-op threads: the setting, or one per core up to 4 (MiniLM gains nothing past 4)."""
-    return settings.encoder_threads or max(1, min(4, os.cpu_count() or 1))
+    """Intra-op threads: the setting, or this process's share of the cores
+    (`infra.threads.thread_share`: cores ÷ RAGBUS_HOST_PROCESSES), at most 4."""
+    return settings.encoder_threads or min(ENCODER_MAX_THREADS, thread_share(settings))
 
 
 def load_torch_encoder(settings: Settings, precision: str) -> TorchEncoder:
     _offline()
-    import torch
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(encoder_threads(settings))
-    with contextlib.suppress(RuntimeError):  # already set, or parallel work already ran
-        torch.set_num_interop_threads(1)
+    set_torch_threads(encoder_threads(settings))
     path = model_path(settings)
     model = SentenceTransformer(str(path), device="cpu")
     model.eval()
@@ -220,6 +222,7 @@ def load_torch_encoder(settings: Settings, precision: str) -> TorchEncoder:
 def load_encoder(settings: Settings) -> Encoder:
     """Load the configured sentence encoder on CPU, offline, on the configured runtime."""
     _offline()
+    limit_tokenizer_threads(encoder_threads(settings))
     path = model_path(settings)
     if not path.is_dir():
         raise FileNotFoundError(f"encoder model directory not found: {path}")
@@ -245,5 +248,7 @@ def load_encoder(settings: Settings) -> Encoder:
         dim=encoder.dim,
         runtime=encoder.runtime,
         precision=encoder.precision,
+        threads=encoder_threads(settings),
+        host_processes=host_processes(settings),
     )
     return encoder

@@ -18,6 +18,7 @@ from typing import Any
 
 from infra.logging import get_logger
 from infra.settings import Settings
+from infra.threads import cap_torch_threads
 
 log = get_logger(__name__)
 
@@ -107,9 +108,11 @@ class NliModel:
 
 
 def load_nli(settings: Settings) -> NliModel | None:
-    """The configured NLI model; None when none is configured."""
+    """The configured NLI model, torch's threads capped at this process's share of the cores;
+    None when none is configured."""
     if settings.nli_path is None:
         return None
+    cap_torch_threads(settings)
     model = NliModel.from_path(settings.nli_path)
     log.info("nli_loaded", path=str(settings.nli_path), entailment_label=model.entailment_label)
     return model

@@ -14,6 +14,7 @@ from typing import Any
 
 from infra.logging import get_logger
 from infra.settings import Settings
+from infra.threads import cap_torch_threads
 
 log = get_logger(__name__)
 
@@ -57,7 +58,8 @@ class Reranker:
 
 
 def load_reranker(settings: Settings) -> Reranker | None:
-    """The configured reranker on CPU in fp32, offline; None when none is configured."""
+    """The configured reranker on CPU in fp32, offline, torch's threads capped at this
+    process's share of the cores; None when none is configured."""
     path = settings.reranker_path
     if path is None:
         return None
@@ -66,6 +68,7 @@ def load_reranker(settings: Settings) -> Reranker | None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    cap_torch_threads(settings)
     from FlagEmbedding import FlagReranker
 
     model = FlagReranker(str(path), use_fp16=False, devices="cpu")

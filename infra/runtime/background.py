@@ -8,8 +8,9 @@ query path nearly all of them (weight 1024 against 110), and an idle machine sti
 child everything.
 
 The child is spawned (never forked: the parent holds NATS, Redis and ONNX Runtime threads) on
-first use, loads its own encoder once, and is replaced if it dies. `RAGBUS_BACKGROUND_PROCESS
-=false` runs the same functions in a thread of this process instead.
+first use, loads its own encoder once (with this process's settings, so on this process's share
+of the cores: `infra.threads`), and is replaced if it dies. `RAGBUS_BACKGROUND_PROCESS=false`
+runs the same functions in a thread of this process instead.
 """
 
 from __future__ import annotations
