@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = 
                 publisher = create_broker(settings, name="ragbus-api")
                 await publisher.connect()
                 stack.push_async_callback(publisher.stop)
-            nc = await nats.connect(settings.nats_url, name="ragbus-api-events")
+            nc = await nats.connect(settings.nats_servers, name="ragbus-api-events")
             stack.push_async_callback(nc.drain)
             redis = connect_redis(settings.redis_url)
             stack.push_async_callback(redis.aclose)

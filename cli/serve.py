@@ -89,7 +89,9 @@ def ping(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 3.0)
     import nats
 
     async def check() -> None:
-        nc = await nats.connect(Settings().nats_url, connect_timeout=timeout, allow_reconnect=False)
+        nc = await nats.connect(
+            Settings().nats_servers, connect_timeout=timeout, allow_reconnect=False
+        )
         try:
             await nc.jetstream().account_info()
         finally:

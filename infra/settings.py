@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 STEP_TIMEOUTS = (
@@ -19,6 +20,34 @@ STEP_TIMEOUTS = (
 )
 
 
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def nats_servers(value: str) -> list[str]:
+    """`nats://a:4222,nats://b:4222` as `["nats://a:4222", "nats://b:4222"]`; each URL must
+    name a host, and its port must be a number (nats-py takes a list, not a joined string)."""
+    urls = [part.strip() for part in value.split(",") if part.strip()]
+    if not urls:
+        raise ValueError("RAGBUS_NATS_URL names no server")
+    for url in urls:
+        parsed = urlparse(url if "://" in url else f"nats://{url}")
+        try:
+            if parsed.netloc.endswith(":"):
+                raise ValueError("empty port")
+            parsed.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise ValueError(
+                f"RAGBUS_NATS_URL: {url!r} has no valid port; a cluster is written "
+                "nats://host1:4222,nats://host2:4222"
+            ) from None
+        if parsed.scheme not in NATS_SCHEMES or not parsed.hostname:
+            raise ValueError(
+                f"RAGBUS_NATS_URL: {url!r} is not a NATS URL (nats://host:port, "
+                "comma-separated for a cluster)"
+            )
+    return urls
+
+
 class Settings(BaseSettings):
     """Every knob ragbus reads. docs/configuration.md lists each with its default, and a unit
     test (`tests/unit/test_readme.py`) fails when the page and this class disagree."""
@@ -26,7 +55,23 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAGBUS_", env_file=".env", extra="ignore")
 
     # Services
-    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server with JetStream.")
+    nats_url: str = Field(
+        "nats://127.0.0.1:4222",
+        description="NATS server with JetStream; a cluster as its nodes' URLs, comma-separated "
+        "(clients connect to any and fail over to the others).",
+    )
+    stream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Replicas of each JetStream stream and its consumers: 1 on one server, 3 on "
+        "a three-node cluster (a stream then survives the loss of any one node).",
+    )
+    stream_placement_tags: str | None = Field(
+        None,
+        description="Server tags (nats-server `server_tags`, comma-separated) a stream's "
+        "replicas must carry, e.g. a zone or a disk class; unset = any node of the cluster.",
+    )
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for saga state.")
     data_dir: Path = Field(Path(".ragbus"), description="Local stores and started services' data.")
     start_services: bool = Field(
@@ -155,6 +200,12 @@ class Settings(BaseSettings):
 
     # Consumers
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after a worker goes silent.")
+    publish_retry_s: float = Field(
+        20.0,
+        gt=0,
+        description="How long a publish keeps retrying a missing ack or a stream with no leader "
+        "(a cluster elects a new one within seconds of losing a node); then it fails.",
+    )
     max_deliver: int = Field(5, ge=1, description="Deliveries before a message is dead-lettered.")
     ingest_requeues: int = Field(
         2,
@@ -208,7 +259,19 @@ class Settings(BaseSettings):
         "elsewhere.",
     )
     encoder_threads: int = Field(
-        0, ge=0, le=64, description="Encoder intra-op threads; 0 = one per core, at most 4."
+        0,
+        ge=0,
+        le=64,
+        description="Encoder intra-op threads; 0 = this process's share of the cores "
+        "(cores ÷ RAGBUS_HOST_PROCESSES), at most 4.",
+    )
+    host_processes: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="ragbus processes sharing this machine's cores; each sizes its thread "
+        "pools to its share. 0 = the processes `ragbus up` runs (it passes its count to its "
+        "child).",
     )
     background_process: bool = Field(
         True,
@@ -305,6 +368,22 @@ class Settings(BaseSettings):
         if self.auth_mode == "token" and not self.api_token:
             raise ValueError("RAGBUS_AUTH_MODE=token needs RAGBUS_API_TOKEN")
         return self
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_urls_parse(cls, value: str) -> str:
+        nats_servers(value)
+        return value
+
+    @property
+    def nats_servers(self) -> list[str]:
+        """RAGBUS_NATS_URL as the list nats-py connects to: one URL per node."""
+        return nats_servers(self.nats_url)
+
+    @property
+    def placement_tags(self) -> list[str]:
+        tags = self.stream_placement_tags or ""
+        return [tag.strip() for tag in tags.split(",") if tag.strip()]
 
     @property
     def auth(self) -> Literal["none", "token", "tenants"]:

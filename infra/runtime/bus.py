@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,7 +45,8 @@ T = TypeVar("T")
 MSG_ID_HEADER = "Nats-Msg-Id"
 CONTENT_TYPE_HEADER = "content-type"
 JSON_CONTENT_TYPE = "application/json"
-PUBLISH_ATTEMPTS = 3
+PUBLISH_RETRY_S = 20.0
+"""How long a publish keeps trying by default (`RAGBUS_PUBLISH_RETRY_S` sets the bus's)."""
 
 
 @dataclass(frozen=True)
@@ -121,18 +123,25 @@ def all_consumers() -> list[ConsumerSpec]:
     return specs
 
 
+def stream_config(spec: StreamSpec, settings: Settings) -> api.StreamConfig:
+    """A stream as the settings place it: `RAGBUS_STREAM_REPLICAS` copies (its consumers
+    inherit the count), on nodes carrying `RAGBUS_STREAM_PLACEMENT_TAGS` when set."""
+    tags = settings.placement_tags
+    return api.StreamConfig(
+        name=spec.name,
+        subjects=spec.subjects,
+        retention=api.RetentionPolicy.WORK_QUEUE if spec.work_queue else api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        max_age=spec.max_age_s,
+        duplicate_window=120.0,
+        num_replicas=settings.stream_replicas,
+        placement=api.Placement(tags=tags) if tags else None,
+    )
+
+
 async def declare_streams(js: JetStreamContext, settings: Settings) -> None:
     for spec in stream_specs(settings):
-        config = api.StreamConfig(
-            name=spec.name,
-            subjects=spec.subjects,
-            retention=api.RetentionPolicy.WORK_QUEUE
-            if spec.work_queue
-            else api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE,
-            max_age=spec.max_age_s,
-            duplicate_window=120.0,
-        )
+        config = stream_config(spec, settings)
         try:
             await js.add_stream(config)
         except nats.js.errors.BadRequestError:
@@ -223,7 +232,7 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     Without FastStream's dependency injection: every handler takes one argument, the message
     its subscriber's `json_decoder` already validated."""
     return NatsBroker(
-        settings.nats_url,
+        settings.nats_servers,
         apply_types=False,
         name=name,
         middlewares=broker_middlewares(),
@@ -233,19 +242,31 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     )
 
 
-async def acked(send: Callable[[], Awaitable[T]]) -> T:
-    """Run a JetStream publish, retrying when its ack does not come in time (after 0.2 s, then
-    0.4 s). Safe because every message carries `Nats-Msg-Id`: a re-send of one the stream took
-    is a no-op. A plain loop: this runs for every message, where a retry library's machinery
-    cost more than the publish itself."""
-    for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+RETRYABLE_PUBLISH_ERRORS: tuple[type[Exception], ...] = (
+    nats.errors.TimeoutError,  # the ack is late
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,  # the stream has no leader: a cluster is electing one
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+async def acked(send: Callable[[], Awaitable[T]], retry_s: float = PUBLISH_RETRY_S) -> T:
+    """Run a JetStream publish, retrying while its ack does not come: a late ack, or a stream
+    with no leader while a cluster elects one after losing a node (seconds, on nats-server
+    2.9). Backs off from 0.2 s to 2 s and gives up after `retry_s`. Safe because every message
+    carries `Nats-Msg-Id`: a re-send of one the stream took is a no-op. A plain loop: this runs
+    for every message, where a retry library's machinery cost more than the publish itself."""
+    deadline = time.monotonic() + retry_s
+    delay = 0.2
+    while True:
         try:
             return await send()
-        except nats.errors.TimeoutError:
-            if attempt == PUBLISH_ATTEMPTS:
+        except RETRYABLE_PUBLISH_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
                 raise
-            await asyncio.sleep(0.2 * 2 ** (attempt - 1))
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            log.info("publish_retried", error=type(exc).__name__, after_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def json_headers(event_id: str | None) -> dict[str, str]:
@@ -260,15 +281,26 @@ class Bus:
     """Publishes our messages: JSON bodies, `Nats-Msg-Id = event_id`, into the right stream.
     Bodies are serialised once, by pydantic, and handed to the broker as bytes."""
 
-    def __init__(self, broker: NatsBroker, *, phase_start_after_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        broker: NatsBroker,
+        *,
+        phase_start_after_s: float = 0.0,
+        publish_retry_s: float = PUBLISH_RETRY_S,
+    ) -> None:
         self.broker = broker
+        self.publish_retry_s = publish_retry_s
         self.phase_start_after_s = phase_start_after_s
         """A step's `in_progress` event waits this long, and is not sent at all for a step
         that ends sooner (`worker_runtime.phase`): its start is implied by its command."""
 
     @classmethod
     def from_settings(cls, broker: NatsBroker, settings: Settings) -> Bus:
-        return cls(broker, phase_start_after_s=settings.phase_start_after_ms / 1000)
+        return cls(
+            broker,
+            phase_start_after_s=settings.phase_start_after_ms / 1000,
+            publish_retry_s=settings.publish_retry_s,
+        )
 
     async def publish(self, message: BaseModel, subject: str, stream: str) -> PubAck | None:
         """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""
@@ -283,7 +315,8 @@ class Bus:
         """An already serialised JSON body (the orchestrator's outbox keeps bodies that way)."""
         headers = json_headers(event_id)
         ack = await acked(
-            lambda: self.broker.publish(body, subject, headers=headers, stream=stream)
+            lambda: self.broker.publish(body, subject, headers=headers, stream=stream),
+            self.publish_retry_s,
         )
         return ack if isinstance(ack, PubAck) else None
 

@@ -19,7 +19,7 @@ from urllib.parse import quote, urlparse
 
 from infra.errors import StartupError
 from infra.logging import get_logger
-from infra.settings import Settings
+from infra.settings import Settings, nats_servers
 
 log = get_logger(__name__)
 
@@ -83,8 +83,8 @@ def _greets(host: str, port: int, hello: bytes | None, expect: bytes, timeout: f
 
 
 def nats_reachable(url: str) -> bool:
-    host, port = _host_port(url, 4222)
-    return _greets(host, port, None, b"INFO")
+    """Any of the servers (`RAGBUS_NATS_URL` may list a cluster's nodes) greets like NATS."""
+    return any(_greets(*_host_port(server, 4222), None, b"INFO") for server in nats_servers(url))
 
 
 def redis_reachable(url: str) -> bool:
@@ -126,7 +126,10 @@ def _wait_until(
 
 
 def redacted(url: str) -> str:
-    """A service URL fit for a log line: any password replaced by `***`."""
+    """A service URL (or a comma-separated list of them) fit for a log line: any password
+    replaced by `***`."""
+    if "," in url:
+        return ",".join(redacted(part.strip()) for part in url.split(","))
     parsed = urlparse(url)
     if parsed.password is None:
         return url
@@ -144,17 +147,20 @@ def start_nats(
     max_payload: int = NATS_MAX_PAYLOAD,
     *,
     service_password: str | None = None,
+    extra_config: str = "",
+    name: str = "nats-server",
 ) -> LocalService:
     """A `nats-server -js` on `port`; with `service_password`, with authorization: the service
     user `ragbus` and the tenants' users (`infra.tenancy.nats_auth`), and the URL it answers
-    carries the service user's credentials."""
+    carries the service user's credentials. `extra_config` is appended to its configuration
+    (a cluster node's name and routes: `infra.runtime.nats_cluster`)."""
     store_dir = store_dir.resolve()
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
     config = store_dir / "nats-server.conf"
     text = (
         f"host: 127.0.0.1\nport: {port}\nmax_payload: {max_payload}\n"
-        f'jetstream {{ store_dir: "{store_dir}" }}\n'
+        f'jetstream {{ store_dir: "{store_dir}" }}\n{extra_config}'
     )
     credentials = ""
     if service_password is not None:
@@ -172,9 +178,9 @@ def start_nats(
         start_new_session=True,
     )
     url = f"nats://{credentials}127.0.0.1:{port}"
-    _wait_until(lambda: nats_reachable(url), "nats-server", process, log_path)
-    log.info("service_started", service="nats-server", url=redacted(url), dir=str(store_dir))
-    return LocalService("nats-server", url, process, log_path)
+    _wait_until(lambda: nats_reachable(url), name, process, log_path)
+    log.info("service_started", service=name, url=redacted(url), dir=str(store_dir))
+    return LocalService(name, url, process, log_path)
 
 
 def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalService:
@@ -226,7 +232,12 @@ def ensure_services_sync(settings: Settings) -> Services:
     try:
         if not nats_reachable(settings.nats_url):
             if not settings.start_services:
-                raise ServiceError(f"NATS is not reachable at {settings.nats_url}")
+                raise ServiceError(f"NATS is not reachable at {redacted(settings.nats_url)}")
+            if len(settings.nats_servers) > 1:
+                raise ServiceError(
+                    f"no node of the NATS cluster answers ({redacted(settings.nats_url)}); "
+                    "ragbus starts a single local nats-server only for a single URL"
+                )
             nats_dir = settings.data_dir / "nats"
             password = None
             if settings.auth == "tenants":

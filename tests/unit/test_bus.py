@@ -5,22 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.js.api import PubAck
 
 from contracts.queries import QuerySubmitted
-from infra.runtime.bus import MSG_ID_HEADER, PUBLISH_ATTEMPTS, Bus
+from infra.runtime.bus import MSG_ID_HEADER, Bus
 
 
 class FlakyBroker:
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, error: type[Exception] = nats.errors.TimeoutError) -> None:
         self.failures = failures
+        self.error = error
         self.calls: list[dict[str, Any]] = []
 
     async def publish(self, body: Any, subject: str, **kwargs: Any) -> PubAck:
         self.calls.append({"body": body, "subject": subject, **kwargs})
         if len(self.calls) <= self.failures:
-            raise nats.errors.TimeoutError
+            raise self.error
         return PubAck(stream="RAG_QUERIES", seq=len(self.calls))
 
 
@@ -33,10 +35,30 @@ async def test_a_late_ack_is_retried_with_the_same_message_id() -> None:
     assert {c["headers"][MSG_ID_HEADER] for c in broker.calls} == {message.event_id}
 
 
-async def test_the_error_surfaces_when_every_attempt_times_out() -> None:
-    broker = FlakyBroker(failures=PUBLISH_ATTEMPTS)
+async def test_a_stream_without_a_leader_is_waited_for() -> None:
+    """A cluster that lost the stream's leader answers "no response from stream" until it
+    has elected another: the publish waits it out, with the same message id."""
+    broker = FlakyBroker(failures=3, error=nats.js.errors.NoStreamResponseError)
+    message = QuerySubmitted(request_id="r1", query="q")
+    ack = await Bus(broker).publish(message, "rag.query.submitted", "RAG_QUERIES")  # type: ignore[arg-type]
+    assert ack is not None
+    assert len(broker.calls) == 4
+    assert {c["headers"][MSG_ID_HEADER] for c in broker.calls} == {message.event_id}
+
+
+async def test_the_error_surfaces_when_the_retry_budget_is_spent() -> None:
+    broker = FlakyBroker(failures=100)
     with pytest.raises(nats.errors.TimeoutError):
+        await Bus(broker, publish_retry_s=0.5).publish(  # type: ignore[arg-type]
+            QuerySubmitted(request_id="r1", query="q"), "rag.query.submitted", "RAG_QUERIES"
+        )
+    assert len(broker.calls) == 2  # at 0 s and 0.2 s; the next, at 0.6 s, is past the budget
+
+
+async def test_an_error_that_a_retry_cannot_fix_is_raised_at_once() -> None:
+    broker = FlakyBroker(failures=1, error=nats.js.errors.BadRequestError)
+    with pytest.raises(nats.js.errors.BadRequestError):
         await Bus(broker).publish(  # type: ignore[arg-type]
             QuerySubmitted(request_id="r1", query="q"), "rag.query.submitted", "RAG_QUERIES"
         )
-    assert len(broker.calls) == PUBLISH_ATTEMPTS
+    assert len(broker.calls) == 1

@@ -71,3 +71,26 @@ def test_every_ragbus_variable_is_a_setting() -> None:
     used = set(re.findall(r"\bRAGBUS_[A-Z0-9_]+\b", COMPOSE.read_text(encoding="utf-8")))
     assert used, "the compose file configures nothing"
     assert used <= known, f"not settings: {sorted(used - known)}"
+
+
+def test_the_cluster_profile_is_three_routed_nodes_that_ragbus_lists(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    deploy = COMPOSE.parent / "infra" / "deploy"
+    env = dict(
+        line.split("=", 1)
+        for line in (deploy / "cluster.env").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    )
+    assert env["COMPOSE_PROFILES"] == "cluster"
+    nodes = ["nats", "nats-2", "nats-3"]
+    for node in nodes:
+        assert services[node]["environment"]["NATS_SERVER_NAME"] == node
+    assert all(services[node]["profiles"] == ["cluster"] for node in nodes[1:])
+    routes = re.findall(r"nats-route://([\w-]+):6222", (deploy / env["NATS_CONFIG"]).read_text())
+    assert sorted(routes) == sorted(nodes)
+    settings = Settings(
+        nats_url=env["RAGBUS_NATS_URL"], stream_replicas=int(env["RAGBUS_STREAM_REPLICAS"])
+    )
+    assert settings.nats_servers == [f"nats://{node}:4222" for node in nodes]
+    assert settings.stream_replicas == 3

@@ -1,0 +1,152 @@
+"""A JetStream cluster of local `nats-server` nodes on loopback ports, for the tests, the
+chaos run and a developer's machine: each node its own process and storage, routed to the
+others, every node killable (SIGKILL) and restartable on its ports and storage.
+
+A production cluster is three nodes on three machines (docker-compose's `cluster` profile,
+docs/cluster.md); ragbus talks to either the same way: `RAGBUS_NATS_URL` lists the nodes and
+`RAGBUS_STREAM_REPLICAS=3` keeps every stream on all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import nats.errors
+import nats.js.errors
+
+from infra.logging import get_logger
+from infra.runtime.services import LocalService, ServiceError, free_port, start_nats
+
+log = get_logger(__name__)
+
+CLUSTER_NAME = "ragbus"
+
+
+@dataclass
+class NatsNode:
+    name: str
+    client_port: int
+    route_port: int
+    store_dir: Path
+    service: LocalService | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.client_port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.service is not None and self.service.process.poll() is None
+
+
+@dataclass
+class NatsCluster:
+    """`size` nodes named n1…nN under `root`; `url` is what RAGBUS_NATS_URL takes."""
+
+    root: Path
+    size: int = 3
+    nodes: list[NatsNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            self.nodes = [
+                NatsNode(f"n{i + 1}", free_port(), free_port(), self.root / f"n{i + 1}")
+                for i in range(self.size)
+            ]
+
+    @property
+    def url(self) -> str:
+        return ",".join(node.url for node in self.nodes)
+
+    def node(self, name: str) -> NatsNode:
+        return next(node for node in self.nodes if node.name == name)
+
+    def _config(self, node: NatsNode) -> str:
+        routes = ", ".join(
+            f"nats://127.0.0.1:{other.route_port}" for other in self.nodes if other is not node
+        )
+        return (
+            f"server_name: {node.name}\n"
+            f"cluster {{\n  name: {CLUSTER_NAME}\n  host: 127.0.0.1\n"
+            f"  port: {node.route_port}\n  routes: [{routes}]\n}}\n"
+        )
+
+    def start_node(self, node: NatsNode) -> None:
+        node.service = start_nats(
+            node.client_port,
+            node.store_dir,
+            extra_config=self._config(node),
+            name=f"nats-server {node.name}",
+        )
+
+    def start(self, timeout_s: float = 30.0) -> NatsCluster:
+        """Start every node and wait until JetStream answers (a meta leader is elected)."""
+        try:
+            for node in self.nodes:
+                self.start_node(node)
+            wait_for_jetstream(self.url, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one node: no goodbye to its routes or its clients."""
+        node = self.node(name)
+        if node.service is not None and node.alive:
+            os.kill(node.service.process.pid, signal.SIGKILL)
+            node.service.process.wait(10)
+        log.info("nats_node_killed", node=name)
+
+    def restart(self, name: str) -> None:
+        """Start a killed node again on its ports and storage: it rejoins and catches up."""
+        node = self.node(name)
+        if not node.alive:
+            self.start_node(node)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.service is not None:
+                node.service.stop()
+
+
+async def _jetstream_answers(url: str) -> bool:
+    try:
+        nc = await nats.connect(url.split(","), connect_timeout=1, allow_reconnect=False)
+    except (OSError, nats.errors.Error):
+        return False
+    try:
+        await nc.jetstream(timeout=1).account_info()
+        return True
+    except (nats.errors.Error, nats.js.errors.Error):
+        return False
+    finally:
+        await nc.close()
+
+
+def wait_for_jetstream(url: str, timeout_s: float = 30.0) -> None:
+    """Block until JetStream answers an API call at `url` (a node list): on a cluster, once
+    its nodes have routed to each other and elected a meta leader. Not from inside a running
+    event loop (use `asyncio.to_thread`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if asyncio.run(_jetstream_answers(url)):
+            return
+        time.sleep(0.2)
+    raise ServiceError(f"JetStream did not answer at {url} within {timeout_s:g} s")
+
+
+async def stream_leader(url: str, stream: str) -> str | None:
+    """The node that leads `stream` now (None while it has no leader)."""
+    nc = await nats.connect(url.split(","), connect_timeout=2)
+    try:
+        info = await nc.jetstream(timeout=2).stream_info(stream)
+        return info.cluster.leader if info.cluster is not None else None
+    finally:
+        await nc.close()
