@@ -34,6 +34,11 @@ class Chunk:
         context = " — ".join(part for part in (self.title, self.heading) if part)
         return f"{context}\n{self.text}" if context else self.text
 
+    @property
+    def text_offset(self) -> int:
+        """Where `text` starts in `embedding_text` (which ends with it)."""
+        return len(self.embedding_text) - len(self.text)
+
 
 def chunk_id_for(namespace: str, document_id: str, index: int) -> str:
     """Stable across re-ingestion, and a UUID because Qdrant wants UUID or integer point ids."""

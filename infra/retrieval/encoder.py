@@ -13,28 +13,26 @@ Two runtimes compute the same embeddings (`RAGBUS_ENCODER_RUNTIME`):
 `auto` picks torch where the CPU has bf16, ONNX elsewhere. Set the runtime and precision alike
 for every process writing to or reading from one index.
 
-Each text is encoded once in its life: a chunk and its sentences at ingestion
-(`sentence_embeddings`, stored with the chunk), a query once per request (classify), so the
-query path runs no other forward pass.
+Each text is encoded once in its life: a chunk at ingestion, its sentences' vectors pooled from
+the same forward pass (`encode_spans`, `infra.retrieval.chunk_vectors`) and stored with it, a
+query once per request (classify), so the query path runs no other forward pass.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from infra.logging import get_logger
 from infra.metrics import ENCODER_PASS_TEXTS
 from infra.retrieval.batching import CoalescingBatcher
-from infra.retrieval.chunking import Chunk
-from infra.retrieval.sentences import clean_sentence, sentence_spans
-from infra.retrieval.vectors.base import Sentences
+from infra.retrieval.span_pooling import SpanItem, SpanVectors, TokenStates, pool_spans
 from infra.settings import Settings
 from infra.threads import host_processes, limit_tokenizer_threads, set_torch_threads, thread_share
 
@@ -74,35 +72,63 @@ def resolve_runtime(setting: str, precision: str) -> str:
 
 
 class Encoder:
-    """L2-normalised float32 embeddings. A runtime implements `_encode_batch`; `encode` sorts
-    by length and batches, `aencode` runs off the event loop and coalesces concurrent calls."""
+    """L2-normalised float32 embeddings. A runtime implements `_encode_batch`, and
+    `_token_batch` where it pools spans; `encode` and `encode_spans` sort by length and batch,
+    `aencode` and `aencode_spans` run off the event loop and coalesce concurrent calls."""
 
     name: str
     dim: int
     runtime = "abstract"
     precision = "fp32"
     batch_size = BATCH_SIZE
+    pools_spans = False
+    """Whether `encode_spans` works: a mean-pooling model whose tokens carry their offsets."""
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         raise NotImplementedError  # pragma: no cover - every runtime defines it
+
+    def _token_batch(self, texts: list[str]) -> list[TokenStates]:
+        raise NotImplementedError(f"{self.runtime} does not pool spans")
+
+    def _batches(self, texts: Sequence[str]) -> Iterator[list[int]]:
+        """Indices of `texts` in passes of `batch_size`, by length, so a pass pads little."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            yield order[start : start + self.batch_size]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         ENCODER_PASS_TEXTS.observe(len(texts))
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
+        for rows in self._batches(texts):
             out[rows] = self._encode_batch([texts[i] for i in rows])
         return out
+
+    def encode_spans(self, items: Sequence[SpanItem]) -> list[SpanVectors]:
+        """Each text's embedding (as `encode` gives it) and its spans' vectors, pooled from the
+        same forward pass (`infra.retrieval.span_pooling`)."""
+        if not items:
+            return []
+        ENCODER_PASS_TEXTS.observe(len(items))
+        texts = [text for text, _ in items]
+        out: dict[int, SpanVectors] = {}
+        for rows in self._batches(texts):
+            states = self._token_batch([texts[i] for i in rows])
+            for i, state in zip(rows, states, strict=True):
+                out[i] = pool_spans(state, items[i][1])
+        return [out[i] for i in range(len(items))]
 
     coalesce_max_texts = BATCH_SIZE * 4
     """Texts one shared call takes at most (a subclass with its own batch size sets it)."""
 
     @cached_property
-    def _batcher(self) -> CoalescingBatcher:
+    def _batcher(self) -> CoalescingBatcher[str, np.ndarray]:
         return CoalescingBatcher(self.encode, max_texts=self.coalesce_max_texts)
+
+    @cached_property
+    def _span_batcher(self) -> CoalescingBatcher[SpanItem, list[SpanVectors]]:
+        return CoalescingBatcher(self.encode_spans, max_texts=self.coalesce_max_texts)
 
     async def aencode(self, texts: list[str]) -> np.ndarray:
         """`encode` off the event loop, so a long batch never stalls the consumers; concurrent
@@ -110,6 +136,12 @@ class Encoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return await self._batcher(texts)
+
+    async def aencode_spans(self, items: list[SpanItem]) -> list[SpanVectors]:
+        """`encode_spans` off the event loop; concurrent calls share forward passes."""
+        if not items:
+            return []
+        return await self._span_batcher(items)
 
 
 class TorchEncoder(Encoder):
@@ -120,23 +152,29 @@ class TorchEncoder(Encoder):
     batch_size = 16
     coalesce_max_texts = 32
 
-    def __init__(self, model: Any, name: str, precision: str = "fp32") -> None:
+    def __init__(
+        self, model: Any, name: str, precision: str = "fp32", *, pools_spans: bool = False
+    ) -> None:
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"unknown encoder precision {precision!r}: fp32 or bf16")
         self._model = model
         self._lock = threading.Lock()
         self.name = name
         self.precision = precision
+        self.pools_spans = pools_spans
         dim = model.get_embedding_dimension()
         if not dim:
             raise ValueError(f"encoder {name} does not report its embedding dimension")
         self.dim = int(dim)
 
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+    def _autocast(self) -> Any:
         import torch
 
         bf16 = self.precision == "bf16"
-        with self._lock, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock, self._autocast():
             vectors = self._model.encode(
                 texts,
                 batch_size=self.batch_size,
@@ -146,6 +184,25 @@ class TorchEncoder(Encoder):
             )
         return np.asarray(vectors, dtype=np.float32)
 
+    def _token_batch(self, texts: list[str]) -> list[TokenStates]:
+        """One pass through sentence-transformers' modules: the pooled, normalised embedding
+        and the transformer's token states, with the tokenizer's character offsets."""
+        import torch
+
+        features = self._model.preprocess(
+            texts, processing_kwargs={"text": {"return_offsets_mapping": True}}
+        )
+        offsets = features.pop("offset_mapping").numpy()
+        with self._lock, torch.inference_mode(), self._autocast():
+            out = self._model(features)
+        dense = torch.nn.functional.normalize(out["sentence_embedding"].float(), dim=-1).numpy()
+        tokens = out["token_embeddings"].float().numpy()
+        mask = out["attention_mask"].numpy().astype(bool)
+        return [
+            TokenStates(dense=dense[i], tokens=tokens[i][mask[i]], offsets=offsets[i][mask[i]])
+            for i in range(len(texts))
+        ]
+
 
 class Encoding(Protocol):
     """What steps need of an encoder: `Encoder`, or anything that embeds the same way."""
@@ -153,30 +210,15 @@ class Encoding(Protocol):
     async def aencode(self, texts: list[str]) -> np.ndarray: ...
 
 
-async def sentence_embeddings(encoder: Encoding, chunks: Sequence[Chunk]) -> list[Sentences]:
-    """Each chunk's sentences as generation and the critic will compare them: one vector per
-    sentence span, of the sentence as an answer shows it (`clean_sentence`), each distinct
-    sentence encoded once (overlapping chunks share sentences)."""
-    per_chunk: list[list[tuple[tuple[int, int], str]]] = []
-    for chunk in chunks:
-        spans = sentence_spans(chunk.text)
-        shown = [(span, clean_sentence(chunk.text[span[0] : span[1]])) for span in spans]
-        per_chunk.append([(span, text) for span, text in shown if text])
-    distinct = list(dict.fromkeys(text for found in per_chunk for _, text in found))
-    vectors = np.asarray(await encoder.aencode(distinct), dtype=np.float32) if distinct else None
-    row = {text: i for i, text in enumerate(distinct)}
-    out = []
-    for found in per_chunk:
-        if not found or vectors is None:
-            out.append(Sentences(spans=[], vectors=np.zeros((0, 0), dtype=np.float32)))
-            continue
-        out.append(
-            Sentences(
-                spans=[span for span, _ in found],
-                vectors=vectors[[row[text] for _, text in found]],
-            )
-        )
-    return out
+@runtime_checkable
+class SpanEncoding(Protocol):
+    """An encoder that also pools spans' vectors from a text's own pass, where `pools_spans`."""
+
+    pools_spans: bool
+
+    async def aencode(self, texts: list[str]) -> np.ndarray: ...
+
+    async def aencode_spans(self, items: list[SpanItem]) -> list[SpanVectors]: ...
 
 
 def model_path(settings: Settings) -> Path:
@@ -216,7 +258,20 @@ def load_torch_encoder(settings: Settings, precision: str) -> TorchEncoder:
     path = model_path(settings)
     model = SentenceTransformer(str(path), device="cpu")
     model.eval()
-    return TorchEncoder(model, name=model_name(settings), precision=precision)
+    return TorchEncoder(
+        model, name=model_name(settings), precision=precision, pools_spans=pools_by_mean(path)
+    )
+
+
+def pools_by_mean(path: Path) -> bool:
+    """Whether the model at `path` embeds a text as the mean of its token states (a span's
+    vector is then the same mean over the span's tokens) and has a fast tokenizer (offsets)."""
+    from infra.retrieval.onnx_encoder import OnnxUnsupported, pooling_mode
+
+    try:
+        return pooling_mode(path) == "mean" and (path / "tokenizer.json").is_file()
+    except OnnxUnsupported:
+        return False
 
 
 def load_encoder(settings: Settings) -> Encoder:

@@ -25,6 +25,7 @@ import numpy as np
 
 from infra.logging import get_logger
 from infra.retrieval.encoder import Encoder
+from infra.retrieval.span_pooling import TokenStates
 
 log = get_logger(__name__)
 
@@ -84,7 +85,8 @@ def model_key(model_dir: Path) -> str:
 
 class OnnxEncoder(Encoder):
     """L2-normalised float32 embeddings from an ONNX Runtime session; `encode` may be called
-    from several threads at once (ONNX Runtime sessions are thread-safe)."""
+    from several threads at once (ONNX Runtime sessions are thread-safe). A mean-pooling model
+    also pools spans (`encode_spans`) from the token states it pools the text from."""
 
     runtime = "onnx"
 
@@ -112,12 +114,14 @@ class OnnxEncoder(Encoder):
         self._pad_id = 0 if pad_id is None else int(pad_id)
         self._mode = pooling_mode(model_dir)
         self._normalize = normalizes(model_dir)
+        self.pools_spans = self._mode == "mean"
         self.name = name
         self.precision = "fp32"
         self.threads = threads
         self.dim = int(self._run(["dimension probe"]).shape[-1])
 
-    def _run(self, texts: list[str]) -> np.ndarray:
+    def _forward(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """The token states of `texts` (padded), their attention mask and their encodings."""
         encodings = self._tokenizer.encode_batch(texts)
         width = max(len(e.ids) for e in encodings)
         ids = np.full((len(texts), width), self._pad_id, dtype=np.int64)
@@ -130,6 +134,9 @@ class OnnxEncoder(Encoder):
             types[row, :n] = encoding.type_ids
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         hidden = self._session.run(None, {name: feeds[name] for name in self._inputs})[0]
+        return np.asarray(hidden, dtype=np.float32), mask, encodings
+
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         if self._mode == "cls":
             pooled = hidden[:, 0]
         else:
@@ -139,8 +146,26 @@ class OnnxEncoder(Encoder):
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return np.asarray(pooled, dtype=np.float32)
 
+    def _run(self, texts: list[str]) -> np.ndarray:
+        hidden, mask, _ = self._forward(texts)
+        return self._pool(hidden, mask)
+
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         return self._run(texts)
+
+    def _token_batch(self, texts: list[str]) -> list[TokenStates]:
+        """The pooled embeddings and, from the same pass, each text's token states with the
+        tokenizer's character offsets (special tokens have empty ones)."""
+        hidden, mask, encodings = self._forward(texts)
+        dense = self._pool(hidden, mask)
+        return [
+            TokenStates(
+                dense=dense[row],
+                tokens=hidden[row, : len(encoding.ids)],
+                offsets=np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2),
+            )
+            for row, encoding in enumerate(encodings)
+        ]
 
 
 def export_onnx(model_dir: Path, target: Path) -> None:

@@ -14,8 +14,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from infra.retrieval.chunk_vectors import chunk_embeddings, sentence_embeddings
 from infra.retrieval.chunking import Chunk
-from infra.retrieval.encoder import Encoding, sentence_embeddings
+from infra.retrieval.encoder import Encoding
 from infra.retrieval.lexical import SparseEncoder, SparseVec
 from infra.retrieval.vectors.base import Sentences
 
@@ -61,12 +62,14 @@ async def encode_documents(
     encoder: Encoding, sparse: SparseModel, chunks: Sequence[Chunk]
 ) -> tuple[np.ndarray, list[SparseVec], list[Sentences]]:
     """Dense, sparse and sentence vectors of a document's chunks. Dense and sparse come from
-    one model pass when one model makes both (BGE-M3), otherwise from the dense encoder and the
-    sparse model each on their own; the sentences from the dense encoder."""
+    one model pass when one model makes both (BGE-M3), its sentences from a second; otherwise
+    the dense encoder makes the chunk and sentence vectors (one pass where it pools spans:
+    `chunk_embeddings`) while the sparse model works beside it."""
     texts = [chunk.embedding_text for chunk in chunks]
     if sparse is encoder and isinstance(encoder, JointEncoder):
         dense, sparse_vectors = await asyncio.to_thread(encoder.encode_dense_sparse, texts)
-    else:
-        dense = await encoder.aencode(texts)
-        sparse_vectors = await asyncio.to_thread(sparse.documents, texts)
-    return dense, sparse_vectors, await sentence_embeddings(encoder, chunks)
+        return dense, sparse_vectors, await sentence_embeddings(encoder, chunks)
+    (dense, sentences), sparse_vectors = await asyncio.gather(
+        chunk_embeddings(encoder, chunks), asyncio.to_thread(sparse.documents, texts)
+    )
+    return dense, sparse_vectors, sentences

@@ -32,6 +32,7 @@ from infra.settings import Settings
 
 if TYPE_CHECKING:
     from infra.retrieval.encoder import Encoder
+    from infra.retrieval.span_pooling import SpanItem, SpanVectors
 
 log = get_logger(__name__)
 
@@ -65,14 +66,24 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(0)
 
 
-def child_encode(texts: list[str]) -> np.ndarray:
-    """In the child: the configured encoder's embeddings of `texts` (loaded on first call)."""
+def _encoder() -> Encoder:
+    """In the child: the configured encoder, loaded on first use."""
     global _child_encoder
     if _child_encoder is None:
         from infra.retrieval.encoder import load_encoder
 
         _child_encoder = load_encoder(_child_settings or Settings())
-    return _child_encoder.encode(texts)
+    return _child_encoder
+
+
+def child_encode(texts: list[str]) -> np.ndarray:
+    """In the child: the configured encoder's embeddings of `texts`."""
+    return _encoder().encode(texts)
+
+
+def child_encode_spans(items: list[SpanItem]) -> list[SpanVectors]:
+    """In the child: each text's embedding and its spans' vectors, from one pass."""
+    return _encoder().encode_spans(items)
 
 
 class BackgroundWork:
@@ -137,22 +148,35 @@ class BackgroundWork:
 
 
 class BackgroundEncoder:
-    """The configured encoder, run in the background child: `aencode` for ingestion.
+    """The configured encoder, run in the background child: `aencode` and, where the model
+    pools spans, `aencode_spans` for ingestion.
 
-    Concurrent documents share passes through the same coalescing batcher as the in-process
+    Concurrent documents share passes through the same coalescing batchers as the in-process
     encoder; only the forward passes leave the process."""
 
-    def __init__(self, work: BackgroundWork, dim: int, max_texts: int) -> None:
+    def __init__(
+        self, work: BackgroundWork, dim: int, max_texts: int, *, pools_spans: bool = False
+    ) -> None:
         from infra.retrieval.batching import CoalescingBatcher
 
         self.work = work
         self.dim = dim
+        self.pools_spans = pools_spans
         self._batcher = CoalescingBatcher(self._encode, max_texts=max_texts)
+        self._span_batcher = CoalescingBatcher(self._encode_spans, max_texts=max_texts)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         return self.work.run(child_encode, list(texts))
+
+    def _encode_spans(self, items: list[SpanItem]) -> list[SpanVectors]:
+        return self.work.run(child_encode_spans, items)
 
     async def aencode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return await self._batcher(texts)
+
+    async def aencode_spans(self, items: list[SpanItem]) -> list[SpanVectors]:
+        if not items:
+            return []
+        return await self._span_batcher(items)

@@ -122,7 +122,10 @@ class Resources:
                 from infra.runtime.background import BackgroundEncoder
 
                 self._ingest_encoder = BackgroundEncoder(
-                    self.background(), encoder.dim, encoder.coalesce_max_texts
+                    self.background(),
+                    encoder.dim,
+                    encoder.coalesce_max_texts,
+                    pools_spans=encoder.pools_spans,
                 )
             return self._ingest_encoder
         return encoder

@@ -81,8 +81,8 @@ def test_onnx_runtime_matches_the_torch_reference(tmp_path: Path) -> None:
 
 async def test_sentence_embeddings_are_the_shown_sentences_encoded(tmp_path: Path) -> None:
     from contracts.ingest import DocumentIn
+    from infra.retrieval.chunk_vectors import sentence_embeddings
     from infra.retrieval.chunking import chunk_document
-    from infra.retrieval.encoder import sentence_embeddings
     from infra.retrieval.sentences import clean_sentence
 
     encoder = load_encoder(Settings(data_dir=tmp_path))
@@ -99,3 +99,52 @@ async def test_sentence_embeddings_are_the_shown_sentences_encoded(tmp_path: Pat
         "Work began in 1909.",
     ]
     assert np.allclose(found.vectors, encoder.encode(shown), atol=1e-5)
+
+
+LONG = " ".join(
+    f"Lock chamber {n} of the Gatun flight was poured in concrete during {1900 + n}, "
+    f"and its gates weigh {300 + n} tonnes each."
+    for n in range(40)
+)
+
+
+async def test_pooled_sentences_are_the_mean_of_their_tokens_on_both_runtimes(
+    tmp_path: Path,
+) -> None:
+    """One pass per chunk: the chunk's vector as `encode` gives it, each sentence's the mean of
+    sentence-transformers' own token embeddings over its span (computed here independently),
+    the same on ONNX Runtime; sentences past the 256-token window are encoded on their own."""
+    from sentence_transformers import SentenceTransformer
+
+    from contracts.ingest import DocumentIn
+    from infra.retrieval.chunk_vectors import chunk_embeddings, shown_sentences
+    from infra.retrieval.chunking import chunk_document
+    from infra.retrieval.encoder import model_path
+
+    settings = Settings(data_dir=tmp_path, encoder_runtime="torch", encoder_precision="fp32")
+    torch_encoder = load_encoder(settings)
+    onnx_encoder = load_encoder(Settings(data_dir=tmp_path, encoder_runtime="onnx"))
+    assert torch_encoder.pools_spans and onnx_encoder.pools_spans
+    doc = DocumentIn(id="d", title="Gatun Locks", text=LONG)
+    [short, *_] = chunk_document(doc)
+    [long] = chunk_document(doc, chunk_chars=len(LONG))  # far past 256 word pieces
+    dense, (short_sentences, long_sentences) = await chunk_embeddings(torch_encoder, [short, long])
+    texts = [short.embedding_text, long.embedding_text]
+    assert np.min(np.sum(dense * torch_encoder.encode(texts), axis=1)) > 0.9999
+
+    reference = SentenceTransformer(str(model_path(settings)), device="cpu")
+    tokens = reference.encode(short.embedding_text, output_value="token_embeddings").numpy()
+    offsets = reference.tokenizer(short.embedding_text, return_offsets_mapping=True)
+    starts, ends = np.array(offsets["offset_mapping"]).T
+    for (a, b), row in zip(short_sentences.spans, short_sentences.vectors, strict=True):
+        a, b = a + short.text_offset, b + short.text_offset
+        mean = tokens[(ends > starts) & (starts >= a) & (ends <= b)].mean(axis=0)
+        assert np.allclose(row, mean / np.linalg.norm(mean), atol=1e-4)
+
+    shown = [text for _, text in shown_sentences(long)]
+    alone = torch_encoder.encode(shown)
+    cosines = np.sum(long_sentences.vectors * alone, axis=1)
+    assert cosines[0] < 0.999 < cosines[-1]  # the first pooled in context, the last on its own
+    _, onnx_sentences = await chunk_embeddings(onnx_encoder, [short, long])
+    for ours, theirs in zip(onnx_sentences, (short_sentences, long_sentences), strict=True):
+        assert np.min(np.sum(ours.vectors * theirs.vectors, axis=1)) > 0.999
