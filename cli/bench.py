@@ -302,10 +302,12 @@ def bench_ingest(
     verbose: Verbose = False,
 ) -> None:
     """Measure the whole ingest pipeline (chunk, dense, sparse, entities, graph, upsert) as the
-    running ingest workers do it: chunks per minute from publish to the job's completion."""
+    running ingest workers do it: chunks per minute from publish to the job's completion; then
+    the encoder alone over the same chunks in this process, and the pipeline's ratio to it."""
     import time
     from itertools import islice
 
+    from bench.ingest import compare, encoder_alone, print_comparison
     from cli.ingest_job import ingest_and_follow
     from infra.runtime.ingest_producer import load_documents
 
@@ -334,5 +336,8 @@ def bench_ingest(
     }
     if report["documents_unchanged"]:
         errors.print("some documents were already indexed (unchanged): use a fresh --namespace")
+    with console.status("the encoder alone over the same chunks"):
+        report.update(compare(report, encoder_alone(settings, documents)))
     console.print_json(json.dumps(report))
+    print_comparison(report, console)
     save_json(report, out)
