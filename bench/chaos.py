@@ -11,6 +11,12 @@ same `Idempotency-Key`, resuming a dropped event stream with `Last-Event-ID`) wh
   and storage;
 - starts an ingest job and kills the process that ingests it while the job runs.
 
+With `nats_nodes=3` NATS is a three-node JetStream cluster with every stream on three nodes,
+and instead of the one nats-server restart the harness SIGKILLs one node at a time every
+`nats_kill_every_s` (the leader of a query-path stream, or any node), keeps it down a few
+seconds and brings it back; one of those outages takes the ingest stream's leader while the
+ingest job runs.
+
 Then it checks what matters, from the broker and the stores rather than from the processes
 that were killed: every request reached a terminal status, none has two answers or two `done`
 events in JetStream, no client's event stream missed an event that JetStream holds, and the
@@ -38,6 +44,20 @@ from bench.chaos_ingest import submit_job, wait_job
 from bench.chaos_verify import StoredEvents, verify_ingest, verify_requests
 from bench.load import percentile
 from client import RagbusClient
+from contracts import subjects as sj
+
+QUERY_PATH_STREAMS = (sj.STREAM_QUERIES, sj.STREAM_CMD, sj.STREAM_RES, sj.STREAM_EVENTS)
+
+
+async def _node_chaos(cluster: Cluster, stop: asyncio.Event, every_s: float) -> None:
+    """One NATS node down at a time, every `every_s` (jittered): a query-path stream's leader
+    four times in five, any node otherwise."""
+    while not stop.is_set():
+        await asyncio.sleep(every_s * random.uniform(0.6, 1.4))
+        if stop.is_set():
+            return
+        stream = random.choice([*QUERY_PATH_STREAMS, None])
+        await cluster.nats_node_outage(stream, down_s=random.uniform(3.0, 8.0))
 
 
 async def _chaos(
@@ -48,10 +68,14 @@ async def _chaos(
     job: dict[str, Any],
 ) -> None:
     """Kills on a schedule: one process every `kill_every_s`; the ingest process while its job
-    runs; nats-server and redis-server once each."""
+    runs (and on a NATS cluster, the ingest stream's leader); nats-server (when it is one
+    server) and redis-server once each."""
     start = time.monotonic()
-    events = {"ingest": 0.2, "nats": 0.45, "redis": 0.7}
-    pending_restarts: list[asyncio.Task[None]] = []
+    on_cluster = cluster.nats_cluster is not None
+    events = (
+        {"ingest": 0.2, "redis": 0.7} if on_cluster else {"ingest": 0.2, "nats": 0.45, "redis": 0.7}
+    )
+    pending_restarts: list[asyncio.Task[Any]] = []
 
     async def restart_later(name: str, index: int) -> None:
         await asyncio.sleep(random.uniform(0.5, 3.0))
@@ -66,6 +90,9 @@ async def _chaos(
             del events[event]
             if event == "ingest":
                 job["job_id"] = await submit_job(cluster.url, job["documents"])
+                if on_cluster:
+                    outage = cluster.nats_node_outage(sj.STREAM_INGEST)
+                    pending_restarts.append(asyncio.create_task(outage))
                 await asyncio.sleep(2.0)  # a few documents in: kill the process that ingests
                 index = cluster.kill("stores")
                 if index is not None:
@@ -89,10 +116,12 @@ async def run_chaos(
     seed: int | None = None,
     work_dir: Path | None = None,
     read_events: StoredEvents,
+    nats_nodes: int = 1,
+    nats_kill_every_s: float = 15.0,
 ) -> dict[str, Any]:
     random.seed(seed)
     with tempfile.TemporaryDirectory(prefix="ragbus-chaos-", dir=work_dir) as tmp:
-        cluster = Cluster(Path(tmp))
+        cluster = Cluster(Path(tmp), nats_nodes=nats_nodes)
         try:
             cluster.start_services()
             await asyncio.to_thread(
@@ -120,9 +149,16 @@ async def run_chaos(
             started = time.monotonic()
             loops = [asyncio.create_task(clients.loop()) for _ in range(concurrency)]
             chaos = asyncio.create_task(_chaos(cluster, stop, duration_s, kill_every_s, job))
+            nodes = (
+                asyncio.create_task(_node_chaos(cluster, stop, nats_kill_every_s))
+                if cluster.nats_cluster is not None
+                else None
+            )
             await asyncio.sleep(duration_s)
             stop.set()
             await chaos
+            if nodes is not None:
+                await nodes
             cluster.revive_all()
             await asyncio.gather(*loops)
             elapsed = time.monotonic() - started
@@ -145,6 +181,8 @@ async def run_chaos(
             "kills": sum(cluster.kills.values()),
             "kills_by_role": dict(cluster.kills),
             "service_restarts": job["service_restarts"],
+            "nats_nodes": nats_nodes,
+            "nats_node_kills": dict(cluster.node_kills),
             "requests": {
                 "submitted": submitted,
                 "terminal": requests["terminal"],
@@ -167,4 +205,17 @@ async def run_chaos(
                 "p50": percentile(latencies, 50),
                 "p95": percentile(latencies, 95),
             },
+            # where to look first: the requests that waited longest, with when they were asked
+            "slowest": [
+                {
+                    "request_id": t.request_id,
+                    "latency_ms": round(t.latency_ms or 0.0, 1),
+                    "submitted_at_s": round(t.submitted_at - started, 1),
+                    "stream_resumes": t.resumes,
+                }
+                for t in sorted(
+                    (t for t in clients.tracked if t.latency_ms is not None),
+                    key=lambda t: -(t.latency_ms or 0),
+                )[:5]
+            ],
         }

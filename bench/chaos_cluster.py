@@ -1,7 +1,11 @@
 """The chaos run's cluster: every role in its own process (`ROLES`: two of every role that can
 have two) on a nats-server and a redis-server (AOF on) started on free ports with temporary
 storage, each process killable with SIGKILL and restartable, both servers too, under settings
-whose deadlines outlast a restart (`SETTINGS_ENV`); and waiting for the API to be ready."""
+whose deadlines outlast a restart (`SETTINGS_ENV`); and waiting for the API to be ready.
+
+With `nats_nodes=3` NATS is a three-node JetStream cluster (`infra.runtime.nats_cluster`)
+whose streams keep three replicas, and `nats_node_outage` kills one node at a time (a stream's
+leader, or any node) and brings it back once it has been down a while."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from infra.runtime.nats_cluster import NatsCluster, stream_leader, streams_current
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 
 ROLES: dict[str, tuple[list[str], int]] = {
@@ -60,16 +65,27 @@ class Role:
 class Cluster:
     """The services and the role processes, each killable and restartable."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, nats_nodes: int = 1) -> None:
         self.root = root
         self.nats_port, self.redis_port, self.api_port = free_port(), free_port(), free_port()
         self.nats: LocalService | None = None
+        self.nats_cluster = NatsCluster(root / "nats", nats_nodes) if nats_nodes > 1 else None
         self.redis: LocalService | None = None
         self.roles = {name: Role(name, args, [None] * n) for name, (args, n) in ROLES.items()}
+        self.node_kills: Counter[str] = Counter()
+        self._outage = asyncio.Lock()
+        nats_env = (
+            {
+                "RAGBUS_NATS_URL": self.nats_cluster.url,
+                "RAGBUS_STREAM_REPLICAS": str(min(3, nats_nodes)),
+            }
+            if self.nats_cluster is not None
+            else {"RAGBUS_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
+        )
         self.env = {
             **os.environ,
             **SETTINGS_ENV,
-            "RAGBUS_NATS_URL": f"nats://127.0.0.1:{self.nats_port}",
+            **nats_env,
             "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "RAGBUS_DATA_DIR": str(root / "data"),
             "RAGBUS_API_PORT": str(self.api_port),
@@ -80,8 +96,30 @@ class Cluster:
         self._logs = (root / "roles.log").open("ab")
 
     def start_services(self) -> None:
-        self.nats = start_nats(self.nats_port, self.root / "nats")
+        if self.nats_cluster is not None:
+            self.nats_cluster.start()
+        else:
+            self.nats = start_nats(self.nats_port, self.root / "nats")
         self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
+
+    async def nats_node_outage(self, stream: str | None = None, down_s: float = 5.0) -> str:
+        """SIGKILL one NATS node (the leader of `stream` when given, else any node), keep it
+        down for `down_s`, start it again, and wait until every stream is caught up on all its
+        replicas: one node at a time, so no stream ever loses its quorum. The node's name."""
+        assert self.nats_cluster is not None, "a node outage needs nats_nodes > 1"
+        cluster = self.nats_cluster
+        async with self._outage:
+            name = await stream_leader(cluster.url, stream) if stream else None
+            name = name or random.choice([node.name for node in cluster.nodes])
+            await asyncio.to_thread(cluster.kill, name)
+            self.node_kills["leader" if stream else "any"] += 1
+            await asyncio.sleep(down_s)
+            await asyncio.to_thread(cluster.restart, name)
+            for _ in range(120):  # up to a minute for the restarted node to catch up
+                if await streams_current(cluster.url):
+                    break
+                await asyncio.sleep(0.5)
+            return name
 
     def restart_service(self, which: str) -> None:
         """SIGKILL nats-server or redis-server and start it again on its port and storage."""
@@ -143,6 +181,8 @@ class Cluster:
         for service in (self.nats, self.redis):
             if service is not None:
                 service.stop()
+        if self.nats_cluster is not None:
+            self.nats_cluster.stop()
         self._logs.close()
 
 

@@ -50,7 +50,7 @@ def _describe(seq: int, event: dict[str, Any], done_seq: int | None) -> dict[str
 async def verify_requests(
     cluster: Cluster, tracked: Sequence[Tracked], read_events: StoredEvents
 ) -> dict[str, Any]:
-    nc = await nats.connect(cluster.env["RAGBUS_NATS_URL"])
+    nc = await nats.connect(cluster.env["RAGBUS_NATS_URL"].split(","))
     duplicates = {"answers": 0, "done": 0}
     missing_streams, missing_events, after_done = 0, 0, 0
     statuses: Counter[str] = Counter()

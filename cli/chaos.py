@@ -48,6 +48,10 @@ def print_chaos(report: dict[str, Any]) -> None:
             f"{requests['submitted']} submitted, {requests['terminal']} terminal "
             f"({requests['by_status']})",
         ),
+        (
+            "NATS nodes",
+            f"{report.get('nats_nodes', 1)}; node kills {report.get('nats_node_kills') or {}}",
+        ),
         ("completed", f"{(requests['completed_share'] or 0) * 100:.1f} %"),
         (
             "duplicates",
@@ -95,20 +99,34 @@ def chaos(
         int, typer.Option(min=1, help="Documents of the job whose ingest process is killed.")
     ] = 40,
     seed: Annotated[int | None, typer.Option(help="Random seed (kills, questions).")] = None,
+    nats_nodes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=5,
+            help="NATS nodes: 1 = one nats-server, killed once; 3 = a JetStream cluster "
+            "(streams on three nodes), one node killed at a time.",
+        ),
+    ] = 1,
+    nats_kill_every: Annotated[
+        float, typer.Option(min=5, help="Seconds between NATS node kills on a cluster.")
+    ] = 15.0,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/chaos.json"
     ),
 ) -> None:
     """Run every role in its own process on fresh nats-server and redis-server, ask questions,
     SIGKILL and restart processes, kill both servers once and the ingest process mid-job;
-    then check from the broker and the stores that nothing was lost or doubled."""
+    then check from the broker and the stores that nothing was lost or doubled. With
+    `--nats-nodes 3`, NATS is a three-node cluster and one node at a time is killed instead,
+    stream leaders included."""
     from api.event_stream import stored_events
     from bench.chaos import run_chaos
 
     interactive_logging(Settings(), verbose=False)
     console.print(
-        f"chaos: {duration:g} s, {concurrency} clients, a kill every ~{kill_every:g} s "
-        "(starting the cluster first)"
+        f"chaos: {duration:g} s, {concurrency} clients, a kill every ~{kill_every:g} s, "
+        f"{nats_nodes} NATS node(s) (starting the cluster first)"
     )
     report = asyncio.run(
         run_chaos(
@@ -118,6 +136,8 @@ def chaos(
             ingest_documents=ingest_documents,
             seed=seed,
             read_events=stored_events,
+            nats_nodes=nats_nodes,
+            nats_kill_every_s=nats_kill_every,
         )
     )
     report["goals_missed"] = _goals(report)

@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,13 +133,14 @@ async def _jetstream_answers(url: str) -> bool:
 
 def wait_for_jetstream(url: str, timeout_s: float = 30.0) -> None:
     """Block until JetStream answers an API call at `url` (a node list): on a cluster, once
-    its nodes have routed to each other and elected a meta leader. Not from inside a running
-    event loop (use `asyncio.to_thread`)."""
+    its nodes have routed to each other and elected a meta leader. Each probe runs its own
+    event loop on a thread of its own, so a caller inside a running loop may call this too."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if asyncio.run(_jetstream_answers(url)):
-            return
-        time.sleep(0.2)
+    with ThreadPoolExecutor(1, thread_name_prefix="jetstream-probe") as probe:
+        while time.monotonic() < deadline:
+            if probe.submit(asyncio.run, _jetstream_answers(url)).result():
+                return
+            time.sleep(0.2)
     raise ServiceError(f"JetStream did not answer at {url} within {timeout_s:g} s")
 
 
@@ -148,5 +150,25 @@ async def stream_leader(url: str, stream: str) -> str | None:
     try:
         info = await nc.jetstream(timeout=2).stream_info(stream)
         return info.cluster.leader if info.cluster is not None else None
+    finally:
+        await nc.close()
+
+
+async def streams_current(url: str) -> bool:
+    """Every stream has a leader and every replica is online and caught up: the cluster can
+    lose another node without a stream losing its quorum."""
+    nc = await nats.connect(url.split(","), connect_timeout=2, allow_reconnect=False)
+    try:
+        for info in await nc.jetstream(timeout=2).streams_info():
+            cluster = info.cluster
+            if cluster is None:
+                continue
+            if cluster.leader is None:
+                return False
+            if any(not peer.current or peer.offline for peer in cluster.replicas or []):
+                return False
+        return True
+    except (nats.errors.Error, nats.js.errors.Error):
+        return False
     finally:
         await nc.close()

@@ -1,6 +1,7 @@
 """The chaos suite, short: every role in its own process, a SIGKILL every few seconds, nats-server
 and redis-server killed and restarted once each, the ingest process killed mid-job; checked
-from the broker and the stores (`bench.chaos`). `ragbus chaos` runs the long version.
+from the broker and the stores (`bench.chaos`); then the same on a three-node NATS cluster,
+one node killed at a time. `ragbus chaos` runs the long version.
 
 Marked `soak`: `make soak` runs it before the ten-minute run; `make test` leaves it out."""
 
@@ -35,5 +36,31 @@ async def test_a_short_chaos_run_loses_and_doubles_nothing() -> None:
     assert ingest["job_status"] == "completed"
     assert ingest["documents_failed"] == 0
     assert ingest["documents_done"] + ingest["documents_unchanged"] == ingest["documents"]
+    assert (ingest["chunks_lost"], ingest["chunks_extra"], ingest["documents_lost"]) == (0, 0, 0)
+    assert _goals(report) == [], report
+
+
+async def test_a_short_chaos_run_on_a_nats_cluster_loses_and_doubles_nothing() -> None:
+    """The same, on a three-node JetStream cluster: one NATS node at a time is SIGKILLed (a
+    stream's leader, the ingest stream's while the job runs) and brought back."""
+    report = await run_chaos(
+        duration_s=45,
+        concurrency=2,
+        kill_every_s=5,
+        ingest_documents=24,
+        seed=7,
+        read_events=stored_events,
+        nats_nodes=3,
+        nats_kill_every_s=10,
+    )
+    requests = report["requests"]
+    assert sum(report["nats_node_kills"].values()) >= 3, report["nats_node_kills"]
+    assert report["service_restarts"] == {"nats": 0, "redis": 1}
+    assert requests["submitted"] >= 10
+    assert requests["terminal"] == requests["submitted"], requests
+    assert report["duplicates"] == {"answers": 0, "done": 0}
+    assert report["sse_streams_missing_events"] == 0
+    ingest = report["ingest"]
+    assert ingest["job_status"] == "completed"
     assert (ingest["chunks_lost"], ingest["chunks_extra"], ingest["documents_lost"]) == (0, 0, 0)
     assert _goals(report) == [], report
