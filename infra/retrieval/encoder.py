@@ -11,7 +11,8 @@ Two runtimes compute the same embeddings (`RAGBUS_ENCODER_RUNTIME`):
   pass runs under bf16 autocast, 1.3-1.9x its fp32 throughput, with embeddings whose cosine
   to the fp32 ones stays above 0.9999.
 `auto` picks torch where the CPU has bf16, ONNX elsewhere. Set the runtime and precision alike
-for every process writing to or reading from one index.
+for every process writing to or reading from one index. Where CUDA is available, `auto` is torch
+on the GPU (bf16 where the GPU has it), in passes of 256 texts sorted by length.
 
 Each text is encoded once in its life: a chunk at ingestion, its sentences' vectors pooled from
 the same forward pass (`encode_spans`, `infra.retrieval.chunk_vectors`) and stored with it, a
@@ -64,11 +65,41 @@ def resolve_precision(setting: str) -> str:
     return setting
 
 
-def resolve_runtime(setting: str, precision: str) -> str:
-    """`auto`: torch where it can run bf16, ONNX Runtime (fp32) elsewhere."""
+def resolve_runtime(setting: str, precision: str, device: str = "cpu") -> str:
+    """`auto`: torch on a GPU or where it can run bf16, ONNX Runtime (fp32) elsewhere."""
     if setting == "auto":
-        return "torch" if precision == "bf16" else "onnx"
+        return "torch" if device == "cuda" or precision == "bf16" else "onnx"
     return setting
+
+
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+"""Present where an NVIDIA driver is loaded: without it, CUDA is not looked for (no torch)."""
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU; False without importing torch where no driver is loaded
+    (the ONNX runtime's processes never import it)."""
+    if not NVIDIA_DRIVER.exists():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def encoder_device(cuda: bool) -> str:
+    """Where the torch encoder runs: the GPU when CUDA is available, else the CPU."""
+    return "cuda" if cuda else "cpu"
+
+
+def gpu_precision(setting: str, bf16_supported: bool) -> str:
+    """On a GPU, `auto` is bf16 where the GPU computes it, fp32 otherwise."""
+    if setting == "auto":
+        return "bf16" if bf16_supported else "fp32"
+    return setting
+
+
+GPU_BATCH_SIZE = 256
+"""Texts per pass on a GPU: large passes keep it busy; sorted by length, they pad little."""
 
 
 class Encoder:
@@ -81,6 +112,7 @@ class Encoder:
     runtime = "abstract"
     precision = "fp32"
     batch_size = BATCH_SIZE
+    device = "cpu"
     pools_spans = False
     """Whether `encode_spans` works: a mean-pooling model whose tokens carry their offsets."""
 
@@ -146,14 +178,21 @@ class Encoder:
 
 class TorchEncoder(Encoder):
     """sentence-transformers on torch; one forward pass at a time (torch modules are not meant
-    to run the same pass from several threads at once)."""
+    to run the same pass from several threads at once). On a GPU, passes of `GPU_BATCH_SIZE`
+    texts sorted by length, and concurrent calls coalesced up to twice that."""
 
     runtime = "torch"
     batch_size = 16
     coalesce_max_texts = 32
 
     def __init__(
-        self, model: Any, name: str, precision: str = "fp32", *, pools_spans: bool = False
+        self,
+        model: Any,
+        name: str,
+        precision: str = "fp32",
+        *,
+        pools_spans: bool = False,
+        device: str = "cpu",
     ) -> None:
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"unknown encoder precision {precision!r}: fp32 or bf16")
@@ -162,6 +201,9 @@ class TorchEncoder(Encoder):
         self.name = name
         self.precision = precision
         self.pools_spans = pools_spans
+        self.device = device
+        if device == "cuda":
+            self.batch_size, self.coalesce_max_texts = GPU_BATCH_SIZE, 2 * GPU_BATCH_SIZE
         dim = model.get_embedding_dimension()
         if not dim:
             raise ValueError(f"encoder {name} does not report its embedding dimension")
@@ -171,7 +213,7 @@ class TorchEncoder(Encoder):
         import torch
 
         bf16 = self.precision == "bf16"
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+        return torch.autocast(self.device, dtype=torch.bfloat16, enabled=bf16)
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         with self._lock, self._autocast():
@@ -193,11 +235,13 @@ class TorchEncoder(Encoder):
             texts, processing_kwargs={"text": {"return_offsets_mapping": True}}
         )
         offsets = features.pop("offset_mapping").numpy()
+        features = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in features.items()}
         with self._lock, torch.inference_mode(), self._autocast():
             out = self._model(features)
-        dense = torch.nn.functional.normalize(out["sentence_embedding"].float(), dim=-1).numpy()
-        tokens = out["token_embeddings"].float().numpy()
-        mask = out["attention_mask"].numpy().astype(bool)
+        pooled = torch.nn.functional.normalize(out["sentence_embedding"].float(), dim=-1)
+        dense = pooled.cpu().numpy()
+        tokens = out["token_embeddings"].float().cpu().numpy()
+        mask = out["attention_mask"].cpu().numpy().astype(bool)
         return [
             TokenStates(dense=dense[i], tokens=tokens[i][mask[i]], offsets=offsets[i][mask[i]])
             for i in range(len(texts))
@@ -250,16 +294,20 @@ def encoder_threads(settings: Settings) -> int:
     return settings.encoder_threads or min(ENCODER_MAX_THREADS, thread_share(settings))
 
 
-def load_torch_encoder(settings: Settings, precision: str) -> TorchEncoder:
+def load_torch_encoder(settings: Settings, precision: str, device: str = "cpu") -> TorchEncoder:
     _offline()
     from sentence_transformers import SentenceTransformer
 
     set_torch_threads(encoder_threads(settings))
     path = model_path(settings)
-    model = SentenceTransformer(str(path), device="cpu")
+    model = SentenceTransformer(str(path), device=device)
     model.eval()
     return TorchEncoder(
-        model, name=model_name(settings), precision=precision, pools_spans=pools_by_mean(path)
+        model,
+        name=model_name(settings),
+        precision=precision,
+        pools_spans=pools_by_mean(path),
+        device=device,
     )
 
 
@@ -275,14 +323,21 @@ def pools_by_mean(path: Path) -> bool:
 
 
 def load_encoder(settings: Settings) -> Encoder:
-    """Load the configured sentence encoder on CPU, offline, on the configured runtime."""
+    """Load the configured sentence encoder, offline, on the configured runtime: on the GPU
+    where CUDA is available (torch), on the CPU otherwise."""
     _offline()
     limit_tokenizer_threads(encoder_threads(settings))
     path = model_path(settings)
     if not path.is_dir():
         raise FileNotFoundError(f"encoder model directory not found: {path}")
-    precision = resolve_precision(settings.encoder_precision)
-    runtime = resolve_runtime(settings.encoder_runtime, precision)
+    device = encoder_device(cuda_available())
+    if device == "cuda":
+        import torch
+
+        precision = gpu_precision(settings.encoder_precision, torch.cuda.is_bf16_supported())
+    else:
+        precision = resolve_precision(settings.encoder_precision)
+    runtime = resolve_runtime(settings.encoder_runtime, precision, device)
     encoder: Encoder
     if runtime == "onnx":
         from infra.retrieval.onnx_encoder import OnnxEncoder, OnnxUnsupported, ensure_onnx_model
@@ -296,12 +351,13 @@ def load_encoder(settings: Settings) -> Encoder:
             )
             encoder = load_torch_encoder(settings, "fp32")
     else:
-        encoder = load_torch_encoder(settings, precision)
+        encoder = load_torch_encoder(settings, precision, device)
     log.info(
         "encoder_loaded",
         path=str(path),
         dim=encoder.dim,
         runtime=encoder.runtime,
+        device=encoder.device,
         precision=encoder.precision,
         threads=encoder_threads(settings),
         host_processes=host_processes(settings),

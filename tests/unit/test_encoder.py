@@ -148,3 +148,34 @@ async def test_pooled_sentences_are_the_mean_of_their_tokens_on_both_runtimes(
     _, onnx_sentences = await chunk_embeddings(onnx_encoder, [short, long])
     for ours, theirs in zip(onnx_sentences, (short_sentences, long_sentences), strict=True):
         assert np.min(np.sum(ours.vectors * theirs.vectors, axis=1)) > 0.999
+
+
+def test_the_gpu_is_used_where_cuda_is_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infra.retrieval import encoder as module
+
+    assert module.encoder_device(True) == "cuda"
+    assert module.encoder_device(False) == "cpu"
+    assert module.resolve_runtime("auto", "fp32", "cuda") == "torch"
+    assert module.resolve_runtime("auto", "fp32", "cpu") == "onnx"
+    assert module.resolve_runtime("onnx", "fp32", "cuda") == "onnx"  # as the user said
+    assert module.gpu_precision("auto", True) == "bf16"
+    assert module.gpu_precision("auto", False) == "fp32"
+    assert module.gpu_precision("fp32", True) == "fp32"
+    monkeypatch.setattr(module, "NVIDIA_DRIVER", tmp_path / "no-driver")
+    assert module.cuda_available() is False
+
+
+class DimOnly:
+    def get_embedding_dimension(self) -> int:
+        return 384
+
+
+def test_on_a_gpu_passes_are_large() -> None:
+    from infra.retrieval.encoder import GPU_BATCH_SIZE, TorchEncoder
+
+    gpu = TorchEncoder(DimOnly(), "x", device="cuda")
+    cpu = TorchEncoder(DimOnly(), "x")
+    assert (gpu.batch_size, gpu.coalesce_max_texts) == (GPU_BATCH_SIZE, 2 * GPU_BATCH_SIZE)
+    assert (cpu.device, cpu.batch_size, cpu.coalesce_max_texts) == ("cpu", 16, 32)
