@@ -65,13 +65,21 @@ class Role:
 class Cluster:
     """The services and the role processes, each killable and restartable."""
 
-    def __init__(self, root: Path, nats_nodes: int = 1) -> None:
+    def __init__(
+        self,
+        root: Path,
+        nats_nodes: int = 1,
+        roles: dict[str, tuple[list[str], int]] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.nats_port, self.redis_port, self.api_port = free_port(), free_port(), free_port()
         self.nats: LocalService | None = None
         self.nats_cluster = NatsCluster(root / "nats", nats_nodes) if nats_nodes > 1 else None
         self.redis: LocalService | None = None
-        self.roles = {name: Role(name, args, [None] * n) for name, (args, n) in ROLES.items()}
+        self.roles = {
+            name: Role(name, args, [None] * n) for name, (args, n) in (roles or ROLES).items()
+        }
         self.node_kills: Counter[str] = Counter()
         self._outage = asyncio.Lock()
         nats_env = (
@@ -90,6 +98,9 @@ class Cluster:
             "RAGBUS_DATA_DIR": str(root / "data"),
             "RAGBUS_API_PORT": str(self.api_port),
             "RAGBUS_API_TOKEN": "",
+            # every role process shares the machine's cores: each sizes its pools to its share
+            "RAGBUS_HOST_PROCESSES": str(sum(len(role.processes) for role in self.roles.values())),
+            **(env or {}),
         }
         self.url = f"http://127.0.0.1:{self.api_port}"
         self.kills: Counter[str] = Counter()

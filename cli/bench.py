@@ -1,6 +1,7 @@
-"""`ragbus bench|bench-bus|bench-scale|bench-ingest`: load, the in-process peers, the bus's own
-cost, scale and ingestion, each printing its figures and writing a JSON report (`results/`).
-The measuring is `bench`'s; this module parses options and prints."""
+"""`ragbus bench|bench-bus|bench-scale|bench-ingest|bench-scaleout`: load, the in-process peers,
+the bus's own cost, scale, ingestion and roles scaled out on a NATS cluster, each printing its
+figures and writing a JSON report (`results/`). The measuring is `bench`'s; this module parses
+options and prints."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def register(app: typer.Typer) -> None:
     app.command("bench-bus")(bench_bus)
     app.command("bench-scale")(bench_scale)
     app.command("bench-ingest")(bench_ingest)
+    app.command("bench-scaleout")(bench_scaleout)
 
 
 Queries = Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")]
@@ -341,3 +343,64 @@ def bench_ingest(
     console.print_json(json.dumps(report))
     print_comparison(report, console)
     save_json(report, out)
+
+
+def bench_scaleout(
+    queries: Queries = DEFAULT_QUERIES,
+    concurrency: Concurrency = 8,
+    duration: Duration = 30.0,
+    warmup: Warmup = 10.0,
+    nats_nodes: Annotated[int, typer.Option(min=1, max=5, help="NATS cluster nodes.")] = 3,
+    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "results/scaleout.json"
+    ),
+) -> None:
+    """Every role in its own processes on a fresh NATS cluster (streams on three nodes) and
+    redis-server: the sample corpus ingested, then the same load with 1 and with 2 processes
+    of each stateless role (orchestrator, classify, generate, critic) beside one store-owning
+    worker. Prints q/s, latency and CPU a request, and where the CPU went by role."""
+    from bench.load import load_queries
+    from bench.scaleout import bench_scaleout as run
+
+    interactive_logging(Settings(), verbose=False)
+    console.print(f"bench-scaleout: {nats_nodes} NATS nodes, c = {concurrency}, {duration:g} s")
+    report = asyncio.run(
+        run(
+            load_queries(queries),
+            concurrency=concurrency,
+            duration_s=duration,
+            warmup_s=warmup,
+            nats_nodes=nats_nodes,
+        )
+    )
+    save_json(report, out)
+    print_scaleout(report)
+    console.print(f"wrote {out}")
+
+
+def print_scaleout(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    runs = report["runs"]
+    table = Table(
+        title=f"stateless roles scaled out ({report['nats_nodes']} NATS nodes, "
+        f"c = {report['concurrency']})"
+    )
+    table.add_column("")
+    for run_ in runs:
+        table.add_column(f"{run_['processes_per_stateless_role']} a role", justify="right")
+    rows = {
+        "q/s": lambda r: f"{r['throughput_qps']:.1f}",
+        "p50 ms": lambda r: f"{r['latency_ms']['p50'] or 0:,.0f}",
+        "p95 ms": lambda r: f"{r['latency_ms']['p95'] or 0:,.0f}",
+        "CPU ms a request": lambda r: f"{r['cpu_ms_per_request'] or 0:.1f}",
+        "cores busy": lambda r: f"{r['server_cores_busy'] or 0:.2f}",
+    }
+    for name, cell in rows.items():
+        table.add_row(name, *(cell(r) for r in runs))
+    for role in runs[0]["cpu_ms_per_request_by_role"]:
+        table.add_row(
+            f"  {role}, CPU ms a request",
+            *(f"{r['cpu_ms_per_request_by_role'].get(role, 0):.1f}" for r in runs),
+        )
+    console.print(table)
