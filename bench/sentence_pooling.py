@@ -18,6 +18,8 @@ import argparse
 import asyncio
 import json
 import random
+import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for root in args.sets
     ]
     used = {"runtime": encoder.runtime, "precision": encoder.precision}
-    report = {"encoder": used, "sets": reports, "run": run_record()}
+    typed = shlex.join(["python", "-m", "bench.sentence_pooling", *sys.argv[1:]])
+    report = {"encoder": used, "sets": reports, "run": {**run_record(), "command": typed}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
