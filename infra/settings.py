@@ -269,9 +269,9 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=256,
-        description="ragbus processes sharing this machine's cores; each sizes its thread "
-        "pools to its share. 0 = the processes `ragbus up` runs (it passes its count to its "
-        "child).",
+        description="ragbus processes (or `ragbus up` stacks) sharing this machine's cores; "
+        "each sizes its thread pools to its share. 0 = one: a `ragbus up` stack counts as one, "
+        "its processes take turns (it passes the setting to its child).",
     )
     background_process: bool = Field(
         True,

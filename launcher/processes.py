@@ -3,9 +3,8 @@
 One Python process is one GIL: under load `ragbus up` in one process kept a single core busy
 while the other waited. With two processes the API, the saga and the classifier run in the
 parent and every other worker kind in a child started with `python -m cli worker <kinds>`,
-on the services the parent found or started, told how many ragbus processes share the cores
-(`RAGBUS_HOST_PROCESSES`, so each sizes its thread pools to its share: `infra.threads`). The
-parent restarts a child that dies (at most
+on the services the parent found or started, with the parent's `RAGBUS_HOST_PROCESSES` (how
+many stacks share the cores: `infra.threads`). The parent restarts a child that dies (at most
 `CHILD_RESTARTS` times a minute, then it stops too, so a supervisor sees the failure) and
 stops it before the services it started.
 """
@@ -51,7 +50,7 @@ class WorkerChild:
             "RAGBUS_REDIS_URL": self.settings.redis_url,
             "RAGBUS_DATA_DIR": str(self.settings.data_dir.resolve()),
             "RAGBUS_START_SERVICES": "false",
-            # the child sizes its thread pools to its share of the cores, as this process does
+            # the child sizes its thread pools to the same share of the cores as this process
             "RAGBUS_HOST_PROCESSES": str(self.settings.host_processes),
         }
 

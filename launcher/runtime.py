@@ -224,15 +224,6 @@ async def _bounded(part: str, stopping: Awaitable[object]) -> None:
         log.warning("stop_failed", part=part, error=f"{type(exc).__name__}: {exc}")
 
 
-def with_host_processes(settings: Settings, processes: int) -> Settings:
-    """The settings with `host_processes` = the processes this launch runs, unless the user set
-    it (several stacks on one machine): each process then sizes its thread pools to its share
-    of the cores (`infra.threads`), and so does the child it is passed to."""
-    if settings.host_processes:
-        return settings
-    return settings.model_copy(update={"host_processes": processes})
-
-
 def process_role(*, api: bool, orchestrator: bool, workers: Sequence[str]) -> str:
     """What this process is, for its traces' `service.name` (`ragbus-<role>`)."""
     if api:
@@ -255,7 +246,6 @@ async def serve(
     """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
     (`launcher.processes`) on the services this one found or started."""
     setup_tracing(process_role(api=api, orchestrator=orchestrator, workers=workers))
-    settings = with_host_processes(settings, 2 if child_workers else 1)
     child: WorkerChild | None = None
 
     async def start_child(found: Settings) -> None:

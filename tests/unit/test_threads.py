@@ -12,7 +12,6 @@ from infra import threads
 from infra.retrieval.encoder import encoder_threads
 from infra.settings import Settings
 from launcher.processes import WorkerChild
-from launcher.runtime import with_host_processes
 
 
 def on_cores(monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
@@ -84,17 +83,16 @@ def test_the_tokenizer_pool_takes_a_size_only_when_none_is_set(
     assert os.environ["RAYON_NUM_THREADS"] == "1"
 
 
-def test_up_uses_its_process_count_unless_the_user_set_one() -> None:
-    assert with_host_processes(Settings(), 2).host_processes == 2
-    assert with_host_processes(Settings(), 1).host_processes == 1
-    assert with_host_processes(Settings(host_processes=4), 2).host_processes == 4
-
-
-def test_the_worker_child_is_told_the_process_count(
+def test_the_worker_child_is_told_how_many_processes_share_the_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One `ragbus up` stack counts as one (its processes take turns: the queries' models are
+    light, ingestion's bulk encoder runs niced in the background); what the user set for
+    several stacks on one machine reaches the child."""
     monkeypatch.delenv("RAGBUS_HOST_PROCESSES", raising=False)
-    settings = with_host_processes(Settings(data_dir=tmp_path), 2)
+    env = WorkerChild(Settings(data_dir=tmp_path), ["search"], restarts=1, window_s=60.0)._env()
+    assert env["RAGBUS_HOST_PROCESSES"] == "0"
+    settings = Settings(data_dir=tmp_path, host_processes=2)
     env = WorkerChild(settings, ["search"], restarts=1, window_s=60.0)._env()
     assert env["RAGBUS_HOST_PROCESSES"] == "2"
     monkeypatch.setenv("RAGBUS_HOST_PROCESSES", env["RAGBUS_HOST_PROCESSES"])
