@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos_clients import Clients
-from bench.chaos_cluster import READY_TIMEOUT_S, ROLES, Cluster, ready
+from bench.chaos_cluster import READY_TIMEOUT_S, Cluster, ready
 from bench.chaos_ingest import submit_job, wait_job
 from bench.chaos_verify import StoredEvents, verify_ingest, verify_requests
 from bench.load import percentile
@@ -100,7 +100,8 @@ async def _chaos(
             else:
                 await asyncio.to_thread(cluster.restart_service, event)
                 job["service_restarts"][event] += 1
-        name = random.choice(list(ROLES))
+        cluster.revive_crashed()
+        name = random.choice(list(cluster.roles))
         index = cluster.kill(name)
         if index is not None:
             pending_restarts.append(asyncio.create_task(restart_later(name, index)))
@@ -183,6 +184,9 @@ async def run_chaos(
             "service_restarts": job["service_restarts"],
             "nats_nodes": nats_nodes,
             "nats_node_kills": dict(cluster.node_kills),
+            "nats_node_outages_skipped": cluster.node_outages_skipped,
+            # processes that exited on their own and were started again, as a supervisor would
+            "crash_restarts": dict(cluster.crash_restarts),
             "requests": {
                 "submitted": submitted,
                 "terminal": requests["terminal"],

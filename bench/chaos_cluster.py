@@ -81,6 +81,9 @@ class Cluster:
             name: Role(name, args, [None] * n) for name, (args, n) in (roles or ROLES).items()
         }
         self.node_kills: Counter[str] = Counter()
+        self.crash_restarts: Counter[str] = Counter()
+        self.node_outages_skipped = 0
+        self._killed: set[tuple[str, int]] = set()
         self._outage = asyncio.Lock()
         nats_env = (
             {
@@ -113,20 +116,25 @@ class Cluster:
             self.nats = start_nats(self.nats_port, self.root / "nats")
         self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
 
-    async def nats_node_outage(self, stream: str | None = None, down_s: float = 5.0) -> str:
+    async def nats_node_outage(self, stream: str | None = None, down_s: float = 5.0) -> str | None:
         """SIGKILL one NATS node (the leader of `stream` when given, else any node), keep it
         down for `down_s`, start it again, and wait until every stream is caught up on all its
-        replicas: one node at a time, so no stream ever loses its quorum. The node's name."""
+        replicas: one node at a time, so no stream ever loses its quorum. The node's name, or
+        None when the streams were not caught up yet and no node was killed."""
         assert self.nats_cluster is not None, "a node outage needs nats_nodes > 1"
         cluster = self.nats_cluster
         async with self._outage:
+            if not await streams_current(cluster.url):
+                # a node is still catching up: another loss now could cost a stream its quorum
+                self.node_outages_skipped += 1
+                return None
             name = await stream_leader(cluster.url, stream) if stream else None
             name = name or random.choice([node.name for node in cluster.nodes])
             await asyncio.to_thread(cluster.kill, name)
             self.node_kills["leader" if stream else "any"] += 1
             await asyncio.sleep(down_s)
             await asyncio.to_thread(cluster.restart, name)
-            for _ in range(120):  # up to a minute for the restarted node to catch up
+            for _ in range(240):  # up to two minutes for the restarted node to catch up
                 if await streams_current(cluster.url):
                     break
                 await asyncio.sleep(0.5)
@@ -145,6 +153,7 @@ class Cluster:
             self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
 
     def spawn(self, role: Role, index: int) -> None:
+        self._killed.discard((role.name, index))
         role.processes[index] = subprocess.Popen(
             [sys.executable, "-m", "cli", *role.args],
             env=self.env,
@@ -168,8 +177,19 @@ class Cluster:
         assert process is not None
         process.send_signal(signal.SIGKILL)
         process.wait(10)
+        self._killed.add((name, index))
         self.kills[name] += 1
         return index
+
+    def revive_crashed(self) -> None:
+        """Start again a process that exited without being killed (one that could not start
+        while a service was down, say), as a supervisor would; counted by role."""
+        for role in self.roles.values():
+            for index, process in enumerate(role.processes):
+                crashed = process is not None and process.poll() is not None
+                if crashed and (role.name, index) not in self._killed:
+                    self.crash_restarts[role.name] += 1
+                    self.spawn(role, index)
 
     def revive_all(self) -> None:
         for role in self.roles.values():

@@ -48,6 +48,14 @@ JSON_CONTENT_TYPE = "application/json"
 PUBLISH_RETRY_S = 20.0
 """How long a publish keeps trying by default (`RAGBUS_PUBLISH_RETRY_S` sets the bus's)."""
 
+JETSTREAM_UNAVAILABLE: tuple[type[Exception], ...] = (
+    nats.errors.TimeoutError,  # the ack is late
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,  # the stream has no leader: a cluster is electing one
+    nats.js.errors.ServiceUnavailableError,
+)
+"""What a retry can fix: a late answer, or a stream with no leader while a cluster elects one."""
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -191,11 +199,30 @@ async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: S
     log.warning("consumer_kept_existing_config", consumer=spec.durable, error=str(error))
 
 
-async def declare_topology(js: JetStreamContext, settings: Settings) -> None:
-    """Streams and every durable consumer; safe to run from every process at start-up."""
-    await declare_streams(js, settings)
-    for spec in all_consumers():
-        await declare_consumer(js, spec, settings)
+TOPOLOGY_WAIT_S = 120.0
+
+
+async def declare_topology(
+    js: JetStreamContext, settings: Settings, wait_s: float = TOPOLOGY_WAIT_S
+) -> None:
+    """Streams and every durable consumer; safe to run from every process at start-up. A
+    cluster that just lost a node answers the JetStream API with nothing or "unavailable"
+    until it has elected new leaders: start-up waits that out (up to `wait_s`, backing off
+    from 0.5 s to 5 s) instead of exiting."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.5
+    while True:
+        try:
+            await declare_streams(js, settings)
+            for spec in all_consumers():
+                await declare_consumer(js, spec, settings)
+            return
+        except JETSTREAM_UNAVAILABLE as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("jetstream_unavailable", error=type(exc).__name__, retry_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def json_decoder(model: Any) -> Callable[[StreamMessage[Any]], Awaitable[Any]]:
@@ -242,14 +269,6 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     )
 
 
-RETRYABLE_PUBLISH_ERRORS: tuple[type[Exception], ...] = (
-    nats.errors.TimeoutError,  # the ack is late
-    nats.errors.NoRespondersError,
-    nats.js.errors.NoStreamResponseError,  # the stream has no leader: a cluster is electing one
-    nats.js.errors.ServiceUnavailableError,
-)
-
-
 async def acked(send: Callable[[], Awaitable[T]], retry_s: float = PUBLISH_RETRY_S) -> T:
     """Run a JetStream publish, retrying while its ack does not come: a late ack, or a stream
     with no leader while a cluster elects one after losing a node (seconds, on nats-server
@@ -261,7 +280,7 @@ async def acked(send: Callable[[], Awaitable[T]], retry_s: float = PUBLISH_RETRY
     while True:
         try:
             return await send()
-        except RETRYABLE_PUBLISH_ERRORS as exc:
+        except JETSTREAM_UNAVAILABLE as exc:
             if time.monotonic() + delay > deadline:
                 raise
             log.info("publish_retried", error=type(exc).__name__, after_s=delay)

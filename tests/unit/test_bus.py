@@ -62,3 +62,44 @@ async def test_an_error_that_a_retry_cannot_fix_is_raised_at_once() -> None:
             QuerySubmitted(request_id="r1", query="q"), "rag.query.submitted", "RAG_QUERIES"
         )
     assert len(broker.calls) == 1
+
+
+class ElectingJetStream:
+    """A JetStream API that answers "unavailable" to its first calls, as a cluster does
+    while it elects new leaders after losing a node."""
+
+    def __init__(self, unavailable: int) -> None:
+        self.unavailable = unavailable
+        self.streams: list[str] = []
+        self.consumers: list[str] = []
+
+    def _answer(self) -> None:
+        if self.unavailable > 0:
+            self.unavailable -= 1
+            raise nats.js.errors.ServiceUnavailableError
+
+    async def add_stream(self, config: Any) -> None:
+        self._answer()
+        self.streams.append(config.name)
+
+    async def add_consumer(self, stream: str, config: Any) -> None:
+        self._answer()
+        self.consumers.append(config.durable_name)
+
+
+async def test_start_up_waits_for_a_cluster_that_is_electing_leaders() -> None:
+    from infra.runtime.bus import all_consumers, declare_topology, stream_specs
+    from infra.settings import Settings
+
+    js = ElectingJetStream(unavailable=2)
+    await declare_topology(js, Settings(), wait_s=5)  # type: ignore[arg-type]
+    assert len(set(js.streams)) == len(stream_specs(Settings()))
+    assert len(set(js.consumers)) == len(all_consumers())
+
+
+async def test_start_up_gives_up_when_jetstream_stays_unavailable() -> None:
+    from infra.runtime.bus import declare_topology
+    from infra.settings import Settings
+
+    with pytest.raises(nats.js.errors.ServiceUnavailableError):
+        await declare_topology(ElectingJetStream(unavailable=100), Settings(), wait_s=0.4)  # type: ignore[arg-type]
