@@ -78,10 +78,27 @@ def _scale(r: Report) -> str:
 
 
 def _ingest(r: Report) -> str:
-    return (
+    text = (
         f"{r['documents']:,} documents, {r['chunks']:,} chunks in {r['seconds']:,.0f} s: "
         f"{r['chunks_per_minute']:,.0f} chunks/min"
     )
+    alone = r.get("encoder_alone")
+    if alone:
+        text += (
+            f"; the encoder alone {alone['chunks_per_minute']:,.0f} chunks/min over the same "
+            f"chunks, ratio {r['ratio_to_encoder']:.2f}"
+        )
+    return text
+
+
+def _scaleout(r: Report) -> str:
+    runs = "; ".join(
+        f"{run['processes_per_stateless_role']} a role: {_n(run['throughput_qps'])} q/s, "
+        f"p95 {_ms(run['latency_ms']['p95'])}, {_n(run['cpu_ms_per_request'], 0)} ms CPU a request"
+        for run in r["runs"]
+    )
+    cluster = f"{r['nats_nodes']} NATS node(s), streams R{r['stream_replicas']}"
+    return f"{cluster}, c = {r['concurrency']}: {runs}"
 
 
 def _share(fraction: float) -> str:
@@ -92,8 +109,13 @@ def _share(fraction: float) -> str:
 def _chaos(r: Report) -> str:
     requests, ingest = r["requests"], r.get("ingest") or {}
     dups = sum(r["duplicates"].values())
+    servers = (
+        f"{sum(r['nats_node_kills'].values())} NATS node kills of {r['nats_nodes']} + redis-server"
+        if r.get("nats_nodes", 1) > 1
+        else "nats-server + redis-server"
+    )
     text = (
-        f"{r['duration_s']:.0f} s, {r['kills']} kills + nats-server + redis-server: "
+        f"{r['duration_s']:.0f} s, {r['kills']} kills + {servers}: "
         f"{requests['submitted']:,} requests, {_share(requests['terminal_share'])} terminal, "
         f"{_share(requests['completed_share'] or 0)} completed, {dups} duplicates, "
         f"{r['sse_events_missed']} events missed"
@@ -149,6 +171,9 @@ ROWS = (
     Row("ingestion", "ingest.json", _ingest),
     Row("chaos", "chaos.json", _chaos),
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
+    Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),
+    Row("stateless roles scaled out on a NATS cluster", "scaleout.json", _scaleout),
+    Row("the same on one NATS server", "scaleout-one-node.json", _scaleout),
     Row("retrieval, NFCorpus", "eval-nfcorpus.json", _retrieval),
     Row("retrieval, MuSiQue", "eval-musique.json", _retrieval),
     Row("intent", "intent.json", _intent),
