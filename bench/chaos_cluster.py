@@ -52,6 +52,15 @@ SETTINGS_ENV = {
     "RAGBUS_START_SERVICES": "false",
     "RAGBUS_UP_PROCESSES": "1",
 }
+CLUSTER_SETTINGS_ENV = {
+    # Beside three nats-server nodes on the same cores, the store-owning process takes up to a
+    # minute to load its models after a kill (the first 600 s run on a cluster timed out 10 of
+    # 767 requests in fusion at 30 s, each while that process was reloading).
+    "RAGBUS_REQUEST_TIMEOUT_S": "110",
+    "RAGBUS_SEARCH_TIMEOUT_S": "60",
+    "RAGBUS_FUSE_TIMEOUT_S": "60",
+    "RAGBUS_GENERATE_TIMEOUT_S": "60",
+}
 READY_TIMEOUT_S = 240.0
 
 
@@ -87,6 +96,7 @@ class Cluster:
         self._outage = asyncio.Lock()
         nats_env = (
             {
+                **CLUSTER_SETTINGS_ENV,
                 "RAGBUS_NATS_URL": self.nats_cluster.url,
                 "RAGBUS_STREAM_REPLICAS": str(min(3, nats_nodes)),
             }

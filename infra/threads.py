@@ -5,8 +5,9 @@ two `ragbus up` stacks ingesting side by side on 2 cores ran about eight times s
 alone (issue 22). Each process takes cores ÷ processes instead, where cores are the ones this
 process may run on (its CPU affinity, so a container's or taskset's limit counts) and processes
 is `RAGBUS_HOST_PROCESSES` (0 = one: a `ragbus up` stack counts as one, since its processes
-take turns, and passes the setting to its child). The pools that follow the share: torch's intra-op threads (the encoder, BGE-M3, the NLI
-model, the reranker), ONNX Runtime's intra-op threads and the tokenizers' Rust thread pool.
+take turns, and passes the setting to its child). The pools that follow the share: torch's
+intra-op threads (the encoder, BGE-M3, the NLI model, the reranker), ONNX Runtime's intra-op
+threads and the tokenizers' Rust thread pool.
 """
 
 from __future__ import annotations
