@@ -31,19 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.chaos_clients import Clients
-from bench.chaos_cluster import READY_TIMEOUT_S, Cluster, ready
+from bench.chaos_cluster import READY_TIMEOUT_S, Cluster, boot, ready
 from bench.chaos_ingest import submit_job, wait_job
 from bench.chaos_verify import StoredEvents, verify_ingest, verify_requests
 from bench.load import percentile
-from client import RagbusClient
 from contracts import subjects as sj
 
 QUERY_PATH_STREAMS = (sj.STREAM_QUERIES, sj.STREAM_CMD, sj.STREAM_RES, sj.STREAM_EVENTS)
@@ -124,22 +121,7 @@ async def run_chaos(
     with tempfile.TemporaryDirectory(prefix="ragbus-chaos-", dir=work_dir) as tmp:
         cluster = Cluster(Path(tmp), nats_nodes=nats_nodes)
         try:
-            cluster.start_services()
-            await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "cli", "train-intent"],
-                env=cluster.env,
-                check=True,
-                capture_output=True,
-            )
-            cluster.start_roles()
-            await ready(cluster.url, READY_TIMEOUT_S)
-            async with RagbusClient(cluster.url, timeout=30) as client:
-                seeded = await client.ingest(
-                    {"id": p.stem, "title": p.stem, "text": p.read_text(encoding="utf-8")}
-                    for p in sorted((Path(__file__).parent / "sample").glob("*.md"))
-                )
-            await wait_job(cluster.url, seeded["job_id"], 180)
+            await boot(cluster, seed_timeout_s=180)
 
             stop = asyncio.Event()
             clients = Clients(cluster.url, stop, request_timeout_s=120)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.chaos_ingest import wait_job
+from client import RagbusClient
 from infra.runtime.nats_cluster import NatsCluster, stream_leader, streams_current
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 
@@ -62,6 +64,7 @@ CLUSTER_SETTINGS_ENV = {
     "RAGBUS_GENERATE_TIMEOUT_S": "60",
 }
 READY_TIMEOUT_S = 240.0
+SAMPLE = Path(__file__).parent / "sample"
 
 
 @dataclass
@@ -236,3 +239,24 @@ async def ready(url: str, timeout_s: float) -> None:
                     return
             await asyncio.sleep(0.5)
     raise RuntimeError(f"the cluster was not ready within {timeout_s:g} s")
+
+
+async def boot(cluster: Cluster, seed_timeout_s: float) -> None:
+    """Start the services, train the intent model, start every role, wait for the API, and
+    ingest the sample corpus (`bench/sample`) within `seed_timeout_s`."""
+    cluster.start_services()
+    await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "cli", "train-intent"],
+        env=cluster.env,
+        check=True,
+        capture_output=True,
+    )
+    cluster.start_roles()
+    await ready(cluster.url, READY_TIMEOUT_S)
+    async with RagbusClient(cluster.url, timeout=60) as client:
+        seeded = await client.ingest(
+            {"id": p.stem, "title": p.stem, "text": p.read_text(encoding="utf-8")}
+            for p in sorted(SAMPLE.glob("*.md"))
+        )
+    await wait_job(cluster.url, seeded["job_id"], seed_timeout_s)

@@ -16,18 +16,13 @@ pools together fit the cores.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.chaos_cluster import READY_TIMEOUT_S, Cluster, ready
-from bench.chaos_ingest import wait_job
+from bench.chaos_cluster import Cluster, boot
 from bench.load import run_bench
-from client import RagbusClient
 
-SAMPLE = Path(__file__).parent / "sample"
 STATELESS = ("orchestrator", "classify", "generate", "critic")
 ARGS = {
     "orchestrator": ["orchestrator"],
@@ -103,22 +98,7 @@ async def bench_scaleout(
             Path(tmp), nats_nodes=nats_nodes, roles=scale_roles(processes[0]), env=BENCH_ENV
         )
         try:
-            cluster.start_services()
-            await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "cli", "train-intent"],
-                env=cluster.env,
-                check=True,
-                capture_output=True,
-            )
-            cluster.start_roles()
-            await ready(cluster.url, READY_TIMEOUT_S)
-            async with RagbusClient(cluster.url, timeout=60) as client:
-                job = await client.ingest(
-                    {"id": p.stem, "title": p.stem, "text": p.read_text(encoding="utf-8")}
-                    for p in sorted(SAMPLE.glob("*.md"))
-                )
-            await wait_job(cluster.url, job["job_id"], 300)
+            await boot(cluster, seed_timeout_s=300)
             for count in processes:
                 for name in STATELESS:
                     while len(cluster.roles[name].processes) < count:

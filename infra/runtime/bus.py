@@ -209,20 +209,20 @@ async def declare_topology(
     cluster that just lost a node answers the JetStream API with nothing or "unavailable"
     until it has elected new leaders: start-up waits that out (up to `wait_s`, backing off
     from 0.5 s to 5 s) instead of exiting."""
-    deadline = time.monotonic() + wait_s
-    delay = 0.5
-    while True:
-        try:
-            await declare_streams(js, settings)
-            for spec in all_consumers():
-                await declare_consumer(js, spec, settings)
-            return
-        except JETSTREAM_UNAVAILABLE as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("jetstream_unavailable", error=type(exc).__name__, retry_in_s=delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+
+    async def declare() -> None:
+        await declare_streams(js, settings)
+        for spec in all_consumers():
+            await declare_consumer(js, spec, settings)
+
+    await until_jetstream_answers(
+        declare,
+        wait_s,
+        first_delay_s=0.5,
+        max_delay_s=5.0,
+        event="jetstream_unavailable",
+        level=logging.WARNING,
+    )
 
 
 def json_decoder(model: Any) -> Callable[[StreamMessage[Any]], Awaitable[Any]]:
@@ -269,23 +269,41 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     )
 
 
-async def acked(send: Callable[[], Awaitable[T]], retry_s: float = PUBLISH_RETRY_S) -> T:
-    """Run a JetStream publish, retrying while its ack does not come: a late ack, or a stream
-    with no leader while a cluster elects one after losing a node (seconds, on nats-server
-    2.9). Backs off from 0.2 s to 2 s and gives up after `retry_s`. Safe because every message
-    carries `Nats-Msg-Id`: a re-send of one the stream took is a no-op. A plain loop: this runs
-    for every message, where a retry library's machinery cost more than the publish itself."""
-    deadline = time.monotonic() + retry_s
-    delay = 0.2
+async def until_jetstream_answers(
+    call: Callable[[], Awaitable[T]],
+    budget_s: float,
+    *,
+    first_delay_s: float,
+    max_delay_s: float,
+    event: str,
+    level: int = logging.INFO,
+) -> T:
+    """Run `call`, and again while JetStream cannot answer it (`JETSTREAM_UNAVAILABLE`: a late
+    answer, or a stream with no leader while a cluster elects one after losing a node, seconds
+    on nats-server 2.9), backing off from `first_delay_s` doubling to `max_delay_s`; once the
+    next try would fall past `budget_s`, the last error is raised. Each retry logs `event` at
+    `level`. A plain loop: it wraps every publish, where a retry library's machinery cost more
+    than the publish itself."""
+    deadline = time.monotonic() + budget_s
+    delay = first_delay_s
     while True:
         try:
-            return await send()
+            return await call()
         except JETSTREAM_UNAVAILABLE as exc:
             if time.monotonic() + delay > deadline:
                 raise
-            log.info("publish_retried", error=type(exc).__name__, after_s=delay)
+            log.log(level, event, error=type(exc).__name__, retry_in_s=delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, max_delay_s)
+
+
+async def acked(send: Callable[[], Awaitable[T]], retry_s: float = PUBLISH_RETRY_S) -> T:
+    """Run a JetStream publish until its ack comes, for up to `retry_s` (backing off from
+    0.2 s to 2 s). Safe because every message carries `Nats-Msg-Id`: a re-send of one the
+    stream took is a no-op."""
+    return await until_jetstream_answers(
+        send, retry_s, first_delay_s=0.2, max_delay_s=2.0, event="publish_retried"
+    )
 
 
 def json_headers(event_id: str | None) -> dict[str, str]:

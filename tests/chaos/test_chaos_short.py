@@ -7,6 +7,8 @@ Marked `soak`: `make soak` runs it before the ten-minute run; `make test` leaves
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from api.event_stream import stored_events
@@ -14,6 +16,22 @@ from bench.chaos import run_chaos
 from cli.chaos import _goals
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
+
+
+def assert_nothing_lost_or_doubled(report: dict[str, Any]) -> None:
+    """Every request terminal once, no answer or `done` twice, no event missed by a stream,
+    the ingest job complete with every document indexed exactly once, and no goal missed."""
+    requests = report["requests"]
+    assert requests["submitted"] >= 10
+    assert requests["terminal"] == requests["submitted"], requests
+    assert report["duplicates"] == {"answers": 0, "done": 0}
+    assert report["sse_streams_missing_events"] == 0
+    ingest = report["ingest"]
+    assert ingest["job_status"] == "completed"
+    assert ingest["documents_failed"] == 0
+    assert ingest["documents_done"] + ingest["documents_unchanged"] == ingest["documents"]
+    assert (ingest["chunks_lost"], ingest["chunks_extra"], ingest["documents_lost"]) == (0, 0, 0)
+    assert _goals(report) == [], report
 
 
 async def test_a_short_chaos_run_loses_and_doubles_nothing() -> None:
@@ -25,19 +43,9 @@ async def test_a_short_chaos_run_loses_and_doubles_nothing() -> None:
         seed=7,
         read_events=stored_events,
     )
-    requests = report["requests"]
     assert report["kills"] >= 5
     assert report["service_restarts"] == {"nats": 1, "redis": 1}
-    assert requests["submitted"] >= 10
-    assert requests["terminal"] == requests["submitted"], requests
-    assert report["duplicates"] == {"answers": 0, "done": 0}
-    assert report["sse_streams_missing_events"] == 0
-    ingest = report["ingest"]
-    assert ingest["job_status"] == "completed"
-    assert ingest["documents_failed"] == 0
-    assert ingest["documents_done"] + ingest["documents_unchanged"] == ingest["documents"]
-    assert (ingest["chunks_lost"], ingest["chunks_extra"], ingest["documents_lost"]) == (0, 0, 0)
-    assert _goals(report) == [], report
+    assert_nothing_lost_or_doubled(report)
 
 
 async def test_a_short_chaos_run_on_a_nats_cluster_loses_and_doubles_nothing() -> None:
@@ -53,14 +61,6 @@ async def test_a_short_chaos_run_on_a_nats_cluster_loses_and_doubles_nothing() -
         nats_nodes=3,
         nats_kill_every_s=10,
     )
-    requests = report["requests"]
     assert sum(report["nats_node_kills"].values()) >= 3, report["nats_node_kills"]
     assert report["service_restarts"] == {"nats": 0, "redis": 1}
-    assert requests["submitted"] >= 10
-    assert requests["terminal"] == requests["submitted"], requests
-    assert report["duplicates"] == {"answers": 0, "done": 0}
-    assert report["sse_streams_missing_events"] == 0
-    ingest = report["ingest"]
-    assert ingest["job_status"] == "completed"
-    assert (ingest["chunks_lost"], ingest["chunks_extra"], ingest["documents_lost"]) == (0, 0, 0)
-    assert _goals(report) == [], report
+    assert_nothing_lost_or_doubled(report)
