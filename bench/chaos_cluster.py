@@ -25,7 +25,12 @@ import httpx
 
 from bench.chaos_ingest import wait_job
 from client import RagbusClient
-from infra.runtime.nats_cluster import NatsCluster, stream_leader, streams_current
+from infra.runtime.nats_cluster import (
+    NatsCluster,
+    stream_leader,
+    streams_current,
+    until_streams_current,
+)
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 
 ROLES: dict[str, tuple[list[str], int]] = {
@@ -147,10 +152,7 @@ class Cluster:
             self.node_kills["leader" if stream else "any"] += 1
             await asyncio.sleep(down_s)
             await asyncio.to_thread(cluster.restart, name)
-            for _ in range(240):  # up to two minutes for the restarted node to catch up
-                if await streams_current(cluster.url):
-                    break
-                await asyncio.sleep(0.5)
+            await until_streams_current(cluster.url, timeout_s=120.0)
             return name
 
     def restart_service(self, which: str) -> None:

@@ -145,11 +145,17 @@ def wait_for_jetstream(url: str, timeout_s: float = 30.0) -> None:
 
 
 async def stream_leader(url: str, stream: str) -> str | None:
-    """The node that leads `stream` now (None while it has no leader)."""
-    nc = await nats.connect(url.split(","), connect_timeout=2)
+    """The node that leads `stream` now: None while it has no leader, or while JetStream does
+    not answer (a node that was just restarted, a leader election under way)."""
+    try:
+        nc = await nats.connect(url.split(","), connect_timeout=2, allow_reconnect=False)
+    except (OSError, nats.errors.Error):
+        return None
     try:
         info = await nc.jetstream(timeout=2).stream_info(stream)
         return info.cluster.leader if info.cluster is not None else None
+    except (nats.errors.Error, nats.js.errors.Error):
+        return None
     finally:
         await nc.close()
 
@@ -157,7 +163,10 @@ async def stream_leader(url: str, stream: str) -> str | None:
 async def streams_current(url: str) -> bool:
     """Every stream has a leader and every replica is online and caught up: the cluster can
     lose another node without a stream losing its quorum."""
-    nc = await nats.connect(url.split(","), connect_timeout=2, allow_reconnect=False)
+    try:
+        nc = await nats.connect(url.split(","), connect_timeout=2, allow_reconnect=False)
+    except (OSError, nats.errors.Error):
+        return False
     try:
         for info in await nc.jetstream(timeout=2).streams_info():
             cluster = info.cluster
@@ -172,3 +181,14 @@ async def streams_current(url: str) -> bool:
         return False
     finally:
         await nc.close()
+
+
+async def until_streams_current(url: str, timeout_s: float = 120.0) -> bool:
+    """Wait until `streams_current`: a restarted node has caught up on every stream. False if
+    it has not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not await streams_current(url):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.5)
+    return True

@@ -18,7 +18,7 @@ import pytest
 from api.event_stream import stored_events
 from contracts import subjects as sj
 from infra.runtime.bus import stream_specs
-from infra.runtime.nats_cluster import NatsCluster, stream_leader
+from infra.runtime.nats_cluster import NatsCluster, stream_leader, until_streams_current
 from infra.runtime.services import LocalService, free_port, start_redis
 from infra.settings import Settings
 from launcher.runtime import WORKER_KINDS
@@ -94,9 +94,12 @@ async def test_every_stream_keeps_three_replicas(
 
 
 async def _kill_leaders(cluster: NatsCluster, killed: list[str]) -> None:
-    """Kill the node leading each stream of the query path in turn, and bring it back."""
+    """Kill the node leading each stream of the query path in turn, and bring it back. The
+    next kill waits until the restarted node has caught up on every stream, so no stream loses
+    its quorum (two of three replicas)."""
     for stream in (sj.STREAM_CMD, sj.STREAM_EVENTS, sj.STREAM_RES, sj.STREAM_QUERIES):
         await asyncio.sleep(1.0)
+        assert await until_streams_current(cluster.url, timeout_s=90.0), "streams not caught up"
         leader = await stream_leader(cluster.url, stream)
         assert leader is not None, f"{stream} has no leader"
         await asyncio.to_thread(cluster.kill, leader)
