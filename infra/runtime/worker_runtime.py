@@ -94,9 +94,25 @@ class RequestNotLive(Exception):
     """The command's request does not exist or has finished: drop the command unrun."""
 
 
-_LIVENESS: ContextVar[Callable[[str], Awaitable[bool]] | None] = ContextVar(
-    "ragbus_liveness", default=None
-)
+class _Liveness:
+    """One message's view of whether its request is live. `once` asks Redis once however
+    many phases the message runs (a search command runs one per channel, side by side: they
+    share the one answer); `now` asks again, for an event a long step is about to send."""
+
+    def __init__(self, is_live: Callable[[str], Awaitable[bool]]) -> None:
+        self._is_live = is_live
+        self._asked: dict[str, asyncio.Future[bool]] = {}
+
+    def once(self, request_id: str) -> Awaitable[bool]:
+        if request_id not in self._asked:
+            self._asked[request_id] = asyncio.ensure_future(self._is_live(request_id))
+        return self._asked[request_id]
+
+    async def now(self, request_id: str) -> bool:
+        return await self._is_live(request_id)
+
+
+_LIVENESS: ContextVar[_Liveness | None] = ContextVar("ragbus_liveness", default=None)
 """How the message being handled asks whether its request is live (set by the error policy)."""
 
 
@@ -110,27 +126,17 @@ def current_deliveries() -> int:
     return _DELIVERIES.get()
 
 
-def _asked_once(
-    is_live: Callable[[str], Awaitable[bool]] | None,
-) -> Callable[[str], Awaitable[bool]] | None:
-    """One message's liveness check, asked of Redis once however many phases it runs (a
-    search command runs one per channel, side by side: they share the one answer)."""
-    if is_live is None:
-        return None
-    asked: dict[str, asyncio.Future[bool]] = {}
-
-    def check(request_id: str) -> Awaitable[bool]:
-        if request_id not in asked:
-            asked[request_id] = asyncio.ensure_future(is_live(request_id))
-        return asked[request_id]
-
-    return check
-
-
 async def require_live(request_id: str) -> None:
-    check = _LIVENESS.get()
-    if check is not None and not await check(request_id):
+    liveness = _LIVENESS.get()
+    if liveness is not None and not await liveness.once(request_id):
         raise RequestNotLive(request_id)
+
+
+async def still_live(request_id: str) -> bool:
+    """Asked afresh before a long step sends an event: its request may have finished (timed
+    out, cancelled) while it ran, and nothing may follow a request's `done`."""
+    liveness = _LIVENESS.get()
+    return liveness is None or await liveness.now(request_id)
 
 
 def error_policy(
@@ -151,7 +157,7 @@ def error_policy(
             deliveries = delivery_count(msg)
             structlog.contextvars.clear_contextvars()
             heartbeat = asyncio.create_task(_keep_alive(msg, settings.ack_wait_s / 2))
-            liveness = _LIVENESS.set(_asked_once(is_live))
+            liveness = _LIVENESS.set(_Liveness(is_live) if is_live else None)
             delivered = _DELIVERIES.set(deliveries)
             try:
                 result = await call_next(msg)
@@ -252,8 +258,9 @@ async def _phase_events(
     bus: Bus, envelope: Envelope, name: Phase, metadata: dict[str, Any]
 ) -> AsyncIterator[PhaseRun]:
     """`in_progress` once the step has run `bus.phase_start_after_s` (at once when 0; never
-    for a step that ends sooner), then always `completed` or `failed` with its start, end and
-    duration. The start event, when sent, is on the subject before the end event."""
+    for a step that ends sooner), then `completed` or `failed` with its start, end and
+    duration. The start event, when sent, is on the subject before the end event. A step that
+    runs that long sends each event only if its request is still live when it does."""
     run = PhaseRun(metadata=dict(metadata))
     started_at = utcnow()
     t0 = time.perf_counter()
@@ -280,19 +287,31 @@ async def _phase_events(
         STEP_SECONDS.labels(phase=name.value).observe(run.duration_ms / 1000)
         log.info("phase_" + status.value, duration_ms=round(run.duration_ms, 2))
         await announced.settle()
-        await bus.emit(
-            PhaseEvent(
-                **envelope.correlation(),
-                data=PhaseData(
-                    phase=name,
-                    status=status,
-                    started_at=started_at,
-                    ended_at=utcnow(),
-                    duration_ms=run.duration_ms,
-                    metadata=run.metadata,
-                ),
-            )
+        end = PhaseEvent(
+            **envelope.correlation(),
+            data=PhaseData(
+                phase=name,
+                status=status,
+                started_at=started_at,
+                ended_at=utcnow(),
+                duration_ms=run.duration_ms,
+                metadata=run.metadata,
+            ),
         )
+        # A step that ran long enough to announce itself asks again whether its request is
+        # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
+        # A quicker step sends at once (its request was live when it started, a moment ago).
+        if run.duration_ms / 1000 < bus.phase_start_after_s or await still_live(
+            envelope.request_id
+        ):
+            await bus.emit(end)
+        else:
+            _dropped(end)
+
+
+def _dropped(event: PhaseEvent) -> None:
+    UNKNOWN_REQUESTS.labels(kind="phase_event").inc()
+    log.info("phase_event_dropped", reason="request finished", status=event.data.status.value)
 
 
 class _Announcement:
@@ -311,7 +330,14 @@ class _Announcement:
         self._timer = asyncio.get_running_loop().call_later(after_s, self._send)
 
     def _send(self) -> None:
-        self._sending = asyncio.create_task(self._bus.emit(self._event))
+        self._sending = asyncio.create_task(self._announce())
+
+    async def _announce(self) -> None:
+        """The timer's start event: only while the request is still live."""
+        if await still_live(self._event.request_id):
+            await self._bus.emit(self._event)
+        else:
+            _dropped(self._event)
 
     async def settle(self) -> None:
         """Before the end event: cancel the timer, or let a start already on its way land."""

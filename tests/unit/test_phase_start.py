@@ -1,6 +1,7 @@
 """A step's `in_progress` event is sent only once the step has run `phase_start_after_s`: a
 fast step sends one event, its `completed` (which carries its start); a slow one sends both,
-the start first."""
+the start first. A slow step asks again, before each event it sends, whether its request is
+still live: nothing follows a request's done."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from faststream.nats import NatsBroker
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase
 from contracts.events import CallerEvent, PhaseEvent
+from infra.runtime import worker_runtime
 from infra.runtime.bus import Bus
 from infra.runtime.worker_runtime import phase
 
@@ -70,3 +72,50 @@ async def test_a_step_that_fails_fast_sends_only_its_failure() -> None:
             raise RuntimeError("the model is gone")
     assert bus.statuses() == ["failed"]
     assert "the model is gone" in str(bus.sent[0].data.metadata["error"])
+
+
+class Request:
+    """A request's liveness as the orchestrator's deadline set would answer it."""
+
+    def __init__(self) -> None:
+        self.live = True
+        self.asked = 0
+
+    async def is_live(self, request_id: str) -> bool:
+        self.asked += 1
+        return self.live
+
+
+async def run_step_while(request: Request, bus: Bus, seconds: float, *, finish: bool) -> None:
+    """Run a step under a message's liveness; the request finishes midway when `finish`."""
+    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(request.is_live))
+    try:
+        async with phase(bus, CMD, Phase.CRITIC):
+            await asyncio.sleep(seconds / 2)
+            request.live = not finish
+            await asyncio.sleep(seconds / 2)
+    finally:
+        worker_runtime._LIVENESS.reset(token)
+
+
+async def test_a_slow_step_of_a_request_that_finished_meanwhile_sends_nothing_more() -> None:
+    # The request timed out (its done is on the subject) 50 ms into the step, before the
+    # step's start was due at 60 ms: nothing may follow the done.
+    request, bus = Request(), RecordingBus(after_s=0.06)
+    await run_step_while(request, bus, 0.1, finish=True)
+    assert bus.statuses() == []
+    assert request.asked == 3  # at the start, before the timer's start event, before the end
+
+
+async def test_a_slow_step_of_a_live_request_asks_again_and_sends_both() -> None:
+    request, bus = Request(), RecordingBus(after_s=0.02)
+    await run_step_while(request, bus, 0.1, finish=False)
+    assert bus.statuses() == ["in_progress", "completed"]
+
+
+async def test_a_fast_step_asks_only_once() -> None:
+    # A quick step's request was live a moment ago: its end goes out without another read.
+    request, bus = Request(), RecordingBus(after_s=0.5)
+    await run_step_while(request, bus, 0.01, finish=True)
+    assert bus.statuses() == ["completed"]
+    assert request.asked == 1
