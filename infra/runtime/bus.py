@@ -269,6 +269,11 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     )
 
 
+class PublishAbandoned(Exception):
+    """A publish waiting out JetStream gave up because its message is no longer wanted (the
+    request whose event it is has finished meanwhile)."""
+
+
 async def until_jetstream_answers(
     call: Callable[[], Awaitable[T]],
     budget_s: float,
@@ -277,13 +282,15 @@ async def until_jetstream_answers(
     max_delay_s: float,
     event: str,
     level: int = logging.INFO,
+    still_wanted: Callable[[], Awaitable[bool]] | None = None,
 ) -> T:
     """Run `call`, and again while JetStream cannot answer it (`JETSTREAM_UNAVAILABLE`: a late
     answer, or a stream with no leader while a cluster elects one after losing a node, seconds
     on nats-server 2.9), backing off from `first_delay_s` doubling to `max_delay_s`; once the
     next try would fall past `budget_s`, the last error is raised. Each retry logs `event` at
-    `level`. A plain loop: it wraps every publish, where a retry library's machinery cost more
-    than the publish itself."""
+    `level`. With `still_wanted`, each retry first asks it, and raises `PublishAbandoned` when
+    the answer is no. A plain loop: it wraps every publish, where a retry library's machinery
+    cost more than the publish itself."""
     deadline = time.monotonic() + budget_s
     delay = first_delay_s
     while True:
@@ -295,14 +302,25 @@ async def until_jetstream_answers(
             log.log(level, event, error=type(exc).__name__, retry_in_s=delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_delay_s)
+            if still_wanted is not None and not await still_wanted():
+                raise PublishAbandoned(event) from exc
 
 
-async def acked(send: Callable[[], Awaitable[T]], retry_s: float = PUBLISH_RETRY_S) -> T:
+async def acked(
+    send: Callable[[], Awaitable[T]],
+    retry_s: float = PUBLISH_RETRY_S,
+    still_wanted: Callable[[], Awaitable[bool]] | None = None,
+) -> T:
     """Run a JetStream publish until its ack comes, for up to `retry_s` (backing off from
     0.2 s to 2 s). Safe because every message carries `Nats-Msg-Id`: a re-send of one the
-    stream took is a no-op."""
+    stream took is a no-op. `still_wanted` is asked before each re-send."""
     return await until_jetstream_answers(
-        send, retry_s, first_delay_s=0.2, max_delay_s=2.0, event="publish_retried"
+        send,
+        retry_s,
+        first_delay_s=0.2,
+        max_delay_s=2.0,
+        event="publish_retried",
+        still_wanted=still_wanted,
     )
 
 
@@ -339,26 +357,50 @@ class Bus:
             publish_retry_s=settings.publish_retry_s,
         )
 
-    async def publish(self, message: BaseModel, subject: str, stream: str) -> PubAck | None:
+    async def publish(
+        self,
+        message: BaseModel,
+        subject: str,
+        stream: str,
+        still_wanted: Callable[[], Awaitable[bool]] | None = None,
+    ) -> PubAck | None:
         """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""
         event_id = getattr(message, "event_id", None)
         return await self.publish_raw(
-            message.model_dump_json().encode(), subject, stream, str(event_id or "") or None
+            message.model_dump_json().encode(),
+            subject,
+            stream,
+            str(event_id or "") or None,
+            still_wanted,
         )
 
     async def publish_raw(
-        self, body: bytes, subject: str, stream: str, event_id: str | None
+        self,
+        body: bytes,
+        subject: str,
+        stream: str,
+        event_id: str | None,
+        still_wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> PubAck | None:
-        """An already serialised JSON body (the orchestrator's outbox keeps bodies that way)."""
+        """An already serialised JSON body (the orchestrator's outbox keeps bodies that way).
+        `still_wanted` is asked before each re-send (`acked`)."""
         headers = json_headers(event_id)
         ack = await acked(
             lambda: self.broker.publish(body, subject, headers=headers, stream=stream),
             self.publish_retry_s,
+            still_wanted,
         )
         return ack if isinstance(ack, PubAck) else None
 
-    async def emit(self, event: CallerEvent) -> None:
-        """A caller event on the request's own subject."""
+    async def emit(
+        self, event: CallerEvent, still_wanted: Callable[[], Awaitable[bool]] | None = None
+    ) -> None:
+        """A caller event on the request's own subject. A worker's event passes `still_wanted`
+        (is its request live?): a publish that waits out a leader election must not land after
+        the request's `done`, which may have gone out meanwhile."""
         await self.publish(
-            event, sj.events_subject(event.tenant, event.request_id), sj.STREAM_EVENTS
+            event,
+            sj.events_subject(event.tenant, event.request_id),
+            sj.STREAM_EVENTS,
+            still_wanted,
         )

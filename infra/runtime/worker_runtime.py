@@ -31,7 +31,7 @@ from contracts.results import StepResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.metrics import MESSAGES, STEP_SECONDS, UNKNOWN_REQUESTS
-from infra.runtime.bus import Bus, acked, json_headers
+from infra.runtime.bus import Bus, PublishAbandoned, acked, json_headers
 from infra.runtime.dead_letters import dead_letter, report_step_failure
 from infra.runtime.resources import Resources
 from infra.settings import Settings
@@ -304,9 +304,19 @@ async def _phase_events(
         if run.duration_ms / 1000 < bus.phase_start_after_s or await still_live(
             envelope.request_id
         ):
-            await bus.emit(end)
+            await send_while_live(bus, end)
         else:
             _dropped(end)
+
+
+async def send_while_live(bus: Bus, event: PhaseEvent) -> None:
+    """A step's event on its request's subject. A publish that has to wait out JetStream (a
+    stream electing a leader) asks before each re-send whether the request is still live: the
+    request's `done` may have gone out meanwhile, and nothing follows a done."""
+    try:
+        await bus.emit(event, still_wanted=lambda: still_live(event.request_id))
+    except PublishAbandoned:
+        _dropped(event)
 
 
 def _dropped(event: PhaseEvent) -> None:
@@ -325,7 +335,7 @@ class _Announcement:
 
     async def schedule(self, after_s: float) -> None:
         if after_s <= 0:
-            await self._bus.emit(self._event)
+            await send_while_live(self._bus, self._event)
             return
         self._timer = asyncio.get_running_loop().call_later(after_s, self._send)
 
@@ -335,7 +345,7 @@ class _Announcement:
     async def _announce(self) -> None:
         """The timer's start event: only while the request is still live."""
         if await still_live(self._event.request_id):
-            await self._bus.emit(self._event)
+            await send_while_live(self._bus, self._event)
         else:
             _dropped(self._event)
 

@@ -46,6 +46,34 @@ async def test_a_stream_without_a_leader_is_waited_for() -> None:
     assert {c["headers"][MSG_ID_HEADER] for c in broker.calls} == {message.event_id}
 
 
+async def test_a_step_event_waiting_out_an_election_is_dropped_once_its_request_ended() -> None:
+    """The request's done went out while the step's event waited for a leader: the re-send
+    asks first, finds the request finished, and the event never lands after the done."""
+    from contracts.enums import Phase, PhaseStatus
+    from contracts.events import PhaseData, PhaseEvent
+    from infra.runtime import worker_runtime
+
+    broker = FlakyBroker(failures=1, error=nats.js.errors.NoStreamResponseError)
+    live = {"r1": False}
+
+    async def is_live(request_id: str) -> bool:
+        return live[request_id]
+
+    event = PhaseEvent(
+        request_id="r1",
+        data=PhaseData(phase=Phase.CRITIC, status=PhaseStatus.COMPLETED),
+    )
+    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(is_live))
+    try:
+        await worker_runtime.send_while_live(Bus(broker), event)  # type: ignore[arg-type]
+        assert len(broker.calls) == 1  # the first try only: no re-send after the done
+        live["r1"], broker.calls = True, []
+        await worker_runtime.send_while_live(Bus(broker), event)  # type: ignore[arg-type]
+        assert len(broker.calls) == 2  # still live: re-sent once the leader answers
+    finally:
+        worker_runtime._LIVENESS.reset(token)
+
+
 async def test_the_error_surfaces_when_the_retry_budget_is_spent() -> None:
     broker = FlakyBroker(failures=100)
     with pytest.raises(nats.errors.TimeoutError):

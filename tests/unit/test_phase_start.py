@@ -24,7 +24,7 @@ class RecordingBus(Bus):
         self.sent: list[PhaseEvent] = []
         self.emit_delay_s = emit_delay_s
 
-    async def emit(self, event: CallerEvent) -> None:
+    async def emit(self, event: CallerEvent, still_wanted: object = None) -> None:
         await asyncio.sleep(self.emit_delay_s)
         assert isinstance(event, PhaseEvent)
         self.sent.append(event)
