@@ -27,17 +27,19 @@ from infra.runtime.bus import (
     ORCHESTRATOR_QUERIES,
     ORCHESTRATOR_RESULTS,
     Bus,
+    PublishAbandoned,
     subscriber_kwargs,
 )
 from infra.runtime.dead_letters import handle_max_deliveries
 from infra.runtime.ingest_jobs import JobTracker
+from infra.runtime.liveness import is_live
 from infra.runtime.resources import Resources
 from infra.runtime.sweeper import sweep_orphans
 from infra.runtime.worker_runtime import error_policy
 from infra.telemetry import continue_trace, tracer, tracing_on
 from orchestrator.saga import Clock, Saga
 from orchestrator.state import RequestState
-from orchestrator.store import OutboxEntry, StateExists, StateStore, Transition
+from orchestrator.store import DONE, OutboxEntry, StateExists, StateStore, Transition
 
 log = get_logger(__name__)
 
@@ -185,23 +187,51 @@ class Orchestrator:
                 span.set_attributes(
                     {"ragbus.status": state.status.value, "ragbus.attempt": state.attempt}
                 )
-            await self._publish(request_id, applied.outbox)
+            await self._publish(request_id, applied.outbox, late=applied.duplicate)
 
-    async def _publish(self, request_id: str, entries: list[OutboxEntry]) -> None:
+    async def _publish(
+        self, request_id: str, entries: list[OutboxEntry], *, late: bool = False
+    ) -> None:
         """Publish a transition's messages: one subject's messages in their order (a request's
-        `answer` before its `done`), different subjects' side by side."""
+        `answer` before its `done`), different subjects' side by side.
+
+        Nothing follows a request's `done`: a progress event (`OutboxEntry.progress`) whose
+        publish must wait out JetStream asks before each re-send whether its request is still
+        live; and when a redelivery finds messages still queued (`late`: their process died
+        before it had published them) of a request that has finished and whose `done` is no
+        longer among them (it went out), their progress events are left out."""
+        if (
+            late
+            and any(e.progress for e in entries)
+            and not any(e.kind == DONE for e in entries)
+            and not await self._live(request_id)
+        ):
+            dropped = [e for e in entries if e.progress]
+            entries = [e for e in entries if not e.progress]
+            log.info("late_progress_dropped", events=len(dropped))
+            await self.store.outbox_sent(request_id, [e.event_id for e in dropped])
         by_subject: dict[str, list[OutboxEntry]] = {}
         for entry in entries:
             by_subject.setdefault(entry.subject, []).append(entry)
 
         async def in_order(queue: list[OutboxEntry]) -> None:
             for entry in queue:
-                await self.bus.publish_raw(
-                    entry.body.encode(), entry.subject, entry.stream, entry.event_id
-                )
+                try:
+                    await self.bus.publish_raw(
+                        entry.body.encode(),
+                        entry.subject,
+                        entry.stream,
+                        entry.event_id,
+                        (lambda: self._live(request_id)) if entry.progress else None,
+                    )
+                except PublishAbandoned:
+                    log.info("late_progress_dropped", events=1)
 
         await asyncio.gather(*(in_order(queue) for queue in by_subject.values()))
         await self.store.outbox_sent(request_id, [e.event_id for e in entries])
+
+    async def _live(self, request_id: str) -> bool:
+        return await is_live(self.store.redis, request_id)
 
     @staticmethod
     def _observe(state: RequestState) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from contracts.envelope import Envelope
+from contracts.events import DoneEvent, PhaseEvent
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
 from contracts.subjects import STREAM_EVENTS
@@ -110,6 +111,10 @@ event was applied meanwhile. A state saved before versions had a key of their ow
 version key: it is taken as read."""
 
 
+PROGRESS = "progress"
+DONE = "done"
+
+
 @dataclass(frozen=True)
 class OutboxEntry:
     """A message waiting to be published: its body is the JSON it will be published as,
@@ -119,30 +124,42 @@ class OutboxEntry:
     The place (`#<version>.<index>`: the commit that queued it, then its rank in that commit)
     is what keeps a request's messages in order when a redelivery publishes them: a Redis hash
     keeps its fields in insertion order only while it is small, and an `answer` is not, so
-    `HGETALL` once gave a `done` before its `answer`."""
+    `HGETALL` once gave a `done` before its `answer`.
+
+    `kind` tells the two caller events whose order matters most: a `progress` event (a phase
+    event) is news only while its request runs, and must not land after the request's `done`
+    (`orchestrator.service` drops it instead). The place is marked `#<version>.<index>.<kind>`
+    for either."""
 
     event_id: str
     subject: str
     stream: str
     body: str
     place: tuple[int, int] = (0, 0)
+    kind: str = ""
+    """"progress", "done" or "" (anything else)."""
+
+    @property
+    def progress(self) -> bool:
+        return self.kind == PROGRESS
 
     def to_json(self) -> str:
         version, index = self.place
-        return f"#{version}.{index}\n{self.subject}\n{self.stream}\n{self.body}"
+        mark = f".{self.kind}" if self.kind else ""
+        return f"#{version}.{index}{mark}\n{self.subject}\n{self.stream}\n{self.body}"
 
     @classmethod
     def from_json(cls, event_id: str, text: str) -> OutboxEntry:
         if text.startswith("{"):  # kept by a version that stored the entry as one JSON object
             data = json.loads(text)
             return cls(event_id, data["subject"], data["stream"], json.dumps(data["body"]))
-        place = (0, 0)
+        place, kind = (0, 0), ""
         if text.startswith("#"):
             mark, text = text.split("\n", 1)
-            version, index = mark[1:].split(".", 1)
-            place = (int(version), int(index))
+            version, index, *kinds = mark[1:].split(".", 2)
+            place, kind = (int(version), int(index)), "".join(kinds)
         subject, stream, body = text.split("\n", 2)
-        return cls(event_id, subject, stream, body, place)
+        return cls(event_id, subject, stream, body, place, kind)
 
 
 @dataclass(frozen=True)
@@ -161,7 +178,9 @@ class Outgoing:
             body = self.message.model_dump_json()
         else:
             body = self.message.compact_json()
-        return OutboxEntry(self.message.event_id, self.subject, self.stream, body)
+        kind = PROGRESS if isinstance(self.message, PhaseEvent) else ""
+        kind = DONE if isinstance(self.message, DoneEvent) else kind
+        return OutboxEntry(self.message.event_id, self.subject, self.stream, body, (0, 0), kind)
 
 
 @dataclass
@@ -345,7 +364,12 @@ class StateStore:
         ]
         for index, entry in enumerate(entries):
             placed = OutboxEntry(
-                entry.event_id, entry.subject, entry.stream, entry.body, (version + 1, index)
+                entry.event_id,
+                entry.subject,
+                entry.stream,
+                entry.body,
+                (version + 1, index),
+                entry.kind,
             )
             args += [placed.event_id, placed.to_json()]
         return int(await self._commit_script(keys=keys, args=args))

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from faststream.nats import JStream, NatsBroker, TestNatsBroker
 
-from contracts.enums import Channel, Intent
+from contracts import subjects as sj
+from contracts.enums import Channel, Intent, Phase, PhaseStatus, RequestStatus
+from contracts.events import DoneData, DoneEvent, PhaseData, PhaseEvent
 from contracts.queries import QuerySubmitted
 from contracts.results import ClassifyResult
 from infra.runtime.bus import Bus
@@ -17,7 +19,7 @@ from infra.runtime.resources import Resources
 from infra.runtime.services import LocalService
 from infra.settings import Settings
 from orchestrator.service import Orchestrator, create_router
-from orchestrator.store import StateStore, Transition, outbox_key
+from orchestrator.store import Outgoing, StateStore, Transition, outbox_key
 
 WEIGHTS = {
     Channel.VECTOR: 0.5,
@@ -50,6 +52,7 @@ async def harness(
         ("rag.cmd.search.vector", "RAG_CMD"),
         ("rag.cmd.search.sparse", "RAG_CMD"),
         ("rag.dlq.rag.query.submitted", "RAG_DLQ"),
+        (sj.events_subject("default", "unit-late"), sj.STREAM_EVENTS),
     ):
         broker.subscriber(subject, stream=JStream(stream, declare=False))(recorder(seen, subject))
 
@@ -106,6 +109,50 @@ async def test_a_redelivered_event_republishes_an_unsent_outbox(
     await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
     assert len(seen.get("rag.cmd.classify", [])) == 1
     assert await store.redis.hlen(outbox_key("unit-2")) == 0
+
+
+async def test_a_late_progress_event_never_follows_its_requests_done(
+    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+) -> None:
+    """A transition's phase event stayed queued (its process died before publishing it) while
+    the request went on to its done: a redelivery leaves the phase event out. Queued together
+    with the done, it goes out first, as decided."""
+    _, orchestrator, seen = harness
+    store: StateStore = orchestrator.store
+    rid = "unit-late"
+    subject = sj.events_subject("default", rid)
+    await store.create(QuerySubmitted(request_id=rid, query="what is pharos"))
+
+    def emit(*events: PhaseEvent | DoneEvent, finish: bool = False) -> Any:
+        def decide(state: Any) -> Transition:
+            if finish:
+                state.status = RequestStatus.COMPLETED
+            return Transition(state, [Outgoing(subject, sj.STREAM_EVENTS, e) for e in events])
+
+        return decide
+
+    phase = PhaseEvent(
+        request_id=rid,
+        data=PhaseData(phase=Phase.VECTOR_SEARCH, status=PhaseStatus.SKIPPED),
+    )
+    done = DoneEvent(request_id=rid, data=DoneData(status=RequestStatus.COMPLETED))
+    await store.apply(rid, "e1", emit(phase))  # committed, never published
+    finished = await store.apply(rid, "e2", emit(done, finish=True))
+    await orchestrator._publish(rid, finished.outbox)  # the done goes out
+    assert [m["type"] for m in seen[subject]] == ["done"]
+
+    await orchestrator._publish(rid, await store.pending_outbox(rid), late=True)
+    assert [m["type"] for m in seen[subject]] == ["done"], "nothing after the done"
+    assert await store.pending_outbox(rid) == []
+
+    # queued with its done (the terminal transition's process died): all of it, in order
+    seen[subject].clear()
+    last = PhaseEvent(
+        request_id=rid, data=PhaseData(phase=Phase.CRITIC, status=PhaseStatus.COMPLETED)
+    )
+    applied = await store.apply(rid, "e3", emit(last, done))
+    await orchestrator._publish(rid, applied.outbox, late=True)
+    assert [m["type"] for m in seen[subject]] == ["phase", "done"]
 
 
 async def test_malformed_submission_is_dead_lettered(

@@ -67,3 +67,15 @@ def test_an_entry_kept_before_places_existed_still_reads() -> None:
     )
     placed = OutboxEntry("e2", "s", "S", "{}", (7, 3))
     assert OutboxEntry.from_json("e2", placed.to_json()) == placed
+
+
+def test_an_entry_keeps_its_kind() -> None:
+    for kind in ("progress", "done", ""):
+        placed = OutboxEntry("e3", "s", "S", "{}", (7, 3), kind)
+        assert OutboxEntry.from_json("e3", placed.to_json()) == placed
+    phase = PhaseEvent(
+        request_id="r", data=PhaseData(phase=Phase.CRITIC, status=PhaseStatus.COMPLETED)
+    )
+    done = DoneEvent(request_id="r", data=DoneData(status=RequestStatus.COMPLETED))
+    assert Outgoing("s", sj.STREAM_EVENTS, phase).entry().progress
+    assert Outgoing("s", sj.STREAM_EVENTS, done).entry().kind == "done"
