@@ -120,6 +120,8 @@ def _chaos(r: Report) -> str:
         f"{_share(requests['completed_share'] or 0)} completed, {dups} duplicates, "
         f"{r['sse_events_missed']} events missed"
     )
+    if "sse_events_after_done" in r:
+        text += f", {r['sse_events_after_done']} after a done"
     if ingest:
         done = ingest["documents_done"] + ingest["documents_unchanged"]
         text += f", {done} of {ingest['documents']} documents"
