@@ -52,6 +52,13 @@ def eval_command(
         list[str] | None,
         typer.Option(help="NAME=FILE: one channel's ranking, TREC run format (repeatable)."),
     ] = None,
+    requests_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSON lines: each query's intent, weights and every channel's chunk ranking "
+            "(for `python -m bench.evaluation.fusion_study`)."
+        ),
+    ] = None,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     verbose: Verbose = False,
@@ -85,6 +92,11 @@ def eval_command(
         save_json(report, out)
     if run:
         write_trec_run(result.fused, str(run), "ragbus-fused")
+    if requests_out:
+        requests_out.parent.mkdir(parents=True, exist_ok=True)
+        with requests_out.open("w", encoding="utf-8") as fh:
+            for qid, request in sorted(result.requests.items()):
+                fh.write(json.dumps({"qid": qid, **request}) + "\n")
     for spec in run_channel or []:
         name, _, path = spec.partition("=")
         if name not in result.channels or not path:

@@ -109,6 +109,10 @@ def rankings(state: RequestState) -> dict[str, object]:
         ]
 
     return {
-        "fused": ranked(state.fused),
+        # each fused chunk also says which channels ranked it where (the bridge included)
+        "fused": [
+            {**item, "channels": c.channels}
+            for item, c in zip(ranked(state.fused), state.fused, strict=True)
+        ],
         "channels": {c.value: ranked(chunks) for c, chunks in state.channel_results.items()},
     }

@@ -32,6 +32,9 @@ class EvalRun:
     latencies_ms: list[float] = field(default_factory=list)
     phase_ms: dict[str, list[float]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each query's intent, weights and chunk rankings as the answer carried them
+    (`--requests-out`): what `bench.evaluation.fusion_study` fuses again offline."""
 
     def dense_sparse(self) -> Run:
         """Weighted RRF (k = 60) of the vector and sparse document rankings alone."""
@@ -73,6 +76,7 @@ async def _one(
     started = time.perf_counter()
     submitted = await client.submit(query, namespaces=[namespace], top_k=top_k, mode="retrieve")
     retrieval: dict[str, Any] | None = None
+    answer: dict[str, Any] | None = None
     status = "unknown"
     async for message in client.stream_events(submitted["request_id"]):
         data = message.data.get("data", {})
@@ -80,12 +84,20 @@ async def _one(
             if data.get("duration_ms") is not None:
                 result.phase_ms.setdefault(data["phase"], []).append(float(data["duration_ms"]))
         elif message.event == "answer":
-            retrieval = data.get("metadata", {}).get("retrieval")
+            answer = data.get("metadata", {})
+            retrieval = answer.get("retrieval")
         elif message.event == "done":
             status = data.get("status", "unknown")
-    if status != "completed" or retrieval is None:
+    if status != "completed" or retrieval is None or answer is None:
         result.failures[qid] = status
         return
+    result.requests[qid] = {
+        "query": query,
+        "intent": answer.get("intent"),
+        "intent_confidence": answer.get("intent_confidence"),
+        "weights": answer.get("weights"),
+        "retrieval": retrieval,
+    }
     result.latencies_ms.append((time.perf_counter() - started) * 1000)
     result.fused[qid] = document_run(retrieval["fused"])
     for channel, ranking in retrieval["channels"].items():
