@@ -10,9 +10,9 @@ do it for `ragbus bench`'s requests (no session, `answer` mode, default `top_k`)
 - search: each document channel the intent weighs above 0 (the saga skips the others), by
   the channel functions of `workers.search.channels` over the copied stores, ranked and cut
   as the search worker does (`workers.search.ranked`);
-- fuse: `weighted_rrf` with the intent's weights, the graph bridge, hydration of the fused
-  passages from the vector store (text, stored vector and sentence vectors) and the
-  cross-encoder when one is configured, as `workers.fuse.router` does it;
+- fuse: `fuse` (convex or RRF, `RAGBUS_FUSION`) with the intent's weights, the graph bridge,
+  hydration of the fused passages from the vector store (text, stored vector and sentence
+  vectors) and the cross-encoder when one is configured, as `workers.fuse.router` does it;
 - generate: `workers.generate.router.answer_for` (extractive: stored sentence vectors, the
   query vector from classify);
 - critic: `workers.critic.router.critique`.
@@ -38,7 +38,7 @@ from workers.classify.intent_model import ModelSlot
 from workers.critic.router import critique
 from workers.fuse.bridge import bridge
 from workers.fuse.rerank import rerank
-from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
+from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, fuse
 from workers.generate.router import answer_for
 from workers.search import CHANNEL_FUNCTIONS, channels, ranked
 from workers.tool.router import run_tools
@@ -167,7 +167,7 @@ class Worker:
         effective_weights(found.weights, results)  # the fusion phase reports them
         reranker = engines.cross_encoder
         depth = max(top_k, settings.rerank_top_n) if reranker is not None else top_k
-        chunks = weighted_rrf(results, found.weights, k=settings.rrf_k, top_k=depth)
+        chunks = fuse(results, found.weights, method=settings.fusion, k=settings.rrf_k, top_k=depth)
         if settings.graph_bridge and chunks:
             chunks, _ = await bridge(engines.graph_store, chunks, depth)
         chunks = await engines.store.read(engines.store.hydrate, chunks)

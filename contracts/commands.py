@@ -104,6 +104,11 @@ class FuseCommand(Envelope):
     )
     top_k: int = Field(ge=1, le=200)
     rrf_k: int = Field(default=60, ge=1)
+    fusion: Literal["convex", "rrf"] = Field(
+        default="convex",
+        description="convex: each channel's min-max normalised scores, weighted; rrf: "
+        "weighted reciprocal ranks (with rrf_k)",
+    )
     sub_results: list[dict[Channel, Chunks]] = Field(
         default_factory=list,
         max_length=MAX_SUB_QUERIES,

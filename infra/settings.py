@@ -242,7 +242,12 @@ class Settings(BaseSettings):
         "side by one search worker (false: a command per channel, for deployments that serve "
         "channels from different processes).",
     )
-    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant.")
+    fusion: Literal["convex", "rrf"] = Field(
+        "convex",
+        description="How the fuse step combines the channels: convex (each channel's scores, "
+        "min-max normalised, weighted by the intent) or rrf (weighted reciprocal ranks).",
+    )
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (fusion=rrf).")
     chunk_chars: int = Field(800, ge=100, le=16_000, description="Target chunk size in characters.")
     chunk_overlap_chars: int = Field(120, ge=0, description="Overlap between chunks.")
     critic_accept: float = Field(0.55, ge=0, le=1, description="Confidence the critic accepts.")

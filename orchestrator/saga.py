@@ -296,6 +296,7 @@ class Saga(SagaBase):
             results=state.channel_results,
             top_k=state.top_k,
             rrf_k=self.settings.rrf_k,
+            fusion=self.settings.fusion,
             sub_results=state.sub_results,
             claimed_results=state.claimed_results,
             carried=state.carried,

@@ -123,3 +123,37 @@ async def test_a_lost_ranking_claim_is_poison() -> None:
     )
     with pytest.raises(PoisonMessage):
         await channel_rankings(MemoryClaims(), cmd)
+
+
+def scored(*pairs: tuple[str, float]) -> list[RetrievedChunk]:
+    return [chunk(cid).model_copy(update={"score": score}) for cid, score in pairs]
+
+
+def test_convex_fusion_weighs_each_channels_min_max_scores() -> None:
+    from workers.fuse.rrf import fuse, weighted_convex
+
+    # the vector channel's first hit is far ahead of its second; sparse barely prefers "b"
+    results = {
+        V: scored(("a", 0.9), ("b", 0.5), ("c", 0.4)),
+        S: scored(("b", 12.0), ("a", 11.0), ("d", 2.0)),
+    }
+    weights = {V: 0.4, S: 0.6}
+    fused = weighted_convex(results, weights, top_k=10)
+    scores = {c.chunk_id: c.score for c in fused}
+    assert scores["a"] == pytest.approx(0.4 * 1.0 + 0.6 * 0.9)
+    assert scores["b"] == pytest.approx(0.4 * 0.2 + 0.6 * 1.0)
+    assert scores["c"] == pytest.approx(0.0)
+    assert scores["d"] == pytest.approx(0.0)
+    assert [c.chunk_id for c in fused][:2] == ["a", "b"]
+    assert fused[0].channels == {"vector": 1, "sparse": 2}
+    # reciprocal ranks see only the order, and put "b" (first and second) ahead
+    assert fuse(results, weights, method="rrf", top_k=10)[0].chunk_id == "b"
+    assert fuse(results, weights, top_k=10) == fused  # convex is the default
+
+
+def test_convex_fusion_gives_a_lone_or_tied_list_full_marks() -> None:
+    from workers.fuse.rrf import min_max
+
+    assert min_max(scored(("a", 0.7))) == [1.0]
+    assert min_max(scored(("a", 3.0), ("b", 3.0))) == [1.0, 1.0]
+    assert min_max([]) == []

@@ -18,7 +18,7 @@ from infra.retrieval.intent_profiles import EVEN, LOW_CONFIDENCE, PRIOR, PROFILE
 from tests.unit.saga_support import Run
 from workers.critic.scoring import Scores
 from workers.critic.verdict import judge_answer
-from workers.fuse.rrf import weighted_rrf
+from workers.fuse.rrf import fuse
 
 QUERY = "what are the main themes across the canal documents"
 RELEVANT = RetrievedChunk(
@@ -48,7 +48,7 @@ def answer_channels(run: Run, found: dict[Channel, list[RetrievedChunk]]) -> set
 
 
 def fused_ids(cmd: FuseCommand) -> list[str]:
-    fused = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=cmd.top_k)
+    fused = fuse(cmd.results, cmd.weights, method=cmd.fusion, k=cmd.rrf_k, top_k=cmd.top_k)
     return [c.chunk_id for c in fused]
 
 
@@ -101,5 +101,5 @@ def test_a_misroute_at_low_confidence_uses_the_prior_not_the_wrong_profile() -> 
     # and with the prior, a chunk only the dense channel ranks first is still fused near the top
     found = {channel: noise(channel) for channel in Channel if weights[channel] > 0}
     found[Channel.VECTOR] = [RELEVANT, *noise(Channel.VECTOR, 19)]
-    fused = weighted_rrf(found, weights, k=60, top_k=8)
+    fused = fuse(found, weights, top_k=8)
     assert RELEVANT.chunk_id in [c.chunk_id for c in fused[:3]]

@@ -23,7 +23,7 @@ from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from workers.fuse import create_router
 from workers.fuse.rerank import passage_text, rerank
-from workers.fuse.rrf import weighted_rrf
+from workers.fuse.rrf import fuse, weighted_rrf
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,7 @@ async def test_the_fuse_worker_reranks_when_configured(
     )
     ranking = sorted(CHUNKS, key=lambda c: by_text[c.text])
     cmd = _fuse_command(ranking, top_k)
-    fused = weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=max(top_k, top_n))
+    fused = fuse(cmd.results, cmd.weights, method=cmd.fusion, k=cmd.rrf_k, top_k=max(top_k, top_n))
     head = fused[:top_n]
     expected_scores = reranker.score(QUERY, [passage_text(c) for c in head])
     expected = [
@@ -156,7 +156,7 @@ async def test_the_fuse_worker_is_unchanged_without_a_reranker(tmp_path: Path) -
     cmd = _fuse_command(CHUNKS, top_k=4)
     async with worker_harness(create_router, Settings(data_dir=tmp_path)) as h:
         result, metadata = await _fuse(h, cmd)
-    assert result.chunks == weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=4)
+    assert result.chunks == fuse(cmd.results, cmd.weights, method=cmd.fusion, k=cmd.rrf_k, top_k=4)
     assert "reranked" not in metadata and "rerank_error" not in metadata
 
 
@@ -165,7 +165,7 @@ async def test_a_broken_reranker_leaves_the_fused_order(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, reranker_path=tmp_path / "no-such-reranker")
     async with worker_harness(create_router, settings) as h:
         result, metadata = await _fuse(h, cmd)
-    assert result.chunks == weighted_rrf(cmd.results, cmd.weights, k=cmd.rrf_k, top_k=3)
+    assert result.chunks == fuse(cmd.results, cmd.weights, method=cmd.fusion, k=cmd.rrf_k, top_k=3)
     assert "no-such-reranker" in str(metadata["rerank_error"])
 
 

@@ -41,7 +41,7 @@ from infra.runtime.worker_runtime import (
 from workers.fuse.bridge import bridge
 from workers.fuse.follow_up import FOLLOW_UP_CHANNEL, follow_up
 from workers.fuse.rerank import rerank
-from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, weighted_rrf
+from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, fuse
 
 log = get_logger(__name__)
 
@@ -75,7 +75,7 @@ def create_router(resources: Resources) -> NatsRouter:
     claims = resources.claims()
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.FUSE), settings, FuseCommand))
-    async def fuse(cmd: FuseCommand) -> None:
+    async def on_fuse(cmd: FuseCommand) -> None:
         """Fuse the channels' rankings with the intent's weights."""
         async with phase(bus, cmd, Phase.FUSION) as run:
             results, sub_results = await channel_rankings(claims, cmd)
@@ -88,10 +88,10 @@ def create_router(resources: Resources) -> NatsRouter:
                     log.exception("reranker_unavailable")
                     run.metadata["rerank_error"] = f"{type(exc).__name__}: {exc}"[:500]
             depth = max(cmd.top_k, settings.rerank_top_n) if reranker is not None else cmd.top_k
-            chunks = weighted_rrf(results, cmd.weights, k=cmd.rrf_k, top_k=depth)
+            chunks = fuse(results, cmd.weights, method=cmd.fusion, k=cmd.rrf_k, top_k=depth)
             if cmd.carried or sub_results:
                 rankings = [chunks] + [
-                    weighted_rrf(further, cmd.weights, k=cmd.rrf_k, top_k=depth)
+                    fuse(further, cmd.weights, method=cmd.fusion, k=cmd.rrf_k, top_k=depth)
                     for further in sub_results
                 ]
                 base = cmd.carried or rankings.pop(0)

@@ -1,0 +1,172 @@
+"""Fuse the same requests' channel rankings again, offline, by several rules, and score each.
+
+`ragbus eval --requests-out FILE` keeps what every query's answer carried: its intent, the
+intent's weights, each channel's chunk ranking with its scores, and the pipeline's fused list
+(the bridge's chunks marked). This replays fusion on those rankings, so rules are compared on
+exactly the same retrieval, in seconds, without a stack:
+
+    python -m bench.evaluation.fusion_study --beir ../shared/data/nfcorpus --split dev \\
+        --requests results/requests-nfcorpus-dev.jsonl --out results/fusion-study-nfcorpus.json
+
+The rules are the product's own functions (`workers.fuse.rrf`), with the bridge's chunks taken
+from the pipeline's fused list and placed as `workers.fuse.bridge` places them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.evaluation.beir import load_beir
+from bench.evaluation.metrics import Run, document_run, evaluate
+from bench.provenance import run_record
+from contracts.enums import Channel
+from contracts.models import RetrievedChunk
+from infra.retrieval import intent_profiles as profiles
+from workers.fuse.bridge import BRIDGE_CHANNEL
+from workers.fuse.rrf import Weights, weighted_convex, weighted_rrf
+
+TOP_K = 100
+PRIOR = {Channel.VECTOR: 0.55, Channel.SPARSE: 0.35}
+"""The runner's plain dense+BM25 baseline (`bench.evaluation.runner.DENSE_SPARSE_WEIGHTS`)."""
+
+Rankings = dict[Channel, list[RetrievedChunk]]
+
+
+def _chunks(items: list[dict[str, Any]], channel: str) -> list[RetrievedChunk]:
+    return [
+        RetrievedChunk(
+            chunk_id=str(item["chunk_id"]),
+            document_id=str(item["document_id"]),
+            text="",
+            score=float(item.get("score") or 0.0),
+            rank=position,
+            channels={channel: position},
+        )
+        for position, item in enumerate(items, start=1)
+    ]
+
+
+def rankings_of(request: dict[str, Any]) -> Rankings:
+    channels = request["retrieval"]["channels"]
+    return {Channel(name): _chunks(items, name) for name, items in channels.items()}
+
+
+def weights_of(request: dict[str, Any]) -> Weights:
+    return {Channel(name): float(w) for name, w in (request.get("weights") or {}).items()}
+
+
+def bridged_of(request: dict[str, Any]) -> list[RetrievedChunk]:
+    """The bridge's chunks in the pipeline's fused list, in its order."""
+    fused = request["retrieval"]["fused"]
+    picked = [item for item in fused if BRIDGE_CHANNEL in (item.get("channels") or {})]
+    return _chunks(picked, BRIDGE_CHANNEL)
+
+
+def with_bridge(chunks: list[RetrievedChunk], bridged: list[RetrievedChunk], at: int) -> list:
+    """Place the bridged chunks after the first `at` fused ones (as the bridge does)."""
+    ids = {c.chunk_id for c in bridged}
+    rest = [c for c in chunks if c.chunk_id not in ids]
+    return rest[:at] + bridged + rest[at:]
+
+
+def from_zero(ranked: Rankings, weights: Weights, depth: int = TOP_K) -> list[RetrievedChunk]:
+    """The convex combination with each channel's scores scaled from 0 to its best (every
+    channel's scores are non-negative) instead of min-max: a rival normalisation that does not
+    depend on how deep a list goes, for the comparison only."""
+    scaled = {
+        channel: [
+            chunk.model_copy(update={"score": chunk.score / top}) if top > 0 else chunk
+            for chunk in chunks
+        ]
+        for channel, chunks in ranked.items()
+        for top in [max((c.score for c in chunks), default=0.0)]
+    }
+    # a list already scaled from 0 keeps its shape under min-max once 0 is its floor
+    floor = RetrievedChunk(chunk_id="\x00floor", document_id="\x00", text="", score=0.0)
+    padded = {channel: [*chunks, floor] for channel, chunks in scaled.items() if chunks}
+    fused = weighted_convex(padded, weights, top_k=depth + 1)
+    return [chunk for chunk in fused if chunk.chunk_id != floor.chunk_id][:depth]
+
+
+def run_of(ranking: list[RetrievedChunk]) -> dict[str, float]:
+    return document_run([{"document_id": c.document_id} for c in ranking])
+
+
+def study(
+    requests: list[dict[str, Any]], qrels: Mapping[str, Mapping[str, int]], depth: int = TOP_K
+) -> dict:
+    """Every rule's metrics over the same requests, beside the pipeline's own fused list."""
+    runs: dict[str, Run] = {}
+
+    def add(name: str, qid: str, ranking: list[RetrievedChunk]) -> None:
+        runs.setdefault(name, {})[qid] = run_of(ranking)
+
+    for request in requests:
+        qid = request["qid"]
+        ranked = {c: chunks[:depth] for c, chunks in rankings_of(request).items()}
+        weights = weights_of(request)
+        bridged = bridged_of(request)
+        runs.setdefault("pipeline", {})[qid] = document_run(request["retrieval"]["fused"])
+        for channel, chunks in ranked.items():
+            add(f"channel {channel.value}", qid, chunks)
+        text = {c: ranked.get(c, []) for c in PRIOR}
+        add("dense+bm25 rrf", qid, weighted_rrf(text, PRIOR, top_k=TOP_K))
+        fused = weighted_rrf(ranked, weights, top_k=TOP_K)
+        variants = {
+            "rrf": fused,
+            "convex": weighted_convex(ranked, weights, top_k=TOP_K),
+            "convex from 0": from_zero(ranked, weights),
+        }
+        add("dense+bm25 convex", qid, weighted_convex(text, PRIOR, top_k=TOP_K))
+        # what the route costs: the same rankings fused with the prior's weights and with
+        # each intent's, the predicted one being one of them
+        add("rrf, prior weights", qid, weighted_rrf(ranked, profiles.PRIOR, top_k=TOP_K))
+        for intent, profile in profiles.PROFILES.items():
+            add(f"rrf, {intent.value} weights", qid, weighted_rrf(ranked, profile, top_k=TOP_K))
+        for name, chunks in variants.items():
+            add(name, qid, chunks)
+            for at in (3, 5, 10):
+                add(f"{name} + bridge@{at}", qid, with_bridge(chunks, bridged, at)[:TOP_K])
+    judged = {qid: dict(q) for qid, q in qrels.items() if qid in {r["qid"] for r in requests}}
+    return {name: evaluate(judged, run) for name, run in sorted(runs.items())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--beir", type=Path, required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--requests", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--depth", type=int, default=20, help="Each channel's list cut to this (channel_top_k)."
+    )
+    args = parser.parse_args(argv)
+    beir = load_beir(args.beir, args.split)
+    requests = [json.loads(line) for line in args.requests.read_text().splitlines() if line]
+    report = {
+        "dataset": str(args.beir),
+        "split": args.split,
+        "queries": len(requests),
+        "intents": dict(Counter(str(r.get("intent")) for r in requests).most_common()),
+        "depth": args.depth,
+        "rules": study(requests, beir.qrels, args.depth),
+    }
+    for name, metrics in report["rules"].items():
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        print(f"{name:28s} {shown}")
+    if args.out:
+        report["run"] = run_record(["fusion_study", *(argv or sys.argv[1:])])
+        report["run"]["command"] = "python -m bench.evaluation.fusion_study " + " ".join(
+            argv or sys.argv[1:]
+        )
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
