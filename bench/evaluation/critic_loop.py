@@ -108,6 +108,8 @@ def summarise(run: LoopRun, beir: BeirSet) -> dict[str, Any]:
         "queries": len(run.outcomes) + len(run.failures),
         "failed": len(run.failures),
         "retried": len(retried),
+        # every request, a single attempt counting as its own last: what callers got
+        "all_first_vs_last": _first_vs_last(run.outcomes, measures),
         "retried_first_vs_last": _first_vs_last(retried, measures),
         "weak_first_attempts": _first_vs_last(weak, measures),
         "by_strategy": {

@@ -47,6 +47,7 @@ def test_retried_requests_are_compared_first_to_last_at_the_first_depth() -> Non
     )
     report = summarise(run, BEIR)
     assert (report["queries"], report["failed"], report["retried"]) == (4, 1, 2)
+    assert report["all_first_vs_last"]["n"] == 3  # q3's one attempt is its first and last
     both = report["retried_first_vs_last"]
     assert both["recall@first_depth"] == {"first": 0.75, "last": 0.5, "rose": 1, "fell": 1}
     assert both["answer_hit"] == {"first": 0.5, "last": 1.0, "rose": 1, "fell": 0}
