@@ -11,7 +11,7 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -21,22 +21,44 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from contracts import subjects as sj
 from contracts.tenancy import DEFAULT_TENANT
 from infra.logging import get_logger
+from infra.runtime.bus import until_jetstream_answers
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 Finished = Callable[[], Awaitable[bool]]
 """Asked while the subject is quiet: True means nothing more will ever come."""
 
 IDLE_CHECK_S = 5.0
 FINAL_DRAIN_S = 0.5
+ELECTION_WAIT_S = 30.0
+"""How long a reader's JetStream calls wait out a stream with no leader (a cluster electing
+one after losing a node) before the reader gives up."""
+
+
+async def _answered(call: Callable[[], Awaitable[T]]) -> T:
+    """A JetStream API call of a reader, retried while JetStream cannot answer it."""
+    return await until_jetstream_answers(
+        call, ELECTION_WAIT_S, first_delay_s=0.2, max_delay_s=2.0, event="event_reader_retried"
+    )
 
 
 async def last_sequence(js: JetStreamContext, stream: str, subject: str) -> int:
     """The stream sequence of the subject's last message (0: it holds none)."""
     try:
-        return int((await js.get_last_msg(stream, subject)).seq or 0)
+        return int((await _answered(lambda: js.get_last_msg(stream, subject))).seq or 0)
     except nats.js.errors.NotFoundError:
         return 0
+
+
+async def _ordered(
+    js: JetStreamContext, subject: str, stream: str, after_seq: int
+) -> JetStreamContext.PushSubscription:
+    """An ordered consumer of `subject` from after `after_seq`, once JetStream answers."""
+    return await _answered(
+        lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=_from(after_seq))
+    )
 
 
 def _from(after_seq: int) -> ConsumerConfig:
@@ -66,7 +88,7 @@ async def stream_messages(
     where it stopped.
     """
     delivered, draining = after_seq, False
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=_from(delivered))
+    sub = await _ordered(js, subject, stream, delivered)
     try:
         while True:
             try:
@@ -83,9 +105,7 @@ async def stream_messages(
                 log.warning("event_reader_behind", subject=subject, delivered=delivered)
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-                sub = await js.subscribe(
-                    subject, stream=stream, ordered_consumer=True, config=_from(delivered)
-                )
+                sub = await _ordered(js, subject, stream, delivered)
                 draining = False
                 continue
             draining = False
@@ -133,10 +153,12 @@ async def stored_events(
 ) -> list[tuple[int, dict[str, Any]]]:
     """Every caller event the stream holds for a request now, with its sequence: read from
     the start until the subject is quiet for `quiet_s` (for checks, not for following)."""
-    sub = await js.subscribe(
-        sj.events_subject(tenant, request_id),
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.ALL,
+    sub = await _answered(
+        lambda: js.subscribe(
+            sj.events_subject(tenant, request_id),
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.ALL,
+        )
     )
     found: list[tuple[int, dict[str, Any]]] = []
     try:
