@@ -18,22 +18,23 @@ import argparse
 import json
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.evaluation.beir import load_beir
 from bench.evaluation.metrics import Run, document_run, evaluate
+from bench.evaluation.runner import DENSE_SPARSE_WEIGHTS
 from bench.provenance import run_record
 from contracts.enums import Channel
 from contracts.models import RetrievedChunk
 from infra.retrieval import intent_profiles as profiles
 from workers.fuse.bridge import BRIDGE_CHANNEL
-from workers.fuse.rrf import Weights, weighted_convex, weighted_rrf
+from workers.fuse.rrf import Weights, weighted_convex, weighted_fusion, weighted_rrf
 
 TOP_K = 100
-PRIOR = {Channel.VECTOR: 0.55, Channel.SPARSE: 0.35}
-"""The runner's plain dense+BM25 baseline (`bench.evaluation.runner.DENSE_SPARSE_WEIGHTS`)."""
+PRIOR = {Channel(name): weight for name, weight in DENSE_SPARSE_WEIGHTS.items()}
+"""The runner's plain dense+BM25 baseline."""
 
 Rankings = dict[Channel, list[RetrievedChunk]]
 
@@ -75,23 +76,12 @@ def with_bridge(chunks: list[RetrievedChunk], bridged: list[RetrievedChunk], at:
     return rest[:at] + bridged + rest[at:]
 
 
-def from_zero(ranked: Rankings, weights: Weights, depth: int = TOP_K) -> list[RetrievedChunk]:
-    """The convex combination with each channel's scores scaled from 0 to its best (every
-    channel's scores are non-negative) instead of min-max: a rival normalisation that does not
-    depend on how deep a list goes, for the comparison only."""
-    scaled = {
-        channel: [
-            chunk.model_copy(update={"score": chunk.score / top}) if top > 0 else chunk
-            for chunk in chunks
-        ]
-        for channel, chunks in ranked.items()
-        for top in [max((c.score for c in chunks), default=0.0)]
-    }
-    # a list already scaled from 0 keeps its shape under min-max once 0 is its floor
-    floor = RetrievedChunk(chunk_id="\x00floor", document_id="\x00", text="", score=0.0)
-    padded = {channel: [*chunks, floor] for channel, chunks in scaled.items() if chunks}
-    fused = weighted_convex(padded, weights, top_k=depth + 1)
-    return [chunk for chunk in fused if chunk.chunk_id != floor.chunk_id][:depth]
+def from_zero(chunks: Sequence[RetrievedChunk]) -> list[float]:
+    """A channel's scores scaled from 0 to its best (every channel's scores are non-negative)
+    instead of min-max: a rival normalisation that does not depend on how deep a list goes,
+    for the comparison only (all 1 when the best is 0)."""
+    top = max((chunk.score for chunk in chunks), default=0.0)
+    return [chunk.score / top if top > 0 else 1.0 for chunk in chunks]
 
 
 def run_of(ranking: list[RetrievedChunk]) -> dict[str, float]:
@@ -121,7 +111,7 @@ def study(
         variants = {
             "rrf": fused,
             "convex": weighted_convex(ranked, weights, top_k=TOP_K),
-            "convex from 0": from_zero(ranked, weights),
+            "convex from 0": weighted_fusion(ranked, weights, from_zero, top_k=TOP_K),
         }
         add("dense+bm25 convex", qid, weighted_convex(text, PRIOR, top_k=TOP_K))
         # what the route costs: the same rankings fused with the prior's weights and with

@@ -82,8 +82,11 @@ def weighted_rrf(
     A chunk found by several channels appears once, with `channels = {channel: rank}`
     for each of them, `score` = its fused score and `rank` = its 1-based fused rank.
     """
-    return _fused(
-        results, weights, lambda chunks: [1.0 / (k + i) for i in range(1, len(chunks) + 1)], top_k
+    return weighted_fusion(
+        results,
+        weights,
+        lambda chunks: [1.0 / (k + i) for i in range(1, len(chunks) + 1)],
+        top_k=top_k,
     )
 
 
@@ -101,12 +104,14 @@ def weighted_convex(
 ) -> list[RetrievedChunk]:
     """As `weighted_rrf`, with each channel's min-max normalised scores in place of its
     reciprocal ranks: `score = Σ_c w_c · min_max_c(chunk)`."""
-    return _fused(results, weights, min_max, top_k)
+    return weighted_fusion(results, weights, min_max, top_k=top_k)
 
 
-def _fused(
-    results: ChannelResults, weights: Weights, contributions: Contributions, top_k: int
+def weighted_fusion(
+    results: ChannelResults, weights: Weights, contributions: Contributions, *, top_k: int
 ) -> list[RetrievedChunk]:
+    """`score(chunk) = Σ_c w_c · contributions(list_c)[chunk]` with the effective weights: the
+    one loop behind `weighted_rrf` and `weighted_convex`, open to other contributions."""
     eff = effective_weights(weights, results)
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
