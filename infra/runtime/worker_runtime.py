@@ -301,20 +301,23 @@ async def _phase_events(
         # A step that ran long enough to announce itself asks again whether its request is
         # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
         # A quicker step sends at once (its request was live when it started, a moment ago).
-        if run.duration_ms / 1000 < bus.phase_start_after_s or await still_live(
-            envelope.request_id
-        ):
-            await send_while_live(bus, end)
-        else:
-            _dropped(end)
+        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s
+        await send_while_live(bus, end, ask_first=ask_first)
 
 
-async def send_while_live(bus: Bus, event: PhaseEvent) -> None:
-    """A step's event on its request's subject. A publish that has to wait out JetStream (a
-    stream electing a leader) asks before each re-send whether the request is still live: the
-    request's `done` may have gone out meanwhile, and nothing follows a done."""
+async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = False) -> None:
+    """A step's event on its request's subject, or nothing once the request has finished:
+    asked first when `ask_first`, and before each re-send of a publish that has to wait out
+    JetStream (a stream electing a leader). The request's `done` may have gone out
+    meanwhile, and nothing follows a done."""
+
+    def live() -> Awaitable[bool]:
+        return still_live(event.request_id)
+
     try:
-        await bus.emit(event, still_wanted=lambda: still_live(event.request_id))
+        if ask_first and not await live():
+            raise PublishAbandoned(event.type)
+        await bus.emit(event, still_wanted=live)
     except PublishAbandoned:
         _dropped(event)
 
@@ -340,14 +343,8 @@ class _Announcement:
         self._timer = asyncio.get_running_loop().call_later(after_s, self._send)
 
     def _send(self) -> None:
-        self._sending = asyncio.create_task(self._announce())
-
-    async def _announce(self) -> None:
         """The timer's start event: only while the request is still live."""
-        if await still_live(self._event.request_id):
-            await send_while_live(self._bus, self._event)
-        else:
-            _dropped(self._event)
+        self._sending = asyncio.create_task(send_while_live(self._bus, self._event, ask_first=True))
 
     async def settle(self) -> None:
         """Before the end event: cancel the timer, or let a start already on its way land."""
