@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         True, description="Fusion adds documents about the best chunks' entities (multi-hop)."
     )
     channel_top_k: int = Field(20, ge=1, le=200, description="Chunks each channel returns.")
+    saga_state_cache: int = Field(
+        4096,
+        ge=0,
+        description="Running requests whose last committed state an orchestrator process keeps "
+        "in memory, so a transition skips reading and parsing it (the commit still checks its "
+        "version); 0 = read every time.",
+    )
     search_batch: bool = Field(
         True,
         description="One search command per query for all its document channels, run side by "

@@ -1,7 +1,8 @@
 """Saga state in Redis, changed only by atomic transitions.
 
 One transition = one round trip to read the request's state, its version and whether the
-inbound `event_id` was seen; a decision in Python; then one atomic Lua script that checks the
+inbound `event_id` was seen (skipped when this process committed the request's last state:
+`orchestrator.state_cache`); a decision in Python; then one atomic Lua script that checks the
 version is still the one read (optimistic concurrency: when another replica got there first,
 we read and decide again), writes the new state and bumps the version, remembers the inbound
 `event_id` (so a redelivered event changes nothing), queues the outbound messages in an
@@ -33,6 +34,7 @@ from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
 from infra.settings import Settings
 from orchestrator.state import RequestState
+from orchestrator.state_cache import StateCache
 
 
 class StateExists(Exception):
@@ -243,6 +245,7 @@ class StateStore:
         self.sessions = SessionStore.from_settings(redis, settings)
         self._commit_script = redis.register_script(COMMIT)
         self._create_script = redis.register_script(CREATE)
+        self._cache = StateCache(settings.saga_state_cache)
 
     def _ttl(self, state: RequestState) -> int:
         if state.status.is_terminal:
@@ -305,22 +308,28 @@ class StateStore:
     ) -> Applied:
         """Run `decide` on the current state and commit its outcome atomically."""
         skey, vkey, dkey = state_key(request_id), version_key(request_id), seen_key(request_id)
+        cached = self._cache.take(request_id)
         while True:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.get(skey)
-                pipe.get(vkey)
-                pipe.sismember(dkey, event_id or "")
-                raw, stored_version, seen = await pipe.execute()
-            if event_id is not None and seen:
-                return Applied(None, await self.pending_outbox(request_id), duplicate=True)
-            current = RequestState.model_validate_json(raw) if raw else None
-            version = int(stored_version) if stored_version is not None else _version(current)
+            if cached is not None:  # what this process committed last (`state_cache`)
+                current, version, cached = cached.state, cached.version, None
+            else:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.get(skey)
+                    pipe.get(vkey)
+                    pipe.sismember(dkey, event_id or "")
+                    raw, stored_version, seen = await pipe.execute()
+                if event_id is not None and seen:
+                    return Applied(None, await self.pending_outbox(request_id), duplicate=True)
+                current = RequestState.model_validate_json(raw) if raw else None
+                version = int(stored_version) if stored_version is not None else _version(current)
             transition = decide(current)
             entries = [m.entry() for m in transition.messages]
             outcome = await self._commit(
                 request_id, event_id, version, current, transition.state, entries
             )
             if outcome == 1:
+                if transition.state is not None:
+                    self._cache.put(request_id, transition.state, version + 1)
                 return Applied(transition, entries)
             if outcome == -1:  # another replica applied this very event first
                 return Applied(None, await self.pending_outbox(request_id), duplicate=True)

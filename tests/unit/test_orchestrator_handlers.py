@@ -211,4 +211,6 @@ async def test_a_replica_that_loses_the_race_reads_and_decides_again(
         2,
     )
     again = await store.apply("unit-3", "loser-event", loser)  # redelivered: changes nothing
-    assert again.duplicate and len(seen_by_loser) == 2
+    assert again.duplicate and again.transition is None
+    unchanged = await store.get("unit-3")
+    assert unchanged is not None and unchanged.version == 2

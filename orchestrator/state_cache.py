@@ -1,0 +1,49 @@
+"""The last committed state of the requests this orchestrator process is driving.
+
+A request's transitions come one after another, and with one orchestrator process (or a
+request's results landing where its last transition ran) the state a transition would read
+from Redis is the one this process just wrote. Keeping it spares each transition a round trip
+(state, version, seen) and the parse of the whole state. It is only ever a guess: the commit
+still checks the version (another replica got there first: read and decide again) and the
+inbound event id (applied already: a duplicate), so a stale entry costs a retry, never a
+wrong state.
+
+An entry is taken out while a transition uses it (the saga decides by changing the state it
+is given) and put back only after a commit that wrote it; a finished request leaves.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from orchestrator.state import RequestState
+
+
+@dataclass(frozen=True)
+class Committed:
+    state: RequestState
+    version: int
+
+
+class StateCache:
+    """A bounded LRU of `Committed` by request id (`size` 0: keeps nothing)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[str, Committed] = OrderedDict()
+
+    def take(self, request_id: str) -> Committed | None:
+        return self._entries.pop(request_id, None)
+
+    def put(self, request_id: str, state: RequestState, version: int) -> None:
+        if self.size <= 0 or state.status.is_terminal:
+            self._entries.pop(request_id, None)
+            return
+        self._entries[request_id] = Committed(state, version)
+        self._entries.move_to_end(request_id)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
