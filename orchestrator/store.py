@@ -309,6 +309,7 @@ class StateStore:
         """Run `decide` on the current state and commit its outcome atomically."""
         skey, vkey, dkey = state_key(request_id), version_key(request_id), seen_key(request_id)
         cached = self._cache.take(request_id)
+        current: RequestState | None
         while True:
             if cached is not None:  # what this process committed last (`state_cache`)
                 current, version, cached = cached.state, cached.version, None
