@@ -23,11 +23,16 @@ from contracts.limits import (
 MAX_DIM = 4096
 MAX_SENTENCES = 512
 
+VECTOR_CLAIM = "claim:"
+"""A `PackedVector` that starts so is a claim check (base64 has no colon): the step that
+needs the vector reads it from the request's claim store, under the field that follows."""
+
 PackedVector = Annotated[
     str,
     Field(
         max_length=4 * MAX_DIM * 4 // 3 + 4,
-        description="a vector packed for the wire: little-endian float32, base64",
+        description="a query vector: packed (little-endian float32, base64), or a claim "
+        "check, `claim:<field>`: the vector waits in the request's claim store",
     ),
 ]
 

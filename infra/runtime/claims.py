@@ -10,18 +10,27 @@ fallback show) and no vectors. A step that needs the whole passage resolves it b
 request id and the chunk id. The orchestrator deletes the hash when the request ends; a TTL
 covers a request that never ends. Redis is a server in every deployment, so this holds
 however the stores are deployed.
+
+The query's embedding waits there too. Classify leaves it under a field of its own, and
+the messages that would carry it (the result, the dense search, generation, the critic:
+2 KB each) carry `claim:<field>` instead (`contracts.models.VECTOR_CLAIM`). A step resolves
+it with the passages it reads anyway, or alone; a vector that is gone is made again by the
+step that needs it, as for a query classify never encoded.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Protocol, Self, TypeVar
+from dataclasses import dataclass
+from dataclasses import field as default
+from typing import Any, Protocol, Self, TypeVar
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from contracts.limits import MAX_CHUNK_CHARS
-from contracts.models import ChunkVectors, RetrievedChunk
+from contracts.models import VECTOR_CLAIM, ChunkVectors, RetrievedChunk
 from infra.errors import PoisonMessage
 from infra.settings import Settings
 
@@ -39,6 +48,18 @@ class WithContexts(Protocol):
 
 
 CommandT = TypeVar("CommandT", bound=WithContexts)
+
+
+class Command(Protocol):
+    """Any command (one with a claimed `query_vector` or not)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    def model_copy(self, *, update: dict[str, object] | None = None) -> Self: ...
+
+
+AnyCommandT = TypeVar("AnyCommandT", bound=Command)
 
 OPENING_CHARS = 320
 """What a claimed chunk keeps of its text: enough for a citation's snippet and the fallback
@@ -70,10 +91,61 @@ class ClaimMissing(PoisonMessage):
     """A claimed passage is not in the store (its request ended, or the claim expired)."""
 
 
+def vector_field(text: str) -> str:
+    """The claim field of the embedding of `text` (a query or a follow-up)."""
+    return "vector:" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def claimed_vector(value: str | None) -> str | None:
+    """The claim field a `PackedVector` names, or None for a vector carried whole."""
+    if value and value.startswith(VECTOR_CLAIM):
+        return value.removeprefix(VECTOR_CLAIM)
+    return None
+
+
+def _vector_refs(cmd: object) -> dict[str, str]:
+    """The command's claimed query vectors: `query_vector`, or `query_vectors[text]` by text
+    (key `""` for the first), each to its field."""
+    refs: dict[str, str] = {}
+    if (name := claimed_vector(getattr(cmd, "query_vector", None))) is not None:
+        refs[""] = name
+    for text, value in (getattr(cmd, "query_vectors", None) or {}).items():
+        if (name := claimed_vector(value)) is not None:
+            refs[text] = name
+    return refs
+
+
+def _with_vectors(cmd: Any, refs: dict[str, str], found: Mapping[str, Any]) -> dict[str, Any]:
+    """The model_copy update that puts the resolved vectors in place (a vector that is gone:
+    none, and the step makes it)."""
+    update: dict[str, Any] = {}
+    if "" in refs:
+        update["query_vector"] = _text(found.get(refs[""]))
+    if any(text for text in refs):
+        update["query_vectors"] = {
+            text: vector
+            for text, value in cmd.query_vectors.items()
+            if (vector := _text(found.get(refs[text])) if text in refs else value) is not None
+        }
+    return update
+
+
+def _text(raw: bytes | str | None) -> str | None:
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 def opening(text: str) -> str:
     if len(text) <= OPENING_CHARS:
         return text
     return text[:OPENING_CHARS].rsplit(" ", 1)[0]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    chunks: list[RetrievedChunk]
+    also: dict[str, bytes | str | None] = default(default_factory=dict)
 
 
 class Claims:
@@ -100,18 +172,21 @@ class Claims:
         ]
 
     async def resolve(
-        self, request_id: str, chunks: Sequence[RetrievedChunk]
-    ) -> list[RetrievedChunk]:
-        """The chunks with their claimed passages whole again."""
+        self, request_id: str, chunks: Sequence[RetrievedChunk], also: Sequence[str] = ()
+    ) -> Resolved:
+        """The chunks with their claimed passages whole again, and the fields `also` asks
+        for, read with them (each None when it is gone)."""
         wanted = [chunk.chunk_id for chunk in chunks if chunk.claimed]
-        if not wanted:
-            return list(chunks)
-        found = await self._claimed(request_id, wanted, "the passage of")
-        passages = {
-            chunk_id: Passage.model_validate_json(raw)
-            for chunk_id, raw in zip(wanted, found, strict=True)
-        }
-        return [
+        if not wanted and not also:
+            return Resolved(list(chunks))
+        loaded = await self._load(claims_key(request_id), [*wanted, *also])
+        extra = dict(zip(also, loaded[len(wanted) :], strict=True))
+        passages: dict[str, Passage] = {}
+        for chunk_id, raw in zip(wanted, loaded[: len(wanted)], strict=True):
+            if raw is None:
+                raise ClaimMissing(f"the passage of {chunk_id} is no longer claimed")
+            passages[chunk_id] = Passage.model_validate_json(raw)
+        whole = [
             chunk.model_copy(
                 update={
                     "text": passages[chunk.chunk_id].text[:MAX_CHUNK_CHARS],
@@ -123,6 +198,7 @@ class Claims:
             else chunk
             for chunk in chunks
         ]
+        return Resolved(whole, extra)
 
     async def put_ranking(
         self, request_id: str, command_id: str, chunks: Sequence[RetrievedChunk]
@@ -154,9 +230,31 @@ class Claims:
         return [_RANKING.validate_json(raw) for raw in found]
 
     async def whole(self, cmd: CommandT) -> CommandT:
-        """A command whose `contexts` are claimed, with its passages whole again."""
-        contexts = await self.resolve(cmd.request_id, cmd.contexts)
-        return cmd.model_copy(update={"contexts": contexts})
+        """A command whose `contexts` (and query vectors) are claimed, whole again: one
+        read for both."""
+        refs = _vector_refs(cmd)
+        fields = sorted(set(refs.values()))
+        contexts = await self.resolve(cmd.request_id, cmd.contexts, also=fields)
+        update: dict[str, Any] = {"contexts": contexts.chunks}
+        if refs:
+            update.update(_with_vectors(cmd, refs, contexts.also))
+        return cmd.model_copy(update=update)
+
+    async def put_vector(self, request_id: str, text: str, packed: str) -> str:
+        """Claim the embedding of `text`; the claim check that messages carry instead."""
+        name = vector_field(text)
+        await self._store(claims_key(request_id), {name: packed})
+        return VECTOR_CLAIM + name
+
+    async def with_vector(self, cmd: AnyCommandT) -> AnyCommandT:
+        """A command whose `query_vector` is claimed, with the vector in place (none when it
+        is gone); any other command as it is."""
+        refs = _vector_refs(cmd)
+        if not refs:
+            return cmd
+        fields = sorted(set(refs.values()))
+        found = dict(zip(fields, await self._load(claims_key(cmd.request_id), fields), strict=True))
+        return cmd.model_copy(update=_with_vectors(cmd, refs, found))
 
     async def _claimed(self, request_id: str, fields: list[str], what: str) -> list[bytes | str]:
         """The claims under `fields`, in their order; `ClaimMissing` for the first one gone."""

@@ -17,6 +17,7 @@ from contracts.commands import (
     CriticCommand,
     FuseCommand,
     GenerateCommand,
+    SearchCommand,
     ToolCommand,
 )
 from contracts.enums import Channel, Intent, Step
@@ -41,6 +42,7 @@ from workers.fuse.follow_up import KEEP
 @dataclass
 class Harness:
     broker: TestNatsBroker
+    resources: Resources
     results: list[dict[str, Any]] = field(default_factory=list)
     dead: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -78,7 +80,7 @@ def harness_for(tmp_path: Path) -> Callable[[RouterFactory], AbstractAsyncContex
 
         resources.is_live = every_request_is_live  # type: ignore[method-assign]
         broker.include_router(create_router(resources))
-        harness = Harness(broker=None)  # type: ignore[arg-type]
+        harness = Harness(broker=None, resources=resources)  # type: ignore[arg-type]
 
         @broker.subscriber("rag.res.>", stream=JStream(sj.STREAM_RES, declare=False))
         async def on_result(body: dict[str, Any]) -> None:
@@ -124,8 +126,14 @@ async def test_classify_publishes_intent_weights_and_vector(harness_for: Any) ->
             "rules",
             cmd.event_id,
         )
-        assert result.query_vector is not None
-        assert len(unpack_query(result.query_vector)) == 256
+        # the vector waits in the claim store; the result carries its claim check
+        assert result.query_vector is not None and result.query_vector.startswith("claim:")
+        found = await h.resources.claims().with_vector(
+            SearchCommand(request_id="req-1", channel=Channel.VECTOR, query="q", top_k=5,
+                          namespaces=["default"],
+                          query_vector=result.query_vector)
+        )  # fmt: skip
+        assert len(unpack_query(found.query_vector)) == 256
         assert h.phases() == [
             ("intent_classification", "in_progress"),
             ("intent_classification", "completed"),

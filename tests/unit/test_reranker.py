@@ -111,7 +111,7 @@ async def _fuse(h: WorkerHarness, cmd: FuseCommand) -> tuple[FuseResult, dict[st
     assert completed["status"] == "completed"
     result = FuseResult.model_validate(body)
     assert all(chunk.claimed for chunk in result.chunks)  # the passages wait in the claims
-    whole = await h.resources.claims().resolve(cmd.request_id, result.chunks)
+    whole = (await h.resources.claims().resolve(cmd.request_id, result.chunks)).chunks
     return result.model_copy(update={"chunks": whole}), completed["metadata"]
 
 

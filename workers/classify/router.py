@@ -38,6 +38,7 @@ def create_router(resources: Resources) -> NatsRouter:
     router = step_router(resources)
     resources.on_warm_up(lambda: classifier.classify("warm up", None))
     publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)
+    claims = resources.claims()
 
     async def standalone(cmd: ClassifyCommand) -> Rewrite | None:
         """The question made standalone from its session's earlier turns (None: no session)."""
@@ -66,6 +67,12 @@ def create_router(resources: Resources) -> NatsRouter:
             )
         return made
 
+    async def claimed(request_id: str, question: str, packed: str | None) -> str | None:
+        """The query's embedding as a claim check: 2 KB that four messages need not carry."""
+        if packed is None:
+            return None
+        return await claims.put_vector(request_id, question, packed)
+
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings, ClassifyCommand))
     async def classify(cmd: ClassifyCommand) -> None:
         """Intent, confidence and channel weights for the query, plus its embedding."""
@@ -85,7 +92,7 @@ def create_router(resources: Resources) -> NatsRouter:
             confidence=found.confidence,
             method=found.method,
             weights=found.weights,
-            query_vector=found.query_vector,
+            query_vector=await claimed(cmd.request_id, question, found.query_vector),
             standalone_query=made.standalone if made is not None else None,
             rewrite_method=made.method if made is not None else None,
         )

@@ -80,6 +80,7 @@ def memorable(cmd: RememberTurn) -> Memory | None:
 def create_router(resources: Resources) -> NatsRouter:
     settings = resources.settings
     redis = resources.redis()
+    claims = resources.claims()
     sessions = SessionStore.from_settings(redis, settings)
     index = MemoryIndex(redis, settings.memory_ttl_s)
     router = step_router(resources)
@@ -157,6 +158,7 @@ def create_router(resources: Resources) -> NatsRouter:
         if scope is None:
             return []
         encoder = await resources.encoder()
+        cmd = await claims.with_vector(cmd)
         vector = unpack_query(cmd.query_vector, encoder.dim)
         if vector is None:
             vector = (await encoder.aencode([cmd.query]))[0]

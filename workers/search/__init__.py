@@ -164,6 +164,7 @@ def create_router(resources: Resources) -> NatsRouter:
             unknown = [c for c in cmd.also if c not in CHANNEL_FUNCTIONS]
             if unknown:
                 raise PoisonMessage(f"the search worker has no {unknown[0]} channel")
+            cmd = await claims.with_vector(cmd)
             if cmd.also:
                 searched = await search_all(cmd)
             else:  # one channel: its failure takes the error policy's way (retry, report)
@@ -176,7 +177,8 @@ def create_router(resources: Resources) -> NatsRouter:
                 command_id=cmd.event_id,
                 event_id=result_event_id(cmd),
                 channel=channel,
-                query_vector=own.query_vector,
+                query_vector=own.query_vector
+                and await claims.put_vector(cmd.request_id, cmd.query, own.query_vector),
                 also=[ChannelOutcome(channel=s.channel, **s.answer()) for s in also],
             )
             await publisher.publish(result)
