@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -44,21 +46,57 @@ def drops_privileges() -> bool:
     return os.geteuid() == 0
 
 
+UID_LOCKS: Final = Path(tempfile.gettempdir()) / "ragbus-sandbox-uids"
+"""One lock file per id: a process holds an id's lock while a run uses it."""
+RETRY_S: Final = 0.05
+
+
+def _lock(uid: int) -> int | None:
+    """The held lock on `uid` (its file descriptor), or None when another process on this
+    host holds it."""
+    UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(UID_LOCKS / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class UidPool:
-    """Hands out the ids of `SANDBOX_UIDS`, one per run; a run waits when all are in use."""
+    """Hands out the ids of `SANDBOX_UIDS`, one per run; a run waits when all are in use.
+
+    Every process running tools on a host draws from the same ids (two tool workers, or a
+    worker beside a test), and a run's end kills every process of its id: an id is taken
+    only with its lock file held (`flock`), so no run ever kills another process's run."""
 
     def __init__(self, uids: Iterable[int] = SANDBOX_UIDS) -> None:
         self._free: asyncio.Queue[int] = asyncio.Queue()
         for uid in uids:
             self._free.put_nowait(uid)
 
+    async def _take(self) -> tuple[int, int]:
+        tried = 0
+        while True:
+            uid = await self._free.get()
+            fd = _lock(uid)
+            if fd is not None:
+                return uid, fd
+            self._free.put_nowait(uid)  # another process runs as it now
+            tried += 1
+            if tried >= self._free.qsize():
+                tried = 0
+                await asyncio.sleep(RETRY_S)
+
     @asynccontextmanager
     async def lease(self) -> AsyncIterator[int]:
-        uid = await self._free.get()
+        uid, fd = await self._take()
         try:
             yield uid
         finally:
             kill_user(uid)  # nothing of this run survives into the next one
+            os.close(fd)  # the lock goes with it
             self._free.put_nowait(uid)
 
 
