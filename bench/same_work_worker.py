@@ -15,7 +15,7 @@ do it for `ragbus bench`'s requests (no session, `answer` mode, default `top_k`)
   vectors) and the cross-encoder when one is configured, as `workers.fuse.router` does it;
 - generate: `workers.generate.router.answer_for` (extractive: stored sentence vectors, the
   query vector from classify);
-- critic: `workers.critic.router.critique`.
+- critic: `workers.critic.judge.critique`.
 
 Each thread has its own `Worker`: its own event loop and its own `IntentClassifier` (its
 zero-shot prototypes sit behind an asyncio lock, which belongs to one loop); the trained intent
@@ -35,7 +35,7 @@ from contracts.envelope import new_request_id
 from contracts.models import RetrievedChunk, ToolOutcome
 from workers.classify.classifier import Classification, IntentClassifier
 from workers.classify.intent_model import ModelSlot
-from workers.critic.router import critique
+from workers.critic.judge import critique
 from workers.fuse.bridge import bridge
 from workers.fuse.rerank import rerank
 from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, fuse

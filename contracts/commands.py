@@ -149,6 +149,14 @@ class GenerateCommand(Envelope):
         "them: generation compares them with the contexts' stored sentence vectors",
         max_length=16,
     )
+    critique_attempts_left: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="set: the worker critiques its final answer itself, as the critic step "
+        "would with these attempts left, and reports the verdict with the answer (one hop "
+        "fewer); unset: the critic gets a command of its own",
+    )
 
 
 class CriticCommand(Envelope):

@@ -119,13 +119,19 @@ class GenerateResult(StepResult):
     )
     tool_calls: list[ToolCall] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
     generator: str = Field(default="extractive", max_length=64)
+    critique: Critique | None = Field(
+        default=None,
+        description="the critic's verdict on this answer, when the command asked the worker "
+        "to critique it (`GenerateCommand.critique_attempts_left`) and it could in time",
+    )
 
 
-class CriticResult(StepResult):
+class Critique(BaseModel):
+    """The critic's verdict on an answer: what `CriticResult` reports, and what a generating
+    worker that critiqued its own answer reports with it (`GenerateResult.critique`)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.critic"] = "res.critic"
-    step: Literal["critic"] = "critic"
     verdict: Literal["accept", "retry", "low_confidence"] = Field(
         description="low_confidence: the attempts are spent and the answer is weak"
     )
@@ -139,6 +145,13 @@ class CriticResult(StepResult):
     reasons: list[Annotated[str, Field(max_length=MAX_MESSAGE_CHARS)]] = Field(
         default_factory=list, max_length=MAX_LIST_ITEMS
     )
+
+
+class CriticResult(StepResult, Critique):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.critic"] = "res.critic"
+    step: Literal["critic"] = "critic"
 
 
 class ToolResult(StepResult):

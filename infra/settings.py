@@ -134,6 +134,14 @@ class Settings(BaseSettings):
     fuse_timeout_s: float = Field(10.0, gt=0, description="Fusion step deadline.")
     generate_timeout_s: float = Field(60.0, gt=0, description="Generation step deadline.")
     critic_timeout_s: float = Field(10.0, gt=0, description="Critic step deadline.")
+    critique_with_generation: bool = Field(
+        True,
+        description="The generating worker critiques its own final answer (the critic's "
+        "scoring, phase event and verdict, within RAGBUS_CRITIC_TIMEOUT_S) and reports both in "
+        "one result: one hop fewer a request, whenever both deadlines fit in what is left of "
+        "the request's. False: the critic is a step of its own, for deployments that run it "
+        "in other processes.",
+    )
     tool_timeout_s: float = Field(30.0, gt=0, description="Tool step deadline.")
     deadline_poll_s: float = Field(0.2, gt=0, description="How often the deadline timer looks.")
     state_ttl_s: int = Field(86_400, gt=0, description="How long finished request state is kept.")

@@ -34,6 +34,7 @@ from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
     CriticResult,
+    Critique,
     FuseResult,
     GenerateResult,
     PlanResult,
@@ -226,13 +227,17 @@ class Saga(SagaBase):
         state.draft = res.answer
         state.draft_citations = dict(res.citations)
         state.generator = res.generator
+        if res.critique is not None:  # judged where it was written (`critique_attempts_left`)
+            return self._on_critique(state, res.critique, clock)
         return self._start_critic(state, clock)
 
     def _on_tools(self, state: RequestState, res: ToolResult, clock: Clock) -> Transition:
         state.tool_results.extend(res.outcomes)
         return self._start_generate(state, clock)
 
-    def _on_critique(self, state: RequestState, res: CriticResult, clock: Clock) -> Transition:
+    def _on_critique(
+        self, state: RequestState, res: CriticResult | Critique, clock: Clock
+    ) -> Transition:
         state.attempts.append(
             AttemptRecord(
                 attempt=state.attempt,
@@ -323,15 +328,25 @@ class Saga(SagaBase):
                 for text in [state.question, *follow_ups]
                 if (vector := self._vector_of(state, text)) is not None
             },
+            critique_attempts_left=self._critique_with_generation(state, clock),
         )
         state.status = RequestStatus.GENERATING
+        timeout = self.settings.generate_timeout_s
+        if cmd.critique_attempts_left is not None:
+            timeout += self.settings.critic_timeout_s
         state.pending = self._pending(
-            Step.GENERATE,
-            {Step.GENERATE.value: cmd.event_id},
-            self.settings.generate_timeout_s,
-            clock,
+            Step.GENERATE, {Step.GENERATE.value: cmd.event_id}, timeout, clock
         )
         return self._moved(state, [self._cmd(cmd, Step.GENERATE)])
+
+    def _critique_with_generation(self, state: RequestState, clock: Clock) -> int | None:
+        """The attempts left, for a generation that judges its own answer; None: the critic
+        judges it in a step of its own (the setting is off, or the two deadlines together
+        would outlast the request's, whose fallbacks must stay reachable)."""
+        both = self.settings.generate_timeout_s + self.settings.critic_timeout_s
+        if not self.settings.critique_with_generation or clock.now + both >= state.deadline_at:
+            return None
+        return max(0, self.settings.max_attempts - state.attempt)
 
     def _start_tool(self, state: RequestState, calls: list[ToolCall], clock: Clock) -> Transition:
         cmd = ToolCommand(**self._corr(state), query=state.question, calls=calls)
@@ -360,7 +375,7 @@ class Saga(SagaBase):
         )
         return self._moved(state, [self._cmd(cmd, Step.CRITIC)])
 
-    def _retry(self, state: RequestState, res: CriticResult, clock: Clock) -> Transition:
+    def _retry(self, state: RequestState, res: CriticResult | Critique, clock: Clock) -> Transition:
         strategy = res.strategy or "broaden"
         changes: dict[str, object] = {"strategy": strategy}
         if strategy == "broaden":  # the same queries, deeper, and more contexts

@@ -41,7 +41,10 @@ async def traced_stack(tmp_path: Path) -> AsyncIterator[tuple[str, InMemorySpanE
     spans = InMemorySpanExporter()
     setup_tracing("test", SimpleSpanProcessor(spans))
     try:
-        with own_services(tmp_path, critic_accept=1.0, max_attempts=2) as settings:
+        # the critic as a step of its own, so that its hop is traced too
+        with own_services(
+            tmp_path, critic_accept=1.0, max_attempts=2, critique_with_generation=False
+        ) as settings:
             async with running(settings, orchestrator=True, workers=WORKER_KINDS) as runtime:
                 await ingest_and_wait(runtime)
                 async with serving_api(runtime) as url:
@@ -198,7 +201,9 @@ def test_ragbus_up_exports_one_trace_across_its_processes_over_otlp_http(
 
         def whole() -> bool:
             names = {s["name"] for s in received if s["trace_id"] == trace_id}
-            return {"POST /v1/queries", "generation", "saga res.critic"} <= names
+            # generation judges its own answer here (the default): the critic's phase
+            # is a span of the generate worker's, in the same trace
+            return {"POST /v1/queries", "generation", "critic", "saga res.generate"} <= names
 
         _wait(whole, timeout=30)
     mine = [s for s in received if s["trace_id"] == trace_id]

@@ -205,6 +205,45 @@ async def test_generate_streams_tokens_then_publishes_a_cited_answer(harness_for
         assert "".join(t["text"] for t in tokens) == result.answer
 
 
+async def test_generate_judges_its_own_answer_when_asked(harness_for: Any) -> None:
+    """With `critique_attempts_left` the worker runs the critic's judgement on its answer:
+    the phase `critic` and its verdict come with the answer, as the critic step's would."""
+    async with harness_for(generate.create_router) as h:
+        cmd = GenerateCommand(
+            request_id="req-3c",
+            query="Where does JetStream store messages?",
+            intent=Intent.FACTUAL,
+            contexts=CHUNKS,
+            critique_attempts_left=1,
+        )
+        await h.send(cmd, sj.cmd_subject(Step.GENERATE))
+        result = GenerateResult.model_validate(h.results[0])
+        assert result.critique is not None and result.critique.verdict == "accept"
+        assert set(result.critique.scores) == {
+            "grounding", "citation_validity", "coverage", "retrieval"
+        }  # fmt: skip
+        assert h.phases()[-3:] == [
+            ("generation", "completed"),
+            ("critic", "in_progress"),
+            ("critic", "completed"),
+        ]
+        assert h.events[-1]["data"]["metadata"]["verdict"] == "accept"
+
+
+async def test_an_answer_that_asks_for_tools_is_not_judged_yet() -> None:
+    from workers.generate.self_critique import wants_critique
+
+    asked = GenerateCommand(
+        request_id="r", query="q", intent=Intent.TOOL, contexts=[], critique_attempts_left=1,
+        tool_rounds_left=1,
+    )  # fmt: skip
+    call = ToolCall(id="1", name="calculator", arguments={"expression": "1+1"})
+    assert not wants_critique(asked, [call])  # the saga runs the tools first
+    assert wants_critique(asked, [])
+    assert wants_critique(asked.model_copy(update={"tool_rounds_left": 0}), [call])
+    assert not wants_critique(asked.model_copy(update={"critique_attempts_left": None}), [])
+
+
 async def test_generate_answers_from_tool_outcomes(harness_for: Any) -> None:
     async with harness_for(generate.create_router) as h:
         cmd = GenerateCommand(

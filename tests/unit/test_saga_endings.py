@@ -49,7 +49,9 @@ def test_a_failed_generation_answers_with_the_best_passages_cited(how: str) -> N
     run.search_all()
     run.fuse()
     cmd = run.last(GenerateCommand)
-    sent = run.result(_failure(run, cmd, "generate")) if how == "failure" else run.tick(21)
+    # the generation's deadline covers the critique it makes of its own answer
+    silent = 20 + run.settings.critic_timeout_s + 1
+    sent = run.result(_failure(run, cmd, "generate")) if how == "failure" else run.tick(silent)
     assert kinds(sent) == ["PhaseEvent", "AnswerEvent", "DoneEvent"]
     assert sent[0].data.status == "failed" and sent[0].data.metadata["fallback"] == "passages"
     answer: AnswerEvent = sent[1]
@@ -80,7 +82,13 @@ def test_a_failed_generation_with_no_passage_text_fails_the_request() -> None:
 
 
 def test_whole_request_deadline_times_out_with_one_terminal_event() -> None:
-    run = Run(request_timeout_s=30, classify_timeout_s=29, generate_timeout_s=20, tool_timeout_s=20)
+    run = Run(
+        request_timeout_s=30,
+        classify_timeout_s=29,
+        generate_timeout_s=20,
+        critic_timeout_s=5,
+        tool_timeout_s=20,
+    )
     run.submit()
     sent = run.tick(31)
     assert kinds(sent) == ["ErrorEvent", "DoneEvent"]

@@ -34,6 +34,7 @@ from infra.runtime.worker_runtime import (
 )
 from workers.generate.extractive import Answer, extractive_answer, no_evidence_answer
 from workers.generate.llm import EmptyAnswer, llm_answer
+from workers.generate.self_critique import self_critique, wants_critique
 from workers.generate.streaming import TokenEmitter, stream_answer
 from workers.generate.tools import tool_answer
 
@@ -137,12 +138,15 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
     router = step_router(resources)
     # extractive answers encode the few passages ingested without sentence vectors
     resources.on_warm_up(resources.encoder)
+    if settings.critique_with_generation:  # it judges its own answers: the critic's models
+        resources.on_warm_up(resources.nli)
     publisher = ResultPublisher(router, Step.GENERATE, GenerateResult)
     claims = resources.claims()
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings, GenerateCommand))
     async def generate(cmd: GenerateCommand) -> None:
-        """Compose the answer, stream it as tokens, then report it with its citations."""
+        """Compose the answer, stream it as tokens, then report it with its citations (and,
+        when asked, the critic's verdict on it: `self_critique`)."""
         start: dict[str, Any] = {"generator": LLM_GENERATOR if client else GENERATOR}
         if client is not None:
             start["model"] = client.model
@@ -157,12 +161,16 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
                 answer, tool_calls, generator = await _with_llm(
                     cmd, resources, client, emitter, run
                 )
+        critique = None
+        if wants_critique(cmd, tool_calls):
+            critique = await self_critique(bus, cmd, answer, resources)
         result = GenerateResult(
             **step_result_fields(cmd, run),
             answer=answer.text,
             citations=answer.citations,
             tool_calls=tool_calls,
             generator=generator,
+            critique=critique,
         )
         await publisher.publish(result)
 
