@@ -5,7 +5,8 @@ failed channels, critic retries) is unit-testable. `orchestrator.service` commit
 each `Transition` atomically and publishes its messages.
 
 States: submitted -> classifying -> searching -> fusing -> generating <-> tooling ->
-critiquing -> (retrying -> searching ...) -> completed | failed | timed_out; any running
+[critiquing, unless generation judged its answer: `orchestrator.critique`] -> (retrying ->
+searching ...) -> completed | failed | timed_out; any running
 state -> cancelled (`on_cancelled`). A research request goes fusing -> planning ->
 researching -> completed (`orchestrator.research`). How a request ends, and the helpers every
 decision uses, are `orchestrator.saga_base`.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 from contracts.commands import (
     ClassifyCommand,
-    CriticCommand,
     FuseCommand,
     GenerateCommand,
     ToolCommand,
@@ -34,7 +34,6 @@ from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
     CriticResult,
-    Critique,
     FuseResult,
     GenerateResult,
     PlanResult,
@@ -43,10 +42,10 @@ from contracts.results import (
     StepResult,
     ToolResult,
 )
-from infra.retrieval.intent_profiles import EVEN, PRIOR
-from orchestrator import research, search
+from infra.retrieval.intent_profiles import PRIOR
+from orchestrator import critique, research, search
 from orchestrator.saga_base import Clock, SagaBase
-from orchestrator.state import AttemptRecord, RequestState
+from orchestrator.state import RequestState
 from orchestrator.store import Outgoing, Transition
 
 FALLBACK_WEIGHTS: dict[Channel, float] = dict(PRIOR)
@@ -81,7 +80,7 @@ class Saga(SagaBase):
         if isinstance(result, ToolResult):
             return self._on_tools(state, result, clock)
         if isinstance(result, CriticResult):
-            return self._on_critique(state, result, clock)
+            return critique.on_critique(self, state, result, clock)
         if isinstance(result, PlanResult):
             return research.on_planned(
                 self, state, result.sub_questions, result.planner, clock, result.broad
@@ -228,32 +227,12 @@ class Saga(SagaBase):
         state.draft_citations = dict(res.citations)
         state.generator = res.generator
         if res.critique is not None:  # judged where it was written (`critique_attempts_left`)
-            return self._on_critique(state, res.critique, clock)
-        return self._start_critic(state, clock)
+            return critique.on_critique(self, state, res.critique, clock)
+        return critique.start_critic(self, state, clock)
 
     def _on_tools(self, state: RequestState, res: ToolResult, clock: Clock) -> Transition:
         state.tool_results.extend(res.outcomes)
         return self._start_generate(state, clock)
-
-    def _on_critique(
-        self, state: RequestState, res: CriticResult | Critique, clock: Clock
-    ) -> Transition:
-        state.attempts.append(
-            AttemptRecord(
-                attempt=state.attempt,
-                confidence=res.confidence,
-                verdict=res.verdict,
-                strategy=res.strategy,
-                reasons=res.reasons,
-                scores=res.scores,
-                documents=list(dict.fromkeys(c.document_id for c in state.fused)),
-                queries=list(state.search_queries),
-                answer=state.draft or "",
-            )
-        )
-        if res.verdict != "retry" or state.attempt >= self.settings.max_attempts:
-            return self._complete(state, [])
-        return self._retry(state, res, clock)
 
     # ----------------------------------------------------------------- steps
     def _start_classify(self, state: RequestState, clock: Clock) -> Transition:
@@ -328,7 +307,7 @@ class Saga(SagaBase):
                 for text in [state.question, *follow_ups]
                 if (vector := self._vector_of(state, text)) is not None
             },
-            critique_attempts_left=self._critique_with_generation(state, clock),
+            critique_attempts_left=critique.attempts_for_generation(self, state, clock),
         )
         state.status = RequestStatus.GENERATING
         timeout = self.settings.generate_timeout_s
@@ -339,15 +318,6 @@ class Saga(SagaBase):
         )
         return self._moved(state, [self._cmd(cmd, Step.GENERATE)])
 
-    def _critique_with_generation(self, state: RequestState, clock: Clock) -> int | None:
-        """The attempts left, for a generation that judges its own answer; None: the critic
-        judges it in a step of its own (the setting is off, or the two deadlines together
-        would outlast the request's, whose fallbacks must stay reachable)."""
-        both = self.settings.generate_timeout_s + self.settings.critic_timeout_s
-        if not self.settings.critique_with_generation or clock.now + both >= state.deadline_at:
-            return None
-        return max(0, self.settings.max_attempts - state.attempt)
-
     def _start_tool(self, state: RequestState, calls: list[ToolCall], clock: Clock) -> Transition:
         cmd = ToolCommand(**self._corr(state), query=state.question, calls=calls)
         state.status = RequestStatus.TOOLING
@@ -356,60 +326,6 @@ class Saga(SagaBase):
             Step.TOOL, {Step.TOOL.value: cmd.event_id}, self.settings.tool_timeout_s, clock
         )
         return self._moved(state, [self._cmd(cmd, Step.TOOL)])
-
-    def _start_critic(self, state: RequestState, clock: Clock) -> Transition:
-        cmd = CriticCommand(
-            **self._corr(state),
-            query=state.question,
-            intent=state.intent or Intent.FACTUAL,
-            answer=state.draft or "",
-            citations=state.draft_citations,
-            contexts=self._to_resolve(state.fused),
-            tool_results=state.tool_results,
-            attempts_left=max(0, self.settings.max_attempts - state.attempt),
-            query_vector=state.query_vector,
-        )
-        state.status = RequestStatus.CRITIQUING
-        state.pending = self._pending(
-            Step.CRITIC, {Step.CRITIC.value: cmd.event_id}, self.settings.critic_timeout_s, clock
-        )
-        return self._moved(state, [self._cmd(cmd, Step.CRITIC)])
-
-    def _retry(self, state: RequestState, res: CriticResult | Critique, clock: Clock) -> Transition:
-        strategy = res.strategy or "broaden"
-        changes: dict[str, object] = {"strategy": strategy}
-        if strategy == "broaden":  # the same queries, deeper, and more contexts
-            state.channel_top_k = min(200, state.channel_top_k * 2)
-            state.top_k = min(50, state.top_k + 4)
-            changes.update(channel_top_k=state.channel_top_k, top_k=state.top_k)
-        elif strategy == "decompose" and res.sub_queries:
-            state.carried = list(state.fused)  # the first hop stays; the follow-ups add to it
-            state.search_queries = list(res.sub_queries)
-            changes["search_queries"] = state.search_queries
-        else:
-            state.carried = []
-            if strategy == "rebalance":
-                state.weights = dict(EVEN)
-                changes["weights"] = {c.value: w for c, w in state.weights.items()}
-            if res.rewritten_query:
-                state.search_queries = [res.rewritten_query]
-                changes["search_queries"] = state.search_queries
-        previous = state.attempt
-        state.attempt += 1
-        state.status = RequestStatus.RETRYING
-        state.tool_results = []
-        state.tool_rounds = 0
-        retry_phase = self._phase(
-            state,
-            Phase.RETRY,
-            PhaseStatus.COMPLETED,
-            from_attempt=previous,
-            to_attempt=state.attempt,
-            confidence=res.confidence,
-            reasons=res.reasons,
-            **changes,
-        )
-        return self._start_search(state, clock, [retry_phase])
 
 
 _STEP_PHASE: dict[str, Phase] = {
