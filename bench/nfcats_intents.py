@@ -10,7 +10,9 @@ the model on real questions it never saw:
     ragbus eval-intent --data /tmp/nfcats-intents.jsonl --out results/intent-nfcats.json
 
 The data set stays in `../shared/data` (its README asks that it is not copied into the repo);
-this writes the mapped rows wherever `--out` says.
+this writes the mapped rows wherever `--out` says. `--split train|valid` keeps one of
+NF-CATS's own splits: a model trained with the bundled data and the `train` rows
+(`ragbus train-intent --data`) is scored on the `valid` rows, which it never saw.
 
 | NF-CATS | ragbus | why |
 |---|---|---|
@@ -47,8 +49,9 @@ def _key(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def mapped_rows(source: Path) -> tuple[list[dict[str, str]], Counter[str]]:
-    """The mapped rows not already in the bundled data, and what was left out and why."""
+def mapped_rows(source: Path, split: str = "all") -> tuple[list[dict[str, str]], Counter[str]]:
+    """The mapped rows of NF-CATS's `split` (`train`, `valid` or `all`) not already in the
+    bundled data, and what was left out and why."""
     bundled = {
         _key(example.text)
         for name in (TRAIN_FILE, TEST_FILE)
@@ -63,7 +66,9 @@ def mapped_rows(source: Path) -> tuple[list[dict[str, str]], Counter[str]]:
         row = json.loads(line)
         text, category = str(row["text"]).strip(), str(row["label"])
         label = MAPPING.get(category)
-        if label is None:
+        if split != "all" and row.get("split") != split:
+            left_out[f"split {row.get('split')}"] += 1
+        elif label is None:
             left_out[f"category {category}"] += 1
         elif _key(text) in bundled:
             left_out["in the bundled data"] += 1
@@ -80,8 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="NF-CATS train_valid_human.jsonl")
     parser.add_argument("--out", type=Path, required=True, help="JSONL of {text, label, source}")
+    parser.add_argument(
+        "--split",
+        choices=("all", "train", "valid"),
+        default="all",
+        help="NF-CATS's own split: train on `train`, score on `valid` (default: both)",
+    )
     args = parser.parse_args(argv)
-    rows, left_out = mapped_rows(args.source)
+    rows, left_out = mapped_rows(args.source, args.split)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     labels = Counter(row["label"] for row in rows)

@@ -188,6 +188,12 @@ ROWS = (
     Row("retrieval, MuSiQue", "eval-musique.json", _retrieval),
     Row("intent", "intent.json", _intent),
     Row("intent, NF-CATS", "intent-nfcats.json", _intent_real),
+    Row("intent, NF-CATS valid split", "intent-nfcats-valid-shipped.json", _intent_real),
+    Row(
+        "intent, NF-CATS valid, trained with its train split",
+        "intent-nfcats-valid-trained.json",
+        _intent_real,
+    ),
     Row("conversations", "conversations.json", _conversations),
     Row("research mode", "research.json", _research),
 )

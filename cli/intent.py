@@ -37,6 +37,17 @@ def train_intent(
     per_class: Annotated[
         int | None, typer.Option(min=1, help="Only the first N examples of each intent.")
     ] = None,
+    extra: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--extra",
+            exists=True,
+            dir_okay=False,
+            help="More labelled queries (JSONL of {text, label}) trained on beside --data, "
+            "e.g. real questions mapped by `python -m bench.nfcats_intents --split train`; "
+            "repeatable.",
+        ),
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
     """Train the SetFit intent model on the local MiniLM (offline, seeded) and save it with
@@ -64,6 +75,8 @@ def train_intent(
     interactive_logging(settings, verbose)
     try:
         examples = load_examples(data or bundled_data_dir() / TRAIN_FILE)
+        for path in extra or []:
+            examples += load_examples(path)
     except DatasetError as exc:
         errors.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
