@@ -147,6 +147,12 @@ async def test_questions_reach_one_terminal_event_while_stream_leaders_die(
             assert events[-1].data["data"]["status"] == "completed", (request_id, events[-1])
             stored = await stored_events(js, request_id)
             # What the caller saw over SSE is what the subject holds, in order, exactly once.
-            assert [e.id for e in events] == [seq for seq, _ in stored], request_id
+            seen = [e.id for e in events]
+            unseen = [
+                (seq, body.get("type"), (body.get("data") or {}).get("phase"))
+                for seq, body in stored
+                if seq not in seen
+            ]
+            assert seen == [seq for seq, _ in stored], (request_id, kinds, unseen)
     finally:
         await nc.close()
