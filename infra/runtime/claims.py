@@ -240,8 +240,11 @@ class Claims:
             update.update(_with_vectors(cmd, refs, contexts.also))
         return cmd.model_copy(update=update)
 
-    async def put_vector(self, request_id: str, text: str, packed: str) -> str:
-        """Claim the embedding of `text`; the claim check that messages carry instead."""
+    async def put_vector(self, request_id: str, text: str, packed: str | None) -> str | None:
+        """Claim the embedding of `text`; the claim check that messages carry instead (None
+        for no embedding: nothing to claim)."""
+        if packed is None:
+            return None
         name = vector_field(text)
         await self._store(claims_key(request_id), {name: packed})
         return VECTOR_CLAIM + name
@@ -252,9 +255,8 @@ class Claims:
         refs = _vector_refs(cmd)
         if not refs:
             return cmd
-        fields = sorted(set(refs.values()))
-        found = dict(zip(fields, await self._load(claims_key(cmd.request_id), fields), strict=True))
-        return cmd.model_copy(update=_with_vectors(cmd, refs, found))
+        found = await self.resolve(cmd.request_id, (), also=sorted(set(refs.values())))
+        return cmd.model_copy(update=_with_vectors(cmd, refs, found.also))
 
     async def _claimed(self, request_id: str, fields: list[str], what: str) -> list[bytes | str]:
         """The claims under `fields`, in their order; `ClaimMissing` for the first one gone."""

@@ -28,7 +28,8 @@ def test_a_claim_check_is_told_from_a_packed_vector() -> None:
 async def test_a_search_command_gets_its_vector_back() -> None:
     claims = MemoryClaims()
     ref = await claims.put_vector(RID, "what is it", FIRST)
-    assert ref.startswith("claim:") and len(ref) < 64
+    assert ref is not None and ref.startswith("claim:") and len(ref) < 64
+    assert await claims.put_vector(RID, "what is it", None) is None  # nothing to claim
     cmd = SearchCommand(
         request_id=RID, channel=Channel.VECTOR, query="what is it", namespaces=["d"], top_k=3,
         query_vector=ref,

@@ -67,12 +67,6 @@ def create_router(resources: Resources) -> NatsRouter:
             )
         return made
 
-    async def claimed(request_id: str, question: str, packed: str | None) -> str | None:
-        """The query's embedding as a claim check: 2 KB that four messages need not carry."""
-        if packed is None:
-            return None
-        return await claims.put_vector(request_id, question, packed)
-
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CLASSIFY), settings, ClassifyCommand))
     async def classify(cmd: ClassifyCommand) -> None:
         """Intent, confidence and channel weights for the query, plus its embedding."""
@@ -92,7 +86,8 @@ def create_router(resources: Resources) -> NatsRouter:
             confidence=found.confidence,
             method=found.method,
             weights=found.weights,
-            query_vector=await claimed(cmd.request_id, question, found.query_vector),
+            # a claim check: 2 KB that four messages need not carry
+            query_vector=await claims.put_vector(cmd.request_id, question, found.query_vector),
             standalone_query=made.standalone if made is not None else None,
             rewrite_method=made.method if made is not None else None,
         )

@@ -177,8 +177,7 @@ def create_router(resources: Resources) -> NatsRouter:
                 command_id=cmd.event_id,
                 event_id=result_event_id(cmd),
                 channel=channel,
-                query_vector=own.query_vector
-                and await claims.put_vector(cmd.request_id, cmd.query, own.query_vector),
+                query_vector=await claims.put_vector(cmd.request_id, cmd.query, own.query_vector),
                 also=[ChannelOutcome(channel=s.channel, **s.answer()) for s in also],
             )
             await publisher.publish(result)
