@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent
 from contracts.envelope import Envelope
@@ -42,6 +42,23 @@ class ClassifyCommand(Envelope):
     )
 
 
+class FuseSpec(BaseModel):
+    """How a search command's worker fuses the rankings it made (`SearchCommand.fuse`): the
+    fuse step's parameters, for an attempt whose channels are all in that one command."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: dict[Channel, float]
+    top_k: int = Field(ge=1, le=200)
+    rrf_k: int = Field(default=60, ge=1)
+    fusion: Literal["convex", "rrf"] = "convex"
+    question: str | None = Field(
+        default=None,
+        max_length=MAX_QUERY_CHARS,
+        description="what a reranker orders by, where it is not the searched query",
+    )
+
+
 class SearchCommand(Envelope):
     type: Literal["cmd.search"] = "cmd.search"
     channel: Channel
@@ -68,11 +85,17 @@ class SearchCommand(Envelope):
         "each answered in `SearchResult.also`: one command, one result and one saga "
         "transition for all of them",
     )
+    fuse: FuseSpec | None = Field(
+        default=None,
+        description="set when these channels are all the attempt searches: the worker fuses "
+        "their rankings and hydrates the list as the fuse step would, and answers with it "
+        "(`SearchResult.fused`): one hop and one saga transition fewer",
+    )
 
     @model_validator(mode="after")
     def _distinct_document_channels(self) -> SearchCommand:
         channels = [self.channel, *self.also]
-        if self.also and not DOCUMENT_CHANNELS.issuperset(channels):
+        if (self.also or self.fuse) and not DOCUMENT_CHANNELS.issuperset(channels):
             raise ValueError("only document channels search together")
         if len(set(channels)) != len(channels):
             raise ValueError("a channel is named twice")

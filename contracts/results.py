@@ -93,19 +93,32 @@ class SearchResult(StepResult):
         max_length=len(Channel) - 1,
         description="the command's further channels (`SearchCommand.also`), one each",
     )
+    fused: Fused | None = Field(
+        default=None,
+        description="the channels' rankings fused, when the command asked (`SearchCommand."
+        "fuse`) and fusion succeeded; unset, the rankings are as without it, for the fuse step",
+    )
 
 
-class FuseResult(StepResult):
+class Fused(BaseModel):
+    """The fused list of an attempt: what `FuseResult` reports, and what a search worker
+    that fused its own channels reports with them (`SearchResult.fused`)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.fuse"] = "res.fuse"
-    step: Literal["fuse"] = "fuse"
     chunks: list[RetrievedChunk] = Field(default_factory=list, max_length=MAX_CHUNKS)
     effective_weights: dict[Channel, float] = Field(default_factory=dict)
     channel_counts: dict[Channel, int] = Field(default_factory=dict)
     channel_samples: dict[Channel, list[Annotated[str, Field(max_length=MAX_ID_CHARS)]]] = Field(
         default_factory=dict
     )
+
+
+class FuseResult(StepResult, Fused):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.fuse"] = "res.fuse"
+    step: Literal["fuse"] = "fuse"
 
 
 class GenerateResult(StepResult):

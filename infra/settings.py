@@ -257,6 +257,12 @@ class Settings(BaseSettings):
         "side by one search worker (false: a command per channel, for deployments that serve "
         "channels from different processes).",
     )
+    fuse_with_search: bool = Field(
+        True,
+        description="When one search command holds all an attempt searches, its worker fuses "
+        "the rankings too and answers with the fused list: one hop fewer a request (false: "
+        "fusion is always a step of its own, for deployments that run it in other processes).",
+    )
     fusion: Literal["convex", "rrf"] = Field(
         "convex",
         description="How the fuse step combines the channels: convex (each channel's scores, "

@@ -4,7 +4,8 @@ Pure functions over `RequestState`: no I/O, so every path (late results, deadlin
 failed channels, critic retries) is unit-testable. `orchestrator.service` commits
 each `Transition` atomically and publishes its messages.
 
-States: submitted -> classifying -> searching -> fusing -> generating <-> tooling ->
+States: submitted -> classifying -> searching -> [fusing, unless the search worker fused:
+`orchestrator.search`] -> generating <-> tooling ->
 [critiquing, unless generation judged its answer: `orchestrator.critique`] -> (retrying ->
 searching ...) -> completed | failed | timed_out; any running
 state -> cancelled (`on_cancelled`). A research request goes fusing -> planning ->
@@ -34,6 +35,7 @@ from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
     ClassifyResult,
     CriticResult,
+    Fused,
     FuseResult,
     GenerateResult,
     PlanResult,
@@ -204,7 +206,9 @@ class Saga(SagaBase):
             return self._start_tool(state, [], clock)
         return self._start_search(state, clock, [])
 
-    def _on_fused(self, state: RequestState, res: FuseResult, clock: Clock) -> Transition:
+    def _on_fused(self, state: RequestState, res: Fused, clock: Clock) -> Transition:
+        """The fused list, from the fuse step or from a search worker that fused its own
+        channels (`SearchResult.fused`)."""
         state.fused = res.chunks
         state.effective_weights = dict(res.effective_weights)
         state.channel_counts = dict(res.channel_counts)

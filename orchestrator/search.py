@@ -6,7 +6,10 @@ asked for) in every channel its intent weighs above 0, plus memory in a conversa
 `RAGBUS_SEARCH_BATCH` (the default) a query's document channels go to the search worker as
 one command (`SearchCommand.also`) and come back as one result that answers for each, so a
 query's search is one command, one result and one transition; memory is always its own
-command, to the memory worker. Each awaited (channel, query) is a key of the pending step
+command, to the memory worker. When that one command is all the attempt searches (one query,
+no memory, not a retrieval answer), it also asks the worker to fuse (`SearchCommand.fuse`,
+`RAGBUS_FUSE_WITH_SEARCH`), and its result's fused list moves the request on to generation
+without a fuse step. Each awaited (channel, query) is a key of the pending step
 (`search_key`), mapped to the command that answers for it. A channel that failed or missed
 the search deadline is reported and left out; fusion starts when no key is left.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from contracts.commands import SearchCommand, parse_search_key, search_key
+from contracts.commands import FuseSpec, SearchCommand, parse_search_key, search_key
 from contracts.enums import (
     CHANNEL_PHASE,
     DOCUMENT_CHANNELS,
@@ -26,7 +29,7 @@ from contracts.enums import (
     StepStatus,
 )
 from contracts.models import ChannelReport, RetrievedChunk
-from contracts.results import ChannelOutcome, SearchResult, StepResult
+from contracts.results import ChannelOutcome, Fused, SearchResult, StepResult
 from orchestrator.state import PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
 
@@ -65,25 +68,50 @@ def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing
             continue
         for index in range(len(state.search_queries)):
             searches.setdefault(index, []).append(channel)
+    # one query, and no prior list to add to: its search command may fuse, if it is the only one
+    fuse_here = saga.settings.fuse_with_search and state.mode != "retrieve" and not state.carried
+    fuse = _fuse_spec(saga, state) if fuse_here and list(searches) == [0] else None
     for index, channels in searches.items():
-        messages.extend(_commands(saga, state, index, channels, awaited))
-    state.pending = saga._pending(Step.SEARCH, awaited, saga.settings.search_timeout_s, clock)
+        messages.extend(_commands(saga, state, index, channels, awaited, fuse))
+    timeout = saga.settings.search_timeout_s
+    if any(isinstance(m.message, SearchCommand) and m.message.fuse for m in messages):
+        timeout += saga.settings.fuse_timeout_s
+    state.pending = saga._pending(Step.SEARCH, awaited, timeout, clock)
     if not awaited:
         return saga._start_fuse(state, clock, messages)
     return saga._moved(state, messages)
 
 
+def _fuse_spec(saga: Saga, state: RequestState) -> FuseSpec:
+    question = state.question
+    return FuseSpec(
+        weights=state.weights,
+        top_k=state.top_k,
+        rrf_k=saga.settings.rrf_k,
+        fusion=saga.settings.fusion,
+        question=question if question != state.search_queries[0] else None,
+    )
+
+
 def _commands(
-    saga: Saga, state: RequestState, index: int, channels: list[Channel], awaited: dict[str, str]
+    saga: Saga,
+    state: RequestState,
+    index: int,
+    channels: list[Channel],
+    awaited: dict[str, str],
+    fuse: FuseSpec | None = None,
 ) -> list[Outgoing]:
     """The commands that search one query: the document channels together in one
-    (`RAGBUS_SEARCH_BATCH`), memory on its own; each awaited channel keyed to its command."""
+    (`RAGBUS_SEARCH_BATCH`), memory on its own; each awaited channel keyed to its command.
+    `fuse` goes to a command that searches every channel of the query, the only query."""
     query = state.search_queries[index]
     documents = [c for c in channels if c in DOCUMENT_CHANNELS]
     if saga.settings.search_batch and len(documents) > 1:
         groups = [documents, *([c] for c in channels if c not in DOCUMENT_CHANNELS)]
     else:
         groups = [[c] for c in channels]
+    if len(groups) > 1 or not DOCUMENT_CHANNELS.issuperset(channels):
+        fuse = None
     messages = []
     for own, *also in groups:
         vector_read = any(c.reads_query_vector for c in (own, *also))
@@ -98,6 +126,7 @@ def _commands(
             session_id=state.session_id,
             # a retrieval answer shows the channels' rankings: they come back inline
             claim_ranking=state.mode != "retrieve",
+            fuse=fuse,
         )
         for channel in (own, *also):
             awaited[search_key(channel, index)] = cmd.event_id
@@ -127,11 +156,13 @@ def _answered(
         results[channel] = chunks
 
 
-def _moved(saga: Saga, state: RequestState, clock: Clock) -> Transition:
-    """Fuse once every awaited channel has answered."""
+def _moved(saga: Saga, state: RequestState, clock: Clock, fused: Fused | None = None) -> Transition:
+    """Fuse once every awaited channel has answered, unless the search worker did."""
     assert state.pending is not None
     if state.pending.command_ids:
         return saga._moved(state, [])
+    if fused is not None:
+        return saga._on_fused(state, fused, clock)
     return saga._start_fuse(state, clock, [])
 
 
@@ -183,14 +214,14 @@ def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock
             report = ChannelReport(
                 channel=outcome.channel,
                 status="completed",
-                count=outcome.count if outcome.ranking_claim else len(outcome.chunks),
+                count=max(outcome.count, len(outcome.chunks)),
                 duration_ms=outcome.duration_ms,
             )
         _answered(state, key, report, outcome.chunks, outcome.ranking_claim)
     if res.query_vector:
         index = parse_search_key(keys[res.channel])[1]
         state.query_vectors[state.search_queries[index]] = res.query_vector
-    return _moved(saga, state, clock)
+    return _moved(saga, state, clock, res.fused)
 
 
 def on_failed(

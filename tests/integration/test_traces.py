@@ -41,9 +41,13 @@ async def traced_stack(tmp_path: Path) -> AsyncIterator[tuple[str, InMemorySpanE
     spans = InMemorySpanExporter()
     setup_tracing("test", SimpleSpanProcessor(spans))
     try:
-        # the critic as a step of its own, so that its hop is traced too
+        # the critic and fusion as steps of their own, so that their hops are traced too
         with own_services(
-            tmp_path, critic_accept=1.0, max_attempts=2, critique_with_generation=False
+            tmp_path,
+            critic_accept=1.0,
+            max_attempts=2,
+            critique_with_generation=False,
+            fuse_with_search=False,
         ) as settings:
             async with running(settings, orchestrator=True, workers=WORKER_KINDS) as runtime:
                 await ingest_and_wait(runtime)

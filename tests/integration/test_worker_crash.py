@@ -69,6 +69,7 @@ async def test_worker_killed_holding_a_message_the_request_still_completes_once(
             tmp_path / "data",
             fuse_timeout_s=90.0,
             request_timeout_s=180.0,
+            fuse_with_search=False,  # fusion is the wedged worker's step, a hop of its own
         )
         in_process = [k for k in WORKER_KINDS if k != "fuse"]
         async with running(settings, orchestrator=True, workers=in_process) as runtime:

@@ -16,14 +16,14 @@ from launcher.runtime import Runtime
 
 
 def stall_fuse(marker: Path) -> None:
-    import workers.fuse.router as fuse_router
+    import workers.fuse.pipeline as fusion
 
     def wedged(*args: object, **kwargs: object) -> object:
         marker.write_text("holding")
         time.sleep(3600)  # blocks the event loop: no acks, no heartbeats, like a hung process
         raise AssertionError("unreachable")
 
-    fuse_router.effective_weights = wedged  # type: ignore[assignment]
+    fusion.effective_weights = wedged  # type: ignore[assignment]
 
 
 async def main() -> None:

@@ -128,11 +128,14 @@ def test_a_command_that_failed_whole_fails_each_channel_it_searched() -> None:
 
 
 def test_a_silent_command_times_out_every_channel_it_searched() -> None:
-    run = Run(search_batch=True, search_timeout_s=5)
+    # the command fuses as well (`RAGBUS_FUSE_WITH_SEARCH`): its deadline has both steps' time
+    run = Run(search_batch=True, search_timeout_s=5, fuse_timeout_s=3)
     run.submit()
     run.classify()
     [cmd] = searches(run)
-    sent = run.tick(5.5)
+    assert cmd.fuse is not None
+    assert run.tick(7.5) == [], "not before the search and fusion deadlines together"
+    sent = run.tick(1)
     dropped = {m.data.phase.value for m in sent if isinstance(m, PhaseEvent)}
     assert dropped == {f"{c.value}_search" for c in cmd.channels}
     assert isinstance(sent[-1], FuseCommand)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts import subjects as sj
-from contracts.commands import SearchCommand
+from contracts.commands import FuseSpec, SearchCommand
 from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Step
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
@@ -269,3 +269,72 @@ async def test_a_command_naming_the_memory_channel_is_refused() -> None:
         _command(Channel.VECTOR, "anything", also=[Channel.MEMORY])
     with pytest.raises(ValueError, match="twice"):
         _command(Channel.VECTOR, "anything", also=[Channel.VECTOR])
+
+
+async def test_a_command_that_asks_fuses_its_channels_and_answers_with_the_list(
+    settings: Settings, encoder: FakeEncoder
+) -> None:
+    weights = {Channel.VECTOR: 0.5, Channel.SPARSE: 0.5}
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        cmd = _command(
+            Channel.VECTOR,
+            "statin cholesterol",
+            also=[Channel.SPARSE],
+            claim_ranking=True,
+            fuse=FuseSpec(weights=weights, top_k=2),
+        )
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+
+        [raw] = harness.on("rag.res.search.")
+        result = SearchResult.model_validate(raw)
+        assert result.fused is not None
+        assert result.fused.chunks[0].document_id == "statins"
+        assert all(chunk.claimed for chunk in result.fused.chunks)  # passages in the claim store
+        assert set(result.fused.effective_weights) >= set(weights)
+        # the rankings went into the fused list: neither inline nor claimed, only counted
+        outcomes = [result, *result.also]
+        assert [(o.chunks, o.ranking_claim) for o in outcomes] == [([], None), ([], None)]
+        assert all(o.count > 0 for o in outcomes)
+        resolved = await harness.resources.claims().resolve("req-1", result.fused.chunks)
+        assert "Statin" in resolved.chunks[0].text
+
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        ended = [p["phase"] for p in phases if p["status"] == "completed"]
+        assert ended[-1] == "fusion", "fusion ends after the channels it fused"
+        assert set(ended) == {"vector_search", "sparse_search", "fusion"}
+
+
+async def test_fusion_that_fails_in_the_search_worker_leaves_the_rankings_to_the_fuse_step(
+    settings: Settings, encoder: FakeEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: object) -> None:
+        raise ConnectionError("vector store away")
+
+    monkeypatch.setattr("workers.search.fuse_rankings", broken)
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        cmd = _command(
+            Channel.VECTOR,
+            "statin cholesterol",
+            also=[Channel.SPARSE],
+            claim_ranking=True,
+            fuse=FuseSpec(weights={Channel.VECTOR: 1.0}, top_k=2),
+        )
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+
+        result = SearchResult.model_validate(harness.on("rag.res.search.")[0])
+        assert result.status == "ok" and result.fused is None
+        assert result.ranking_claim == f"ranking:{cmd.event_id}"  # claimed, as without fuse
+        assert result.also[0].ranking_claim == f"ranking:{cmd.event_id}:sparse"
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        [fusion] = [p for p in phases if p["phase"] == "fusion" and p["status"] != "in_progress"]
+        assert fusion["status"] == "failed"
+        assert fusion["metadata"]["fallback"] == "the fuse step"
+        assert "vector store away" in fusion["metadata"]["error"]
+        assert harness.on("rag.dlq.") == []
+
+
+async def test_only_document_channels_fuse_in_a_search_command() -> None:
+    with pytest.raises(ValueError, match="document channels"):
+        _command(Channel.MEMORY, "anything", fuse=FuseSpec(weights={}, top_k=2))

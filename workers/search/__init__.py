@@ -4,7 +4,12 @@
 A command may name further channels (`SearchCommand.also`, which the saga sets unless
 `RAGBUS_SEARCH_BATCH=false`): they run side by side and answer in the same result, each with
 its own phase event and its own claimed ranking, so a query's document search is one command,
-one result and one saga transition instead of one per channel.
+one result and one saga transition instead of one per channel. When those channels are all
+the attempt searches, the command may also ask the worker to fuse them (`SearchCommand.fuse`,
+`RAGBUS_FUSE_WITH_SEARCH`): it runs the fuse step's own code (`workers.fuse.pipeline`) with the
+rankings in hand, sends the fusion phase event, and answers with the fused list
+(`SearchResult.fused`) instead of claimed rankings: no fuse command, no fuse result, one saga
+transition fewer. Fusion that fails there leaves the rankings to the fuse step, as without it.
 
 The subscriber looks its channel function up on `channels` at call time, so a test (or an
 operator's patch) can replace one channel without rebuilding the router.
@@ -21,9 +26,9 @@ from typing import Any
 from faststream.nats import NatsRouter
 
 from contracts.commands import SearchCommand
-from contracts.enums import CHANNEL_PHASE, Channel, Step, StepStatus
+from contracts.enums import CHANNEL_PHASE, Channel, Phase, Step, StepStatus
 from contracts.models import ErrorInfo, RetrievedChunk
-from contracts.results import ChannelOutcome, SearchResult
+from contracts.results import ChannelOutcome, Fused, SearchResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
@@ -35,6 +40,7 @@ from infra.runtime.worker_runtime import (
     phase,
     step_router,
 )
+from workers.fuse.pipeline import FusionRequest, fuse_rankings
 from workers.search import channels
 
 log = get_logger(__name__)
@@ -81,13 +87,14 @@ class Searched:
     duration_ms: float = 0.0
     error: Exception | None = None
 
-    def answer(self) -> dict[str, Any]:
+    def answer(self, *, inline: bool = True) -> dict[str, Any]:
         """What a result says of the channel, on the command's own channel (`SearchResult`)
-        or a further one (`ChannelOutcome`): the same fields in both."""
+        or a further one (`ChannelOutcome`): the same fields in both. The ranking goes inline
+        unless it is claimed or `inline` is off (the worker fused it)."""
         return {
             "status": StepStatus.FAILED if self.error else StepStatus.OK,
             "error": _error_info(self.error),
-            "chunks": [] if self.claim else self.chunks,
+            "chunks": self.chunks if inline and not self.claim else [],
             "ranking_claim": self.claim,
             "count": self.count,
             "duration_ms": self.duration_ms,
@@ -155,6 +162,35 @@ def create_router(resources: Resources) -> NatsRouter:
             raise errors[0]
         return list(searched)
 
+    async def fuse_searched(cmd: SearchCommand, searched: list[Searched]) -> Fused | None:
+        """The command's rankings fused here, as the fuse step would (`SearchCommand.fuse`).
+        None when fusion failed: its phase event says so, and the rankings go back as without
+        it, for the saga's fuse step to try again."""
+        spec = cmd.fuse
+        assert spec is not None
+        try:
+            async with phase(bus, cmd, Phase.FUSION) as run:
+                job = FusionRequest(
+                    request_id=cmd.request_id,
+                    question=spec.question or cmd.query,
+                    weights=spec.weights,
+                    results={s.channel: s.chunks for s in searched if s.error is None},
+                    top_k=spec.top_k,
+                    rrf_k=spec.rrf_k,
+                    fusion=spec.fusion,
+                    metadata=run.metadata,
+                )
+                try:
+                    return await fuse_rankings(resources, claims, job)
+                except Exception:
+                    run.metadata["fallback"] = "the fuse step"
+                    raise
+        except RequestNotLive:
+            raise
+        except Exception:
+            log.exception("fusion_with_search_failed")
+            return None
+
     def register(channel: Channel) -> None:
         publisher = ResultPublisher(router, Step.SEARCH, SearchResult, channel)
 
@@ -169,16 +205,20 @@ def create_router(resources: Resources) -> NatsRouter:
                 searched = await search_all(cmd)
             else:  # one channel: its failure takes the error policy's way (retry, report)
                 searched = [await search_one(cmd, channel)]
-            await claim(cmd, searched)
+            fused = await fuse_searched(cmd, searched) if cmd.fuse else None
+            if fused is None:
+                await claim(cmd, searched)
             own, *also = searched
+            inline = fused is None
             result = SearchResult(
                 **cmd.correlation(),
-                **own.answer(),
+                **own.answer(inline=inline),
                 command_id=cmd.event_id,
                 event_id=result_event_id(cmd),
                 channel=channel,
                 query_vector=await claims.put_vector(cmd.request_id, cmd.query, own.query_vector),
-                also=[ChannelOutcome(channel=s.channel, **s.answer()) for s in also],
+                also=[ChannelOutcome(channel=s.channel, **s.answer(inline=inline)) for s in also],
+                fused=fused,
             )
             await publisher.publish(result)
 
