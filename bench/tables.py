@@ -91,6 +91,25 @@ def _ingest(r: Report) -> str:
     return text
 
 
+def _encoder_devices(r: Report) -> str:
+    configs = r["configurations"]
+    first = next(iter(configs))
+    parts = []
+    for name, c in configs.items():
+        text = (
+            f"{name} ({c['runtime']}, {c['precision']}): {c['ingest']['chunks_per_min']:,} "
+            f"chunks/min, query p50 {c['query_ms']['p50']:.1f} ms"
+        )
+        same = c.get(f"vs_{first}")
+        if same:
+            text += (
+                f", {c['ingest'][f'vs_{first}']:.1f}× {first}, chunk cosine ≥ "
+                f"{same['chunk_cosine']['min']:.5f}"
+            )
+        parts.append(text)
+    return f"{r['chunks']:,} chunks of {r['documents']:,} documents; " + "; ".join(parts)
+
+
 def _scaleout(r: Report) -> str:
     runs = "; ".join(
         f"{run['processes_per_stateless_role']} a role: {_n(run['throughput_qps'])} q/s, "
@@ -179,6 +198,11 @@ ROWS = (
     Row("the broker path alone (instant engines), c = 8", "bus.json", _bus),
     Row("scale, 10k → 300k chunks", "scale.json", _scale),
     Row("ingestion", "ingest.json", _ingest),
+    Row(
+        "the encoder on a GPU: ingestion's encoder work and a query",
+        "encoder-devices-h200.json",
+        _encoder_devices,
+    ),
     Row("chaos", "chaos.json", _chaos),
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
     Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),

@@ -8,7 +8,20 @@ from __future__ import annotations
 
 import typer
 
-from cli import ask, bench, chaos, demo, evaluate, ingest, intent, serve, specs, tenants, vectors
+from cli import (
+    ask,
+    bench,
+    bench_encoder,
+    chaos,
+    demo,
+    evaluate,
+    ingest,
+    intent,
+    serve,
+    specs,
+    tenants,
+    vectors,
+)
 
 app = typer.Typer(
     help="ragbus: event-driven agentic RAG over NATS JetStream.",
@@ -25,6 +38,7 @@ vectors.register(app)  # migrate-vectors
 demo.register(app)  # demo
 specs.register(app)  # openapi, asyncapi, tables
 bench.register(app)  # bench, bench-bus, bench-scale, bench-ingest
+bench_encoder.register(app)  # bench-encoder
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config

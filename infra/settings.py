@@ -277,7 +277,8 @@ class Settings(BaseSettings):
     )
     encoder_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
-        description="Dense encoder arithmetic; auto = bf16 where the CPU has bf16 instructions.",
+        description="Dense encoder arithmetic; auto = bf16 where the CPU has bf16 "
+        "instructions, fp32 on a GPU and elsewhere.",
     )
     encoder_runtime: Literal["auto", "onnx", "torch"] = Field(
         "auto",

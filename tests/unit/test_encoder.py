@@ -160,9 +160,8 @@ def test_the_gpu_is_used_where_cuda_is_available(
     assert module.resolve_runtime("auto", "fp32", "cuda") == "torch"
     assert module.resolve_runtime("auto", "fp32", "cpu") == "onnx"
     assert module.resolve_runtime("onnx", "fp32", "cuda") == "onnx"  # as the user said
-    assert module.gpu_precision("auto", True) == "bf16"
-    assert module.gpu_precision("auto", False) == "fp32"
-    assert module.gpu_precision("fp32", True) == "fp32"
+    assert module.gpu_precision("auto") == "fp32"  # measured faster on the GPU (see there)
+    assert module.gpu_precision("bf16") == "bf16"  # as the user said
     monkeypatch.setattr(module, "NVIDIA_DRIVER", tmp_path / "no-driver")
     assert module.cuda_available() is False
 
