@@ -30,10 +30,18 @@ def attempts_for_generation(saga: Saga, state: RequestState, clock: Clock) -> in
     """The attempts left, for a generation that judges its own answer; None: the critic
     judges it in a step of its own (the setting is off, or the two deadlines together
     would outlast the request's, whose fallbacks must stay reachable)."""
-    both = saga.settings.generate_timeout_s + saga.settings.critic_timeout_s
-    if not saga.settings.critique_with_generation or clock.now + both >= state.deadline_at:
+    if not saga.settings.critique_with_generation:
+        return None
+    if clock.now + generation_timeout(saga, judged=True) >= state.deadline_at:
         return None
     return max(0, saga.settings.max_attempts - state.attempt)
+
+
+def generation_timeout(saga: Saga, *, judged: bool) -> float:
+    """The generating step's deadline: generation's, and the critic's too when the worker
+    judges its own answer."""
+    settings = saga.settings
+    return settings.generate_timeout_s + (settings.critic_timeout_s if judged else 0.0)
 
 
 def start_critic(saga: Saga, state: RequestState, clock: Clock) -> Transition:

@@ -314,9 +314,7 @@ class Saga(SagaBase):
             critique_attempts_left=critique.attempts_for_generation(self, state, clock),
         )
         state.status = RequestStatus.GENERATING
-        timeout = self.settings.generate_timeout_s
-        if cmd.critique_attempts_left is not None:
-            timeout += self.settings.critic_timeout_s
+        timeout = critique.generation_timeout(self, judged=cmd.critique_attempts_left is not None)
         state.pending = self._pending(
             Step.GENERATE, {Step.GENERATE.value: cmd.event_id}, timeout, clock
         )
