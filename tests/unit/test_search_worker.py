@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,20 +272,26 @@ async def test_a_command_naming_the_memory_channel_is_refused() -> None:
         _command(Channel.VECTOR, "anything", also=[Channel.VECTOR])
 
 
+async def _search_and_fuse(harness: Any, weights: dict[Channel, float]) -> SearchCommand:
+    """One command for the vector and sparse channels that asks its worker to fuse them."""
+    cmd = _command(
+        Channel.VECTOR,
+        "statin cholesterol",
+        also=[Channel.SPARSE],
+        claim_ranking=True,
+        fuse=FuseSpec(weights=weights, top_k=2),
+    )
+    await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+    return cmd
+
+
 async def test_a_command_that_asks_fuses_its_channels_and_answers_with_the_list(
     settings: Settings, encoder: FakeEncoder
 ) -> None:
     weights = {Channel.VECTOR: 0.5, Channel.SPARSE: 0.5}
     async with worker_harness(create_router, settings, encoder) as harness:
         await _index(harness.resources)
-        cmd = _command(
-            Channel.VECTOR,
-            "statin cholesterol",
-            also=[Channel.SPARSE],
-            claim_ranking=True,
-            fuse=FuseSpec(weights=weights, top_k=2),
-        )
-        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+        await _search_and_fuse(harness, weights)
 
         [raw] = harness.on("rag.res.search.")
         result = SearchResult.model_validate(raw)
@@ -314,14 +321,7 @@ async def test_fusion_that_fails_in_the_search_worker_leaves_the_rankings_to_the
     monkeypatch.setattr("workers.search.fuse_rankings", broken)
     async with worker_harness(create_router, settings, encoder) as harness:
         await _index(harness.resources)
-        cmd = _command(
-            Channel.VECTOR,
-            "statin cholesterol",
-            also=[Channel.SPARSE],
-            claim_ranking=True,
-            fuse=FuseSpec(weights={Channel.VECTOR: 1.0}, top_k=2),
-        )
-        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+        cmd = await _search_and_fuse(harness, {Channel.VECTOR: 1.0})
 
         result = SearchResult.model_validate(harness.on("rag.res.search.")[0])
         assert result.status == "ok" and result.fused is None
