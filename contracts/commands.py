@@ -42,16 +42,26 @@ class ClassifyCommand(Envelope):
     )
 
 
-class FuseSpec(BaseModel):
+class FusionParameters(BaseModel):
+    """How an attempt's rankings are fused: the fuse step's (`FuseCommand`) and a fusing search
+    command's (`FuseSpec`)."""
+
+    weights: dict[Channel, float]
+    top_k: int = Field(ge=1, le=200)
+    rrf_k: int = Field(default=60, ge=1)
+    fusion: Literal["convex", "rrf"] = Field(
+        default="convex",
+        description="convex: each channel's min-max normalised scores, weighted; rrf: "
+        "weighted reciprocal ranks (with rrf_k)",
+    )
+
+
+class FuseSpec(FusionParameters):
     """How a search command's worker fuses the rankings it made (`SearchCommand.fuse`): the
     fuse step's parameters, for an attempt whose channels are all in that one command."""
 
     model_config = ConfigDict(extra="forbid")
 
-    weights: dict[Channel, float]
-    top_k: int = Field(ge=1, le=200)
-    rrf_k: int = Field(default=60, ge=1)
-    fusion: Literal["convex", "rrf"] = "convex"
     question: str | None = Field(
         default=None,
         max_length=MAX_QUERY_CHARS,
@@ -118,19 +128,11 @@ def parse_search_key(key: str) -> tuple[Channel, int]:
     return Channel(name), int(index or 0)
 
 
-class FuseCommand(Envelope):
+class FuseCommand(Envelope, FusionParameters):
     type: Literal["cmd.fuse"] = "cmd.fuse"
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    weights: dict[Channel, float]
     results: dict[Channel, Chunks] = Field(
         description="the channels' rankings for the attempt's (first) query"
-    )
-    top_k: int = Field(ge=1, le=200)
-    rrf_k: int = Field(default=60, ge=1)
-    fusion: Literal["convex", "rrf"] = Field(
-        default="convex",
-        description="convex: each channel's min-max normalised scores, weighted; rrf: "
-        "weighted reciprocal ranks (with rrf_k)",
     )
     sub_results: list[dict[Channel, Chunks]] = Field(
         default_factory=list,

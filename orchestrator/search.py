@@ -68,13 +68,11 @@ def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing
             continue
         for index in range(len(state.search_queries)):
             searches.setdefault(index, []).append(channel)
-    # one query, and no prior list to add to: its search command may fuse, if it is the only one
-    fuse_here = saga.settings.fuse_with_search and state.mode != "retrieve" and not state.carried
-    fuse = _fuse_spec(saga, state) if fuse_here and list(searches) == [0] else None
+    fuse = _fuse_spec(saga, state, searches)
     for index, channels in searches.items():
-        messages.extend(_commands(saga, state, index, channels, awaited, fuse))
+        messages.extend(_commands(saga, state, index, _groups(saga, channels), awaited, fuse))
     timeout = saga.settings.search_timeout_s
-    if any(isinstance(m.message, SearchCommand) and m.message.fuse for m in messages):
+    if fuse is not None:  # the one command fuses too: its deadline has the fuse step's time
         timeout += saga.settings.fuse_timeout_s
     state.pending = saga._pending(Step.SEARCH, awaited, timeout, clock)
     if not awaited:
@@ -82,7 +80,17 @@ def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing
     return saga._moved(state, messages)
 
 
-def _fuse_spec(saga: Saga, state: RequestState) -> FuseSpec:
+def _fuse_spec(
+    saga: Saga, state: RequestState, searches: dict[int, list[Channel]]
+) -> FuseSpec | None:
+    """What the attempt's search command fuses with, when it is the attempt's only command:
+    one query, no prior list to add to, document channels that go as one command; else None."""
+    if not saga.settings.fuse_with_search or state.mode == "retrieve" or state.carried:
+        return None
+    if list(searches) != [0] or not DOCUMENT_CHANNELS.issuperset(searches[0]):
+        return None  # several queries, or the memory channel: its own command, its own worker
+    if len(_groups(saga, searches[0])) != 1:
+        return None
     question = state.question
     return FuseSpec(
         weights=state.weights,
@@ -93,25 +101,27 @@ def _fuse_spec(saga: Saga, state: RequestState) -> FuseSpec:
     )
 
 
+def _groups(saga: Saga, channels: list[Channel]) -> list[list[Channel]]:
+    """A query's channels as commands: the document channels together in one
+    (`RAGBUS_SEARCH_BATCH`), memory on its own."""
+    documents = [c for c in channels if c in DOCUMENT_CHANNELS]
+    if saga.settings.search_batch and len(documents) > 1:
+        return [documents, *([c] for c in channels if c not in DOCUMENT_CHANNELS)]
+    return [[c] for c in channels]
+
+
 def _commands(
     saga: Saga,
     state: RequestState,
     index: int,
-    channels: list[Channel],
+    groups: list[list[Channel]],
     awaited: dict[str, str],
-    fuse: FuseSpec | None = None,
+    fuse: FuseSpec | None,
 ) -> list[Outgoing]:
-    """The commands that search one query: the document channels together in one
-    (`RAGBUS_SEARCH_BATCH`), memory on its own; each awaited channel keyed to its command.
-    `fuse` goes to a command that searches every channel of the query, the only query."""
+    """The commands that search one query, one per group of channels (`_groups`); each
+    awaited channel keyed to its command. `fuse` is set only where that one command is all the
+    attempt searches (`_fuse_spec`)."""
     query = state.search_queries[index]
-    documents = [c for c in channels if c in DOCUMENT_CHANNELS]
-    if saga.settings.search_batch and len(documents) > 1:
-        groups = [documents, *([c] for c in channels if c not in DOCUMENT_CHANNELS)]
-    else:
-        groups = [[c] for c in channels]
-    if len(groups) > 1 or not DOCUMENT_CHANNELS.issuperset(channels):
-        fuse = None
     messages = []
     for own, *also in groups:
         vector_read = any(c.reads_query_vector for c in (own, *also))

@@ -25,7 +25,7 @@ from typing import Any
 
 from faststream.nats import NatsRouter
 
-from contracts.commands import SearchCommand
+from contracts.commands import FuseSpec, SearchCommand
 from contracts.enums import CHANNEL_PHASE, Channel, Phase, Step, StepStatus
 from contracts.models import ErrorInfo, RetrievedChunk
 from contracts.results import ChannelOutcome, Fused, SearchResult
@@ -111,7 +111,10 @@ def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
     router = step_router(resources)
     claims = resources.claims()
-    resources.on_warm_up(resources.encoder, resources.vectors, resources.sparse, resources.graph)
+    # the reranker too (when one is set): this worker fuses what it searched, as a rule
+    resources.on_warm_up(
+        resources.encoder, resources.vectors, resources.sparse, resources.graph, resources.reranker
+    )
 
     async def search_one(cmd: SearchCommand, channel: Channel) -> Searched:
         search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
@@ -162,12 +165,12 @@ def create_router(resources: Resources) -> NatsRouter:
             raise errors[0]
         return list(searched)
 
-    async def fuse_searched(cmd: SearchCommand, searched: list[Searched]) -> Fused | None:
+    async def fuse_searched(
+        cmd: SearchCommand, spec: FuseSpec, searched: list[Searched]
+    ) -> Fused | None:
         """The command's rankings fused here, as the fuse step would (`SearchCommand.fuse`).
         None when fusion failed: its phase event says so, and the rankings go back as without
         it, for the saga's fuse step to try again."""
-        spec = cmd.fuse
-        assert spec is not None
         try:
             async with phase(bus, cmd, Phase.FUSION) as run:
                 job = FusionRequest(
@@ -205,7 +208,7 @@ def create_router(resources: Resources) -> NatsRouter:
                 searched = await search_all(cmd)
             else:  # one channel: its failure takes the error policy's way (retry, report)
                 searched = [await search_one(cmd, channel)]
-            fused = await fuse_searched(cmd, searched) if cmd.fuse else None
+            fused = await fuse_searched(cmd, cmd.fuse, searched) if cmd.fuse else None
             if fused is None:
                 await claim(cmd, searched)
             own, *also = searched
