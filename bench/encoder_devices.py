@@ -7,9 +7,11 @@ one query, as classification makes it. Each configuration is measured over the s
 queries:
 - `cpu`: what `load_encoder` gives where there is no GPU (ONNX Runtime, fp32); on a machine
   with a GPU, torch on the CPU in fp32 stands in for it (`cpu-torch`), with the same threads;
-- `cuda`: what `load_encoder` gives where CUDA is available (torch, bf16 where the GPU computes
-  it, passes of `GPU_BATCH_SIZE`);
-- `cuda-fp32`: the same in fp32.
+- `cuda`: what `load_encoder` gives where CUDA is available (torch, passes of
+  `GPU_BATCH_SIZE`, fp32 unless `RAGBUS_ENCODER_PRECISION` says otherwise);
+- `cuda-bf16` (or `cuda-fp32` when the setting asks for bf16): the same in the other precision.
+  Until the H200's figures (`infra.retrieval.encoder.gpu_precision`) `cuda` was bf16, so
+  `results/encoder-devices-h200.json` names its third configuration `cuda-fp32`.
 
 A faster encoder that embeds differently would change retrieval, so each configuration's
 vectors are compared with the first's: the cosine of each chunk's vector and each sentence's
@@ -40,6 +42,7 @@ from infra.retrieval.encoder import (
     Encoder,
     cuda_available,
     encoder_threads,
+    gpu_precision,
     load_encoder,
     load_torch_encoder,
 )
@@ -61,10 +64,11 @@ def configurations(settings: Settings) -> list[tuple[str, Any]]:
     """(name, loader) for each configuration this machine can run, the CPU's first."""
     if not cuda_available():
         return [("cpu", lambda: load_encoder(settings))]
+    other = "bf16" if gpu_precision(settings.encoder_precision) == "fp32" else "fp32"
     return [
         ("cpu-torch", lambda: load_torch_encoder(settings, "fp32", "cpu")),
         ("cuda", lambda: load_encoder(settings)),
-        ("cuda-fp32", lambda: load_torch_encoder(settings, "fp32", "cuda")),
+        (f"cuda-{other}", lambda: load_torch_encoder(settings, other, "cuda")),
     ]
 
 

@@ -92,7 +92,7 @@ def encoder_device(cuda: bool) -> str:
 
 
 def gpu_precision(setting: str) -> str:
-    """On a GPU, `auto` is fp32. Measured on an H200 (`python -m bench.encoder_devices`,
+    """On a GPU, `auto` is fp32. Measured on an H200 (`ragbus bench-encoder`,
     results/encoder-devices-h200.json): MiniLM under bf16 autocast ingested 7 % slower than in
     fp32 (46,521 against 50,122 chunks a minute) and not exactly alike (top-10 overlap 0.9965);
     a model this small is bound by its launches and casts, not its arithmetic. `bf16` stays

@@ -34,4 +34,6 @@ def test_without_cuda_only_the_cpu_is_measured(monkeypatch: pytest.MonkeyPatch) 
     assert [name for name, _ in module.configurations(Settings())] == ["cpu"]
     monkeypatch.setattr(module, "cuda_available", lambda: True)
     names = [name for name, _ in module.configurations(Settings())]
-    assert names == ["cpu-torch", "cuda", "cuda-fp32"]
+    assert names == ["cpu-torch", "cuda", "cuda-bf16"]  # the GPU's default, then the other
+    bf16 = Settings(encoder_precision="bf16")
+    assert [name for name, _ in module.configurations(bf16)][-1] == "cuda-fp32"
