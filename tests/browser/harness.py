@@ -170,14 +170,18 @@ _MESSAGE_END = re.compile(rb"\r?\n\r?\n")
 class CuttingProxy:
     """Between the browser and the API. One request per connection (it asks for
     `Connection: close`), so each connection's path is known. The first query event stream
-    is cut right after the end of its first `token` message: what the API sent after it is
-    dropped and the socket reset, mid-stream. Each resumed request's Last-Event-ID is
-    recorded, then moved `rewind` events back, so the API replays events the page already
-    applied and the page has to ignore them."""
+    is cut right after the end of its first message that matches `cut_after` (by default
+    the `fusion` phase's: generation, the critic, the answer and `done` are still to come):
+    what the API sent after it is dropped and the socket reset, mid-stream. Each resumed
+    request's Last-Event-ID is recorded, then moved `rewind` events back, so the API replays
+    events the page already applied and the page has to ignore them."""
 
-    def __init__(self, upstream_port: int, rewind: int = 2) -> None:
+    def __init__(
+        self, upstream_port: int, rewind: int = 2, cut_after: bytes = rb'"phase": ?"fusion"'
+    ) -> None:
         self.upstream_port = upstream_port
         self.rewind = rewind
+        self.cut_after = re.compile(cut_after)
         self.armed = True
         self.cuts = 0
         self.last_event_ids: list[int] = []
@@ -225,8 +229,8 @@ class CuttingProxy:
                 if self.armed and _QUERY_EVENTS.match(path):
                     self.armed, cutting = False, True
                 if cutting:
-                    token = (sent + data).find(b"event: token")
-                    end = _MESSAGE_END.search(sent + data, token) if token >= 0 else None
+                    marker = self.cut_after.search(sent + data)
+                    end = _MESSAGE_END.search(sent + data, marker.end()) if marker else None
                     if end is not None:
                         # with the chunk's own CRLF when it follows, so the chunk is whole
                         stop = end.end() + (

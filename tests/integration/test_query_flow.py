@@ -79,12 +79,12 @@ async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
         events, lambda e: e.event == "phase" and e.data["data"]["phase"] == "generation"
     )
     generated = first(events, phase_is("generation", "completed"))
-    first_token = first(events, lambda e: e.event == "token")
     critic = first(events, phase_is("critic", "completed"))
     answer = kinds.index("answer")
     assert classified < searches_started < fusion
-    assert searches_ended < fusion < min(generating, first_token)
-    assert first_token < generated < critic < answer
+    assert searches_ended < fusion < generating <= generated < critic < answer
+    # only a model streams tokens: the extractive answer reaches the caller once, whole
+    assert "token" not in kinds
 
     # Every phase that completed says how long it took, measured where it ran.
     for event in events:
@@ -108,12 +108,6 @@ async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
         assert citation["channels"] and all(r >= 1 for r in citation["channels"].values())
     cited_documents = {c["document_id"] for c in answer_data["citations"].values()}
     assert EXPECTED_DOCUMENT in cited_documents
-    tokens = "".join(
-        e.data["data"]["text"]
-        for e in events
-        if e.event == "token" and e.data["attempt"] == events[answer].data["attempt"]
-    )
-    assert " ".join(tokens.split()) == " ".join(answer_data["content"].split())
 
     status = (await http.get(f"/v1/queries/{request_id}")).json()
     assert status["status"] == "completed"

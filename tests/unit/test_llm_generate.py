@@ -210,7 +210,9 @@ async def test_failures_fall_back_to_the_extractive_answer_and_say_so(
     assert (metadata["generator"], metadata["fallback_from"]) == ("extractive", "llm")
     assert reason in metadata["reason"]
     assert result.answer and result.citations  # never a silent empty answer
+    # what the model streamed stays streamed; the extractive answer is not streamed after it
     assert [t["index"] for t in tokens] == list(range(len(tokens)))
+    assert len(tokens) == metadata.get("partial_llm_tokens", 0)
     if model == "break":
         assert metadata["partial_llm_tokens"] == 2
 

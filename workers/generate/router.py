@@ -1,10 +1,13 @@
-"""The generate worker on the bus: `rag.cmd.generate` in, tokens out, `rag.res.generate` out.
+"""The generate worker on the bus: `rag.cmd.generate` in, `rag.res.generate` out, and the
+model's tokens to the caller while it writes.
 
-Without `RAGBUS_LLM_BASE_URL` the answer is extractive. With it, an OpenAI-compatible
-model writes the answer (and may ask for tools); when the model fails — unreachable,
-timing out, erroring after its retries, or answering nothing — the extractive generator
-answers instead and the generation phase says so (`generator: extractive`,
-`fallback_from: llm`, `reason`): never a silent empty answer.
+Without `RAGBUS_LLM_BASE_URL` the answer is extractive: it exists whole the moment it is
+composed, so it is not streamed. The caller gets it once, in the request's `answer` event,
+a few milliseconds later, after the critic has judged it. With it, an OpenAI-compatible
+model writes the answer, streamed as `token` events (and may ask for tools); when the model
+fails — unreachable, timing out, erroring after its retries, or answering nothing — the
+extractive generator answers instead and the generation phase says so (`generator:
+extractive`, `fallback_from: llm`, `reason`): never a silent empty answer.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from infra.runtime.worker_runtime import (
 from workers.generate.extractive import Answer, extractive_answer, no_evidence_answer
 from workers.generate.llm import EmptyAnswer, llm_answer
 from workers.generate.self_critique import self_critique, wants_critique
-from workers.generate.streaming import TokenEmitter, stream_answer
+from workers.generate.streaming import TokenEmitter
 from workers.generate.tools import tool_answer
 
 log = get_logger(__name__)
@@ -64,15 +67,13 @@ def query_vectors(packed: Mapping[str, str]) -> dict[str, np.ndarray]:
     return {text: vector for text, p in packed.items() if (vector := unpack_query(p)) is not None}
 
 
-async def _extractive(
-    cmd: GenerateCommand, resources: Resources, emitter: TokenEmitter, run: PhaseRun
-) -> Answer:
+async def _extractive(cmd: GenerateCommand, resources: Resources, run: PhaseRun) -> Answer:
+    """The extractive answer. No `token` events: only a model streams (the answer event
+    carries the text, so streaming it too would send it twice)."""
     answer = await answer_for(cmd, resources)
-    tokens = await stream_answer(resources.bus, cmd, answer.text, emitter)
     run.metadata.update(
         sentences=answer.sentences,
         citations=len(answer.citations),
-        tokens=tokens,
         generator=GENERATOR,
         encoded=answer.encoded,
     )
@@ -102,7 +103,7 @@ async def _with_llm(
         log.warning("llm_fallback", reason=reason, error_type=type(exc).__name__)
         await emitter.flush()  # what the model did say stays said
         partial = emitter.count
-        answer = await _extractive(cmd, resources, emitter, run)
+        answer = await _extractive(cmd, resources, run)
         run.metadata.update(fallback_from=LLM_GENERATOR, reason=reason, model=client.model)
         if partial:
             run.metadata["partial_llm_tokens"] = partial
@@ -145,8 +146,8 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings, GenerateCommand))
     async def generate(cmd: GenerateCommand) -> None:
-        """Compose the answer, stream it as tokens, then report it with its citations (and,
-        when asked, the critic's verdict on it: `self_critique`)."""
+        """Compose the answer (a model's streamed as tokens), then report it with its
+        citations (and, when asked, the critic's verdict on it: `self_critique`)."""
         start: dict[str, Any] = {"generator": LLM_GENERATOR if client else GENERATOR}
         if client is not None:
             start["model"] = client.model
@@ -154,12 +155,11 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
         generator = GENERATOR
         async with phase(bus, cmd, Phase.GENERATION, **start) as run:
             cmd = await claims.whole(cmd)
-            emitter = TokenEmitter(bus, cmd)
             if client is None:
-                answer = await _extractive(cmd, resources, emitter, run)
+                answer = await _extractive(cmd, resources, run)
             else:
                 answer, tool_calls, generator = await _with_llm(
-                    cmd, resources, client, emitter, run
+                    cmd, resources, client, TokenEmitter(bus, cmd), run
                 )
         critique = None
         if wants_critique(cmd, tool_calls):

@@ -1,11 +1,11 @@
-"""Streams an answer to the caller as `token` events, coalesced.
+"""Streams a model's answer to the caller as `token` events, coalesced.
 
 Every event is a message stored in JetStream and relayed to each reader, so text is sent a
 few times a second, not once per word: the first text goes out at once (the reader sees the
 answer start), later text gathers for `FLUSH_S` or up to `MAX_TOKEN_CHARS` before it is sent.
-An extractive answer exists whole before it is sent, so it is one event (or a few, for a very
-long one); an LLM's stream becomes a handful per second. Joined in order, the events give the
-answer exactly.
+An LLM's stream becomes a handful of events per second; joined in order, they give the text
+exactly. An extractive answer is not streamed: it exists whole before it could be sent, and
+the request's `answer` event carries it.
 """
 
 from __future__ import annotations
@@ -67,14 +67,3 @@ class TokenEmitter:
             self.count += 1
         if held:
             self._last = self._clock()
-
-
-async def stream_answer(
-    bus: Bus, cmd: Envelope, text: str, emitter: TokenEmitter | None = None
-) -> int:
-    """Send a whole answer as `token` events on the request's subject; returns how many."""
-    emitter = emitter or TokenEmitter(bus, cmd)
-    start = emitter.count
-    await emitter.emit(text)
-    await emitter.flush()
-    return emitter.count - start
