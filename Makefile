@@ -36,10 +36,15 @@ $(VENV)/.installed: pyproject.toml
 
 # The SetFit intent model, trained from the bundled labelled queries when missing or when
 # they change (seconds on 2 cores, offline). `make test` does not need it: tests train their own.
+# NF-CATS's real questions (train split) join them when the shared data set is beside the
+# checkout: its terms keep it out of the repository, so it is read where it lies
+# (`NF_CATS=path/to/train_valid_human.jsonl` points elsewhere, `NF_CATS=` leaves it out).
+NF_CATS ?= $(wildcard ../shared/data/nf_cats/train_valid_human.jsonl)
+
 intent-model: $(INTENT_MODEL)
 
-$(INTENT_MODEL): workers/classify/intent_data/train.jsonl | $(VENV)/.installed
-	RAGBUS_DATA_DIR=$(DATA) $(BIN)/ragbus train-intent
+$(INTENT_MODEL): workers/classify/intent_data/train.jsonl $(NF_CATS) | $(VENV)/.installed
+	RAGBUS_DATA_DIR=$(DATA) $(BIN)/ragbus train-intent $(if $(NF_CATS),--nf-cats $(NF_CATS))
 
 demo: setup $(INTENT_MODEL)
 	$(BIN)/ragbus demo

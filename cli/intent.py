@@ -43,9 +43,19 @@ def train_intent(
             "--extra",
             exists=True,
             dir_okay=False,
-            help="More labelled queries (JSONL of {text, label}) trained on beside --data, "
-            "e.g. real questions mapped by `python -m bench.nfcats_intents --split train`; "
+            help="More labelled queries (JSONL of {text, label}) trained on beside --data; "
             "repeatable.",
+        ),
+    ] = None,
+    nf_cats: Annotated[
+        Path | None,
+        typer.Option(
+            "--nf-cats",
+            exists=True,
+            dir_okay=False,
+            help="NF-CATS's train_valid_human.jsonl: its train split, mapped to our intents "
+            "(workers.classify.nf_cats), is trained on too; its valid split stays held out. "
+            "`make intent-model` passes ../shared/data's copy when there is one.",
         ),
     ] = None,
     verbose: Verbose = False,
@@ -69,6 +79,7 @@ def train_intent(
         load_examples,
     )
     from workers.classify.model_meta import model_dir
+    from workers.classify.nf_cats import training_examples as nf_cats_examples
     from workers.classify.training import shared_body, train_intent_model
 
     settings = Settings()
@@ -77,6 +88,8 @@ def train_intent(
         examples = load_examples(data or bundled_data_dir() / TRAIN_FILE)
         for path in extra or []:
             examples += load_examples(path)
+        if nf_cats is not None:
+            examples += nf_cats_examples(nf_cats)
     except DatasetError as exc:
         errors.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.nfcats_intents import mapped_rows
-from workers.classify.dataset import TRAIN_FILE, bundled_data_dir, load_examples
+import pytest
+
+from contracts.enums import Intent
+from workers.classify.dataset import TRAIN_FILE, DatasetError, bundled_data_dir, load_examples
+from workers.classify.nf_cats import mapped_rows, training_examples
 
 
 def test_rows_are_mapped_and_the_bundled_ones_left_out(tmp_path: Path) -> None:
@@ -37,3 +40,28 @@ def test_rows_are_mapped_and_the_bundled_ones_left_out(tmp_path: Path) -> None:
     ]
     assert mapped[1]["source"] == "nf-cats:valid:REASON"
     assert left_out == {"duplicate": 1, "category DEBATE": 1, "in the bundled data": 1}
+
+
+def test_training_takes_the_train_split_only(tmp_path: Path) -> None:
+    rows = [
+        {"text": "How do I reset my router?", "label": "INSTRUCTION", "split": "train"},
+        {"text": "Which laptop would you pick?", "label": "EXPERIENCE", "split": "valid"},
+    ]
+    source = tmp_path / "nfcats.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples = training_examples(source)
+    assert [(e.text, e.label) for e in examples] == [
+        ("How do I reset my router?", Intent.PROCEDURAL)
+    ]
+    assert examples[0].source == "nf-cats:train:INSTRUCTION"
+
+
+def test_a_file_that_is_not_nf_cats_is_a_clear_error(tmp_path: Path) -> None:
+    wrong = tmp_path / "queries.jsonl"
+    wrong.write_text('{"query": "tempeh"}\n')
+    with pytest.raises(DatasetError, match="want NF-CATS rows"):
+        training_examples(wrong)
+    only_valid = tmp_path / "valid.jsonl"
+    only_valid.write_text('{"text": "Why?", "label": "REASON", "split": "valid"}\n')
+    with pytest.raises(DatasetError, match="no NF-CATS train rows"):
+        training_examples(only_valid)

@@ -23,6 +23,7 @@ from infra.logging import get_logger
 from infra.retrieval.intent_profiles import weights_for
 from infra.retrieval.vectors.codec import pack_query
 from workers.classify.intent_model import IntentModel, ModelSlot
+from workers.classify.query_form import is_keyword_query, keyword_intents
 from workers.classify.rules import STRONG, RuleMatch, has_calculation_cue, match_rules
 from workers.classify.zero_shot import ZeroShotClassifier
 
@@ -79,7 +80,9 @@ class IntentClassifier:
             if found is not None:
                 intent, confidence, method = *found, "setfit"
             else:
-                intent, confidence, method = await self._zero_shot_and_rules(rule, embedded)
+                intent, confidence, method = await self._zero_shot_and_rules(
+                    rule, embedded, allowed_intents(query)
+                )
 
         vector = embedded.vector if embedded else None
         return Classification(
@@ -120,7 +123,7 @@ class IntentClassifier:
         except Exception as exc:
             log.warning("setfit_failed", error=f"{type(exc).__name__}: {exc}")
             return None
-        return _best(probabilities, allow_tool=has_calculation_cue(query))
+        return _best(probabilities, allowed_intents(query))
 
     def _fits(self, model: IntentModel, encoder: Encoder) -> bool:
         """A shared-body head only understands the embeddings of the body it was fitted on."""
@@ -142,12 +145,13 @@ class IntentClassifier:
 
     @staticmethod
     async def _zero_shot_and_rules(
-        rule: RuleMatch, embedded: _Embedded
+        rule: RuleMatch, embedded: _Embedded, allowed: frozenset[Intent]
     ) -> tuple[Intent, float, Method]:
-        """Zero-shot decides; a rule that agrees raises its confidence, a surer rule overrides."""
+        """Zero-shot decides among the allowed intents; a rule that agrees raises its
+        confidence, a surer rule overrides."""
         # Only a query with a calculation cue may be routed to the tools (see rules).
         exclude = frozenset() if rule.intent is Intent.TOOL else frozenset({Intent.TOOL})
-        result = await embedded.zero_shot.classify(embedded.vector, exclude)
+        result = await embedded.zero_shot.classify(embedded.vector, exclude, allowed)
         if rule.rule is not None and rule.intent == result.intent:
             boosted = result.confidence + (1.0 - result.confidence) * AGREEMENT_BOOST
             return result.intent, max(boosted, rule.confidence), "zero_shot"
@@ -156,10 +160,25 @@ class IntentClassifier:
         return result.intent, result.confidence, "zero_shot"
 
 
-def _best(probabilities: Mapping[Intent, float], *, allow_tool: bool) -> tuple[Intent, float]:
-    """The most probable intent; `tool` only when the query has a calculation cue."""
+def allowed_intents(query: str) -> frozenset[Intent]:
+    """The intents a model may route `query` to: `tool` only with a calculation cue
+    (`rules.has_calculation_cue`), and a keyword query only to `factual` or an intent that
+    one of its words names (`query_form`)."""
+    allowed = frozenset(Intent)
+    if is_keyword_query(query):
+        allowed = keyword_intents(query) | {Intent.TOOL}
+    if not has_calculation_cue(query):
+        allowed -= {Intent.TOOL}
+    return allowed
+
+
+def _best(
+    probabilities: Mapping[Intent, float], allowed: frozenset[Intent]
+) -> tuple[Intent, float]:
+    """The most probable allowed intent (`factual`, always allowed, when the model knows no
+    other), with the model's probability for it."""
     ranked = sorted(probabilities.items(), key=lambda item: item[1], reverse=True)
     for intent, probability in ranked:
-        if intent is not Intent.TOOL or allow_tool:
+        if intent in allowed:
             return intent, probability
-    raise ValueError("no intent left to choose")  # unreachable with two or more labels
+    return Intent.FACTUAL, probabilities.get(Intent.FACTUAL, 0.0)

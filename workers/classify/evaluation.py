@@ -19,6 +19,7 @@ from rich.table import Table
 from contracts.enums import Intent
 from workers.classify.classifier import IntentClassifier
 from workers.classify.dataset import Example
+from workers.classify.query_form import is_keyword_query
 
 Tick = Callable[[], None]
 
@@ -37,6 +38,7 @@ async def evaluate(
     await classifier.classify("warm up the encoder, the model and the prototypes")
     gold: list[str] = []
     predicted: list[str] = []
+    forms: list[str] = []
     methods: Counter[str] = Counter()
     latencies: list[float] = []
     for example in examples:
@@ -45,6 +47,7 @@ async def evaluate(
         latencies.append((time.perf_counter() - started) * 1000)
         gold.append(example.label.value)
         predicted.append(found.intent.value)
+        forms.append("keyword" if is_keyword_query(example.text) else "question")
         methods[found.method] += 1
         if tick:
             tick()
@@ -89,10 +92,22 @@ async def evaluate(
             label: {other: int(n) for other, n in zip(labels, row, strict=True)}
             for label, row in zip(labels, matrix, strict=True)
         },
+        "by_form": by_form(gold, predicted, forms),
         "methods": dict(methods.most_common()),
         "model": model.meta.version if model else None,
         "latency_ms": latency_summary(latencies),
     }
+
+
+def by_form(gold: Sequence[str], predicted: Sequence[str], forms: Sequence[str]) -> dict[str, Any]:
+    """Accuracy of keyword queries and of questions apart (`query_form.is_keyword_query`):
+    real users type keywords, and the models learn mostly from questions."""
+    out: dict[str, Any] = {}
+    for form in ("keyword", "question"):
+        picked = [g == p for g, p, f in zip(gold, predicted, forms, strict=True) if f == form]
+        if picked:
+            out[form] = {"n": len(picked), "accuracy": round(sum(picked) / len(picked), 4)}
+    return out
 
 
 def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
@@ -119,6 +134,14 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         f"(n={latency['n']})  methods: "
         + ", ".join(f"{m}={n}" for m, n in report["methods"].items())
     )
+    if forms := report.get("by_form"):
+        console.print(
+            "by form: "
+            + ", ".join(
+                f"{form} queries {row['accuracy']:.3f} (n={row['n']})"
+                for form, row in forms.items()
+            )
+        )
     classes = Table(title="per class", title_justify="left")
     for column in ("intent", "precision", "recall", "f1", "support"):
         classes.add_column(column, justify="left" if column == "intent" else "right")

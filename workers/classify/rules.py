@@ -46,9 +46,16 @@ _MATH_WORDS = re.compile(
     re.IGNORECASE,
 )
 _CALC_VERB = re.compile(r"\b(?:calculate|compute|evaluate|solve)\b", re.IGNORECASE)
-_QUANTITY_WORDS = re.compile(
-    r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty"
-    r"|forty|fifty|hundred|thousand|million|billion|half|quarter|dozen|convert|how many)\b",
+_QUANTITY_ASK = re.compile(
+    r"\b(?:convert|how many|how much|percent(?:age)?"
+    r"|(?:days?|weeks?|months?|years?|hours?|minutes?) (?:between|until|since|from))\b|%",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(
+    r"\b\d{4}-\d{1,2}-\d{1,2}\b"  # a date
+    r"|(?<![\w.-])\d+(?:[.,]\d+)*(?![\w-])"  # a number alone: not "b12", "ps5", "covid-19"
+    r"|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty"
+    r"|forty|fifty|hundred|thousand|million|billion|half|quarter|dozen)\b",
     re.IGNORECASE,
 )
 
@@ -110,15 +117,18 @@ def _looks_like_arithmetic(query: str) -> bool:
 
 
 def has_calculation_cue(query: str) -> bool:
-    """Whether the query could be a calculation at all: a number, a number word, a math or
-    conversion word. A model's `tool` without one is a misreading of a question's phrasing
-    ("What is the capital of France?" is shaped like "What is 15% of 200?"), and `tool`
-    sends the request to the calculator before any retrieval."""
+    """Whether the query could be a calculation at all: arithmetic, a math or calculation
+    word, a conversion or quantity question ("how many", "convert", "%"), or two numbers to
+    work with. A model's `tool` without one is a misreading of a question's phrasing ("What
+    is the capital of France?" is shaped like "What is 15% of 200?"), and `tool` sends the
+    request to the calculator before any retrieval. One number is not a cue: it names things
+    more often than it asks for arithmetic ("windows 10", "vitamin b12", "2019 tax brackets")."""
     return bool(
-        re.search(r"\d", query)
+        _looks_like_arithmetic(query)
         or _CALC_VERB.search(query)
         or _MATH_WORDS.search(query)
-        or _QUANTITY_WORDS.search(query)
+        or _QUANTITY_ASK.search(query)
+        or len(_NUMBER.findall(query)) >= 2
     )
 
 

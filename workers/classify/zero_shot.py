@@ -114,9 +114,14 @@ class ZeroShotClassifier:
             return self._prototypes
 
     async def classify(
-        self, query_vector: np.ndarray, exclude: frozenset[Intent] = frozenset()
+        self,
+        query_vector: np.ndarray,
+        exclude: frozenset[Intent] = frozenset(),
+        choose_from: frozenset[Intent] | None = None,
     ) -> ZeroShotResult:
-        """The closest intent among those not excluded, with its softmax probability."""
+        """The closest intent among those not excluded, with its softmax probability.
+        `choose_from` narrows the choice but not the softmax: an intent chosen because the
+        closer ones were not allowed keeps its own, lower, probability."""
         prototypes = await self._prototype_vectors()
         intents = [i for i in self._intents if i not in exclude]
         scores = np.array(
@@ -127,7 +132,10 @@ class ZeroShotClassifier:
             ]
         )
         probabilities = _softmax(scores, self.temperature)
-        best = int(np.argmax(probabilities))
+        eligible = [
+            n for n, intent in enumerate(intents) if choose_from is None or intent in choose_from
+        ]
+        best = max(eligible or range(len(intents)), key=lambda n: probabilities[n])
         return ZeroShotResult(
             intent=intents[best],
             confidence=float(probabilities[best]),

@@ -1,0 +1,60 @@
+"""Real keyword queries for `ragbus eval-intent`: NFCorpus's topic queries, labelled factual.
+
+NFCorpus (BEIR) holds, beside its article titles, the topic pages of a health-information
+site, whose queries are what people type into a search box: a bare topic ("tempeh", "bad
+breath", "gastric emptying"). Someone who types a topic wants to know about it: `factual` by
+our conventions (`workers/classify/intent_data/SOURCES.md`). This writes a split's keyword
+queries (lower case, at most `MAX_WORDS` words, no `?`) as `{text, label, source}` rows:
+
+    python -m bench.keyword_topics ../shared/data/nfcorpus --split dev --out /tmp/topics.jsonl
+    ragbus eval-intent --data /tmp/topics.jsonl --out results/intent-keyword-topics.json
+
+It measures one thing only: how often a real keyword query is sent away from `factual` (and so
+from the prior's weights) by wording it does not have. A model that says `factual` to
+everything scores 1.0 here, so it is read beside the sets that have every intent. The data set
+stays in `../shared/data`; nothing is trained on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Final
+
+MAX_WORDS: Final = 4
+
+
+def topic_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
+    """The split's topic queries (in the qrels' order, each once) as factual rows."""
+    texts: dict[str, str] = {}
+    with (beir_dir / "queries.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                row = json.loads(line)
+                texts[str(row["_id"])] = str(row["text"]).strip()
+    with (beir_dir / "qrels" / f"{split}.tsv").open(encoding="utf-8") as qrels:
+        ids = list(dict.fromkeys(row[0] for row in csv.reader(qrels, delimiter="\t")))
+    rows = []
+    for query_id in ids[1:]:  # the header's "query-id" first
+        text = texts.get(query_id, "")
+        if text and text == text.lower() and "?" not in text and len(text.split()) <= MAX_WORDS:
+            rows.append({"text": text, "label": "factual", "source": f"nfcorpus:{split}:topic"})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("beir_dir", type=Path, help="NFCorpus in BEIR format")
+    parser.add_argument("--split", default="dev", help="qrels split (default: dev)")
+    parser.add_argument("--out", type=Path, required=True, help="JSONL of {text, label, source}")
+    args = parser.parse_args(argv)
+    rows = topic_rows(args.beir_dir, args.split)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    print(f"wrote {len(rows)} keyword queries to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

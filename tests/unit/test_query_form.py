@@ -1,0 +1,106 @@
+"""Keyword queries: only an intent that a word names may win over `factual`."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.enums import Intent
+from tests.unit.fakes import FakeEncoder
+from workers.classify.classifier import IntentClassifier, _best, allowed_intents
+from workers.classify.query_form import is_keyword_query, keyword_intents
+from workers.classify.rules import has_calculation_cue
+
+
+@pytest.mark.parametrize(
+    ("query", "keyword"),
+    [
+        ("tempeh", True),
+        ("panama canal locks", True),
+        ("facebook login", True),
+        ("best running shoes 2024", True),
+        ("What is tempeh?", False),
+        ("how to cook tempeh", False),  # asks: "how" first
+        ("tempeh nutrition?", False),
+        ("find the onboarding guide", False),  # tells
+        ("is tempeh fermented", False),
+        ("side effects of long term use of proton pump inhibitors in older adults", False),
+    ],
+)
+def test_keyword_form(query: str, keyword: bool) -> None:
+    assert is_keyword_query(query) is keyword
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("tempeh", set()),
+        ("american diabetes association", set()),
+        ("facebook login", {Intent.NAVIGATION}),
+        ("irs.gov", {Intent.NAVIGATION}),
+        ("tax form 1040 pdf", {Intent.NAVIGATION}),
+        ("best running shoes", {Intent.RECOMMENDATION}),
+        ("python vs go", {Intent.COMPARISON}),
+        ("tempeh recipe", {Intent.PROCEDURAL}),
+        ("kubernetes install guide", {Intent.PROCEDURAL, Intent.NAVIGATION}),
+        ("quarterly report highlights", {Intent.NAVIGATION, Intent.SUMMARY}),
+    ],
+)
+def test_keyword_cues_name_intents(query: str, named: set[Intent]) -> None:
+    assert keyword_intents(query) == {Intent.FACTUAL, *named}
+
+
+@pytest.mark.parametrize(
+    ("query", "cue"),
+    [
+        ("windows 10 download", False),  # one number names a thing
+        ("vitamin b12 deficiency", False),  # digits inside a word are no number
+        ("covid-19 symptoms", False),
+        ("2019 tax brackets", False),
+        ("ps5 price", False),
+        ("12 x 7", True),
+        ("median of 3, 9, 4, 12, 7", True),
+        ("days between 2024-01-15 and 2024-04-01", True),
+        ("how many seconds are in 3 days", True),
+    ],
+)
+def test_one_number_is_no_calculation_cue(query: str, cue: bool) -> None:
+    assert has_calculation_cue(query) is cue
+
+
+def test_a_keyword_query_goes_only_where_its_words_point() -> None:
+    # what a model trained on questions reads into a bare topic
+    probabilities = {
+        Intent.RECOMMENDATION: 0.5,
+        Intent.PROCEDURAL: 0.3,
+        Intent.FACTUAL: 0.15,
+        Intent.TOOL: 0.05,
+    }
+    assert _best(probabilities, allowed_intents("red onions")) == (Intent.FACTUAL, 0.15)
+    assert _best(probabilities, allowed_intents("best red onions")) == (
+        Intent.RECOMMENDATION,
+        0.5,
+    )
+    # a question keeps the model's answer; `tool` still needs a calculation cue
+    assert _best(probabilities, allowed_intents("Which onions should I buy?"))[0] is (
+        Intent.RECOMMENDATION
+    )
+    tool_first = {Intent.TOOL: 0.6, Intent.FACTUAL: 0.4}
+    assert _best(tool_first, allowed_intents("What is windows 10?")) == (Intent.FACTUAL, 0.4)
+    assert _best(tool_first, allowed_intents("What is 12 x 7?")) == (Intent.TOOL, 0.6)
+
+
+def test_a_model_without_the_factual_label_still_answers() -> None:
+    assert _best({Intent.NAVIGATION: 0.9}, allowed_intents("tempeh")) == (Intent.FACTUAL, 0.0)
+
+
+async def test_zero_shot_keeps_a_bare_topic_factual() -> None:
+    encoder = FakeEncoder()
+
+    async def provide() -> FakeEncoder:
+        return encoder
+
+    classifier = IntentClassifier(provide)  # type: ignore[arg-type]
+    for topic in ("red onions", "saturated fat", "airport scanners"):
+        result = await classifier.classify(topic)
+        assert (result.intent, result.method) == (Intent.FACTUAL, "zero_shot"), topic
+        assert 0.0 < result.confidence < 1.0  # its own probability, not renormalised to 1

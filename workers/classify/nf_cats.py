@@ -1,0 +1,97 @@
+"""NF-CATS's real questions, mapped to ragbus's intents: for training and for scoring.
+
+NF-CATS (V. Bolotova, V. Blinov, F. Scholer, W. B. Croft, M. Sanderson, "A Non-Factoid
+Question-Answering Taxonomy", SIGIR 2022; MIT) labels real community-QA questions with a
+non-factoid category. The data set is not in this repository (`../shared/data`'s terms: read
+it from there or from a path the user gives). `ragbus train-intent --nf-cats FILE` trains on
+its `train` split beside the bundled rows, and `make intent-model` passes the shared copy when
+there is one; its `valid` split stays held out for `ragbus eval-intent`.
+
+| NF-CATS | ragbus | why |
+|---|---|---|
+| INSTRUCTION | procedural | how to do something, steps |
+| COMPARISON | comparison | two or more things against each other |
+| EXPERIENCE | recommendation | advice and what people would choose, from their experience |
+| FACTOID | factual | a fact |
+| EVIDENCE-BASED | factual | a definition or an explanation that evidence settles |
+| REASON | factual | why or how something is so: an explanation, factual by our conventions |
+| DEBATE | (left out) | an opinion on a contested question: none of our intents asks for one |
+
+Rows the bundled data already hold (90 were taken into it, `intent_data/SOURCES.md`) are left
+out, so no row is both trained on and scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Final
+
+from contracts.enums import Intent
+from workers.classify.dataset import (
+    TEST_FILE,
+    TRAIN_FILE,
+    DatasetError,
+    Example,
+    bundled_data_dir,
+    load_examples,
+)
+
+MAPPING: Final = {
+    "INSTRUCTION": "procedural",
+    "COMPARISON": "comparison",
+    "EXPERIENCE": "recommendation",
+    "FACTOID": "factual",
+    "EVIDENCE-BASED": "factual",
+    "REASON": "factual",
+}
+
+
+def _key(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def mapped_rows(source: Path, split: str = "all") -> tuple[list[dict[str, str]], Counter[str]]:
+    """The mapped rows of NF-CATS's `split` (`train`, `valid` or `all`) not already in the
+    bundled data, and what was left out and why."""
+    bundled = {
+        _key(example.text)
+        for name in (TRAIN_FILE, TEST_FILE)
+        for example in load_examples(bundled_data_dir() / name)
+    }
+    rows: list[dict[str, str]] = []
+    left_out: Counter[str] = Counter()
+    seen: set[str] = set()
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        text, category = str(row["text"]).strip(), str(row["label"])
+        label = MAPPING.get(category)
+        if split != "all" and row.get("split") != split:
+            left_out[f"split {row.get('split')}"] += 1
+        elif label is None:
+            left_out[f"category {category}"] += 1
+        elif _key(text) in bundled:
+            left_out["in the bundled data"] += 1
+        elif _key(text) in seen:
+            left_out["duplicate"] += 1
+        else:
+            seen.add(_key(text))
+            source_tag = f"nf-cats:{row.get('split', '')}:{category}"
+            rows.append({"text": text, "label": label, "source": source_tag})
+    return rows, left_out
+
+
+def training_examples(source: Path) -> list[Example]:
+    """NF-CATS's `train` split as training examples (mapped, deduplicated, not bundled);
+    `DatasetError` for a file that is not NF-CATS's JSONL or holds no train rows."""
+    try:
+        rows, _ = mapped_rows(source, "train")
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        want = '{"text", "label", "split"}'
+        raise DatasetError(f"{source}: want NF-CATS rows {want}: {exc}") from None
+    if not rows:
+        raise DatasetError(f"{source}: no NF-CATS train rows with a mapped category")
+    return [Example(row["text"], Intent(row["label"]), row["source"]) for row in rows]

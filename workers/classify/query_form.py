@@ -1,0 +1,86 @@
+"""Keyword queries: a bare noun phrase asks about its topic unless a word says otherwise.
+
+People type most searches as keywords: a topic ("vitamin k", "panama canal locks"), a
+product or a place, a site's name with "login". The intent models learn from questions, whose
+wording carries the intent ("how do I …", "which is better …"); a keyword query has no such
+wording, so what a model reads into it is mostly noise. Measured on real users' web queries,
+that noise sent factual keyword queries to procedural, recommendation, navigation and tool.
+
+So for a keyword query (no question word first, no `?`, no imperative verb, a few words)
+only the intents that a word in it names may win over `factual`: `how to` or `install` for
+procedural, `best` or `review` for recommendation, `vs` for comparison, `login`, `website`,
+`pdf` or `manual` for navigation, and so on (`KEYWORD_CUES`). A model's other answers fall
+back to `factual`, whose weights are the prior's: a keyword query that the cues misjudge
+costs nothing over not classifying it at all. These are the conventions of web-search intent
+taxonomies (Broder 2002; Jansen et al. 2008), not fitted to any data set.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from contracts.enums import Intent
+
+MAX_KEYWORD_WORDS: Final = 6
+"""Longer queries without a question word are sentences more often than keyword strings."""
+
+_QUESTION_START = re.compile(
+    r"^\W*(?:what|what's|whats|who|whom|whose|when|where|why|which|how|is|are|was|were|do|does"
+    r"|did|can|could|should|would|will|shall|may|might|must|has|have|had|am|isn't|aren't"
+    r"|doesn't|don't|didn't|can't|won't)\b",
+    re.IGNORECASE,
+)
+_IMPERATIVE_START = re.compile(
+    r"^\W*(?:find|show|list|give|tell|explain|describe|compare|summari[sz]e|calculate|compute"
+    r"|convert|recommend|suggest|help|open|search|look|define|translate|name|please|go|get"
+    r"|locate|read|see|check|brief|contrast|walk|i|we|my)\b",
+    re.IGNORECASE,
+)
+
+
+def _words(*alternatives: str) -> re.Pattern[str]:
+    return re.compile(r"\b(?:" + "|".join(alternatives) + r")\b", re.IGNORECASE)
+
+
+KEYWORD_CUES: Final[dict[Intent, re.Pattern[str]]] = {
+    Intent.PROCEDURAL: _words(
+        r"how to|howto|tutorial|guide|steps?|instructions?|install\w*|set ?up|configur\w*",
+        r"fix|repair|troubleshoot\w*|recipes?|diy|make|build|cook|clean|remove|reset|cancel",
+    ),
+    Intent.RECOMMENDATION: _words(
+        r"best|top|good|recommend\w*|suggest\w*|reviews?|rated|alternatives?|ideas|tips|advice",
+        r"cheapest|should",
+    ),
+    Intent.COMPARISON: _words(r"vs\.?|versus|compar\w*|differences?|better|or"),
+    Intent.NAVIGATION: re.compile(
+        r"\b(?:login|log ?in|sign ?in|sign ?up|homepage|home page|website|web site|official"
+        r"|site|portal|account|www|url|link|pdf|manual|docs|documentation|handbook|datasheet"
+        r"|download|page|section|chapter|document|file|form|white ?paper|paper|report|slides"
+        r"|spec|specification|readme|faq|wiki|changelog|release notes|policy|template|doc"
+        r"|reference|checklist|guide)\b"
+        r"|\.(?:com|org|net|gov|edu|io)\b",
+        re.IGNORECASE,
+    ),
+    Intent.SUMMARY: _words(
+        r"summary|summaries|overview|tl;?dr|outline|synopsis|recap|gist|highlights",
+        r"(?:main|key) (?:points?|themes?|ideas?|topics?|takeaways?|findings|lessons)|takeaways?",
+    ),
+}
+"""A word that names the intent in a keyword query. `tool` has its own test
+(`rules.has_calculation_cue`) and `factual` needs none."""
+
+
+def is_keyword_query(query: str) -> bool:
+    """A few words that neither ask (no question word first, no `?`) nor tell (no imperative
+    verb first): what people type into a search box."""
+    text = query.strip()
+    if not text or "?" in text or len(text.split()) > MAX_KEYWORD_WORDS:
+        return False
+    return not (_QUESTION_START.match(text) or _IMPERATIVE_START.match(text))
+
+
+def keyword_intents(query: str) -> frozenset[Intent]:
+    """The intents a keyword query's words name (`factual` always among them)."""
+    named = {intent for intent, cue in KEYWORD_CUES.items() if cue.search(query)}
+    return frozenset({Intent.FACTUAL, *named})
