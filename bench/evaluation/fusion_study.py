@@ -84,6 +84,43 @@ def from_zero(chunks: Sequence[RetrievedChunk]) -> list[float]:
     return [chunk.score / top if top > 0 else 1.0 for chunk in chunks]
 
 
+def z_scores(chunks: Sequence[RetrievedChunk]) -> list[float]:
+    """A channel's scores standardised over its list, then shifted to start at 0: a rival to
+    min-max that one outlying first hit does not squash (all 1 when they tie)."""
+    if not chunks:
+        return []
+    values = [chunk.score for chunk in chunks]
+    mean = sum(values) / len(values)
+    spread = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    if spread == 0:
+        return [1.0] * len(values)
+    z = [(v - mean) / spread for v in values]
+    low = min(z)
+    return [v - low for v in z]
+
+
+def by_agreement(chunks: list[RetrievedChunk], alpha: float) -> list[RetrievedChunk]:
+    """CombMNZ's idea on fused scores: each chunk's score times (channels that found it)^alpha."""
+    rescored = [(c.score * max(len(c.channels), 1) ** alpha, c) for c in chunks]
+    rescored.sort(key=lambda pair: -pair[0])
+    return [c for _, c in rescored]
+
+
+def by_document(chunks: list[RetrievedChunk], share: float) -> list[RetrievedChunk]:
+    """Each document's evidence summed: a document scores its best chunk plus `share` of its
+    other chunks' scores, and its chunks move up together (best first)."""
+    total: dict[str, float] = {}
+    best: dict[str, float] = {}
+    for chunk in chunks:
+        doc = chunk.document_id
+        if doc not in best:
+            best[doc] = chunk.score
+            total[doc] = chunk.score
+        else:
+            total[doc] += share * chunk.score
+    return sorted(chunks, key=lambda c: (-total[c.document_id], -c.score))
+
+
 def run_of(ranking: list[RetrievedChunk]) -> dict[str, float]:
     return document_run([{"document_id": c.document_id} for c in ranking])
 
@@ -114,6 +151,12 @@ def study(
             "convex from 0": weighted_fusion(ranked, weights, from_zero, top_k=TOP_K),
         }
         add("dense+bm25 convex", qid, weighted_convex(text, PRIOR, top_k=TOP_K))
+        convex = variants["convex"]
+        add("convex z-score", qid, weighted_fusion(ranked, weights, z_scores, top_k=TOP_K))
+        for alpha in (0.25, 0.5):
+            add(f"convex x channels^{alpha}", qid, by_agreement(convex, alpha))
+        for share in (0.1, 0.3, 0.5):
+            add(f"convex, documents +{share}", qid, by_document(convex, share))
         # what the route costs: the same rankings fused with the prior's weights and with
         # each intent's, the predicted one being one of them
         add("rrf, prior weights", qid, weighted_rrf(ranked, profiles.PRIOR, top_k=TOP_K))
