@@ -5,7 +5,9 @@ Ingestion's encoder work is `chunk_embeddings`: every chunk's vector and its sen
 in one pass where the model pools spans (MiniLM does). A query's encoding is one `aencode` of
 one query, as classification makes it. Each configuration is measured over the same chunks and
 queries:
-- `cpu`: what `load_encoder` gives where there is no GPU (ONNX Runtime, fp32); on a machine
+- `cpu`: ingestion's encoder where there is no GPU (`load_encoder(bulk=True)`: torch in bf16
+  where the CPU has it, ONNX Runtime in fp32 elsewhere), and on a bf16 CPU `cpu-query` beside
+  it, the query path's (ONNX Runtime, fp32); on a machine
   with a GPU, torch on the CPU in fp32 stands in for it (`cpu-torch`), with the same threads;
 - `cuda`: what `load_encoder` gives where CUDA is available (torch, passes of
   `GPU_BATCH_SIZE`, fp32 unless `RAGBUS_ENCODER_PRECISION` says otherwise);
@@ -45,6 +47,7 @@ from infra.retrieval.encoder import (
     gpu_precision,
     load_encoder,
     load_torch_encoder,
+    resolve_precision,
 )
 from infra.settings import Settings
 
@@ -63,11 +66,16 @@ class Encoded:
 def configurations(settings: Settings) -> list[tuple[str, Any]]:
     """(name, loader) for each configuration this machine can run, the CPU's first."""
     if not cuda_available():
-        return [("cpu", lambda: load_encoder(settings))]
+        cpu = [("cpu", lambda: load_encoder(settings, bulk=True))]
+        if resolve_precision(settings.encoder_precision, bulk=True) != resolve_precision(
+            settings.encoder_precision, bulk=False
+        ):  # a bf16 CPU: ingestion and the query path load the encoder differently
+            cpu.append(("cpu-query", lambda: load_encoder(settings)))
+        return cpu
     other = "bf16" if gpu_precision(settings.encoder_precision) == "fp32" else "fp32"
     return [
         ("cpu-torch", lambda: load_torch_encoder(settings, "fp32", "cpu")),
-        ("cuda", lambda: load_encoder(settings)),
+        ("cuda", lambda: load_encoder(settings, bulk=True)),
         (f"cuda-{other}", lambda: load_torch_encoder(settings, other, "cuda")),
     ]
 

@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/sentence-pooling.json"))
     args = parser.parse_args(argv)
     settings = Settings()
-    encoder = load_encoder(settings)
+    encoder = load_encoder(settings, bulk=True)
     reports = [
         asyncio.run(measure(encoder, root, args.split, args.questions, args.documents, settings))
         for root in args.sets

@@ -34,7 +34,7 @@ def migrate_vectors(verbose: Verbose = False) -> None:
         console.print(f"nothing to migrate: no local-mode vectors in {settings.qdrant_path}")
         return
     console.print(f"migrating {', '.join(found)} from {settings.qdrant_path}")
-    encoder = load_encoder(settings)
+    encoder = load_encoder(settings, bulk=True)
     store = open_vector_store(settings, encoder.dim, migrating=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     try:

@@ -277,13 +277,13 @@ class Settings(BaseSettings):
     )
     encoder_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
-        description="Dense encoder arithmetic; auto = bf16 where the CPU has bf16 "
-        "instructions, fp32 on a GPU and elsewhere.",
+        description="Dense encoder arithmetic; auto = bf16 for ingestion's batches where the "
+        "CPU has bf16 instructions, fp32 for queries, on a GPU and elsewhere.",
     )
     encoder_runtime: Literal["auto", "onnx", "torch"] = Field(
         "auto",
-        description="Dense encoder runtime; auto = torch where it runs bf16, ONNX Runtime (fp32) "
-        "elsewhere.",
+        description="Dense encoder runtime; auto = torch on a GPU or where it runs bf16 "
+        "(ingestion's batches), ONNX Runtime (fp32) elsewhere, queries included.",
     )
     encoder_threads: int = Field(
         0,

@@ -72,7 +72,7 @@ def _encoder() -> Encoder:
     if _child_encoder is None:
         from infra.retrieval.encoder import load_encoder
 
-        _child_encoder = load_encoder(_child_settings or Settings())
+        _child_encoder = load_encoder(_child_settings or Settings(), bulk=True)
     return _child_encoder
 
 

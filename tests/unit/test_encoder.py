@@ -46,10 +46,13 @@ def test_auto_precision_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None
     from infra.retrieval import encoder as module
 
     monkeypatch.setattr(module, "cpu_has_bf16", lambda: True)
-    assert module.resolve_precision("auto") == "bf16"
-    assert module.resolve_precision("fp32") == "fp32"
+    assert module.resolve_precision("auto", bulk=True) == "bf16"
+    # one short text is dispatch, not arithmetic: the query path takes fp32 (ONNX Runtime)
+    assert module.resolve_precision("auto", bulk=False) == "fp32"
+    assert module.resolve_precision("fp32", bulk=True) == "fp32"
+    assert module.resolve_precision("bf16", bulk=False) == "bf16"  # asked for: both take it
     monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
-    assert module.resolve_precision("auto") == "fp32"
+    assert module.resolve_precision("auto", bulk=True) == "fp32"
     with pytest.raises(ValueError, match="precision"):
         module.TorchEncoder(object(), "x", precision="int4")
     assert module.resolve_runtime("auto", "bf16") == "torch"

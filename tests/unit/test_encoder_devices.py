@@ -8,6 +8,7 @@ import pytest
 
 from bench import encoder_devices as module
 from bench.encoder_devices import Encoded, agreement
+from infra.retrieval import encoder as encoder_module
 from infra.settings import Settings
 
 
@@ -31,7 +32,14 @@ def test_the_same_vectors_agree_wholly_and_others_less() -> None:
 
 def test_without_cuda_only_the_cpu_is_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(module, "cuda_available", lambda: False)
+    monkeypatch.setattr(encoder_module, "cpu_has_bf16", lambda: False)
     assert [name for name, _ in module.configurations(Settings())] == ["cpu"]
+    # a bf16 CPU: ingestion's encoder (torch, bf16) and the query path's (ONNX, fp32) apart
+    monkeypatch.setattr(encoder_module, "cpu_has_bf16", lambda: True)
+    assert [name for name, _ in module.configurations(Settings())] == ["cpu", "cpu-query"]
+    assert [name for name, _ in module.configurations(Settings(encoder_precision="fp32"))] == [
+        "cpu"
+    ]
     monkeypatch.setattr(module, "cuda_available", lambda: True)
     names = [name for name, _ in module.configurations(Settings())]
     assert names == ["cpu-torch", "cuda", "cuda-bf16"]  # the GPU's default, then the other
