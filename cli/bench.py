@@ -21,6 +21,7 @@ from cli.common import (
     errors,
     interactive_logging,
     save_json,
+    store_namespace,
 )
 from infra.settings import Settings
 
@@ -297,7 +298,9 @@ def bench_ingest(
         Path, typer.Argument(exists=True, help="Documents: a folder, file or BEIR corpus.jsonl.")
     ],
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N documents.")] = None,
-    namespace: Annotated[str, typer.Option(help="Where to index them.")] = "bench-ingest",
+    namespace: Annotated[
+        str, typer.Option(help="Where to index them.", callback=store_namespace)
+    ] = "bench-ingest",
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/ingest.json"
     ),

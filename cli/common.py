@@ -34,6 +34,22 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show logs on the
 OutFile = Annotated[Path | None, typer.Option("--out", "-o", help="File (default: stdout).")]
 
 
+def store_namespace(value: str | None) -> str | None:
+    """A `--namespace` to index into, checked before anything is published: a document's
+    namespace is validated by the worker that indexes it, so a bad one would otherwise be
+    dead-lettered document by document, after the job was accepted."""
+    import re
+
+    from contracts.queries import STORE_NAMESPACE_PATTERN
+
+    if value is not None and not re.match(STORE_NAMESPACE_PATTERN, value):
+        raise typer.BadParameter(
+            f"{value!r} is not a namespace: lower-case letters, digits, '-' and '_', "
+            "starting with a letter or digit, at most 97 characters"
+        )
+    return value
+
+
 def server_logging(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_json)
 

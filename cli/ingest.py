@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import Verbose, console, errors, interactive_logging
+from cli.common import Verbose, console, errors, interactive_logging, store_namespace
 from infra.settings import Settings
 
 
@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
 
 def ingest(
     path: Annotated[Path, typer.Argument(exists=True, help="A file or a directory of documents.")],
-    namespace: Annotated[str | None, typer.Option(help="Put every document here.")] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Put every document here.", callback=store_namespace)
+    ] = None,
     job_id: Annotated[str | None, typer.Option(help="Job id (default: a new one).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for completion.")] = 600.0,
     verbose: Verbose = False,
