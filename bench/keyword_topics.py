@@ -18,10 +18,11 @@ stays in `../shared/data`; nothing is trained on it.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 from typing import Final
+
+from bench.evaluation.beir import load_qrels
 
 MAX_WORDS: Final = 4
 
@@ -34,10 +35,8 @@ def topic_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
             if line.strip():
                 row = json.loads(line)
                 texts[str(row["_id"])] = str(row["text"]).strip()
-    with (beir_dir / "qrels" / f"{split}.tsv").open(encoding="utf-8") as qrels:
-        ids = list(dict.fromkeys(row[0] for row in csv.reader(qrels, delimiter="\t")))
     rows = []
-    for query_id in ids[1:]:  # the header's "query-id" first
+    for query_id in load_qrels(beir_dir / "qrels" / f"{split}.tsv"):
         text = texts.get(query_id, "")
         if text and text == text.lower() and "?" not in text and len(text.split()) <= MAX_WORDS:
             rows.append({"text": text, "label": "factual", "source": f"nfcorpus:{split}:topic"})

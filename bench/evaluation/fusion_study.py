@@ -110,14 +110,9 @@ def by_document(chunks: list[RetrievedChunk], share: float) -> list[RetrievedChu
     """Each document's evidence summed: a document scores its best chunk plus `share` of its
     other chunks' scores, and its chunks move up together (best first)."""
     total: dict[str, float] = {}
-    best: dict[str, float] = {}
-    for chunk in chunks:
+    for chunk in chunks:  # best first: a document's first chunk is its best
         doc = chunk.document_id
-        if doc not in best:
-            best[doc] = chunk.score
-            total[doc] = chunk.score
-        else:
-            total[doc] += share * chunk.score
+        total[doc] = total[doc] + share * chunk.score if doc in total else chunk.score
     return sorted(chunks, key=lambda c: (-total[c.document_id], -c.score))
 
 
