@@ -289,7 +289,7 @@ class Orchestrator:
 def create_router(resources: Resources, orchestrator: Orchestrator | None = None) -> NatsRouter:
     orch = orchestrator or Orchestrator(resources)
     router = NatsRouter(
-        middlewares=[error_policy(resources.bus, resources.settings, report_failures=False)],
+        middlewares=[error_policy(resources.bus, resources.settings, on_dead_letter=None)],
         ack_policy=AckPolicy.MANUAL,
     )
 

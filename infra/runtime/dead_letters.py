@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import nats.js.errors
@@ -29,7 +30,7 @@ from contracts.results import StepFailure
 from infra.logging import get_logger
 from infra.metrics import DEAD_LETTERS
 from infra.runtime.bus import Bus
-from infra.runtime.ingest_jobs import JobTracker
+from infra.runtime.ingest_jobs import JobTracker, publish_progress
 
 log = get_logger(__name__)
 
@@ -104,23 +105,36 @@ async def report_step_failure(bus: Bus, subject: str, body: str, error: str) -> 
     return True
 
 
-async def report_document_failure(jobs: JobTracker, body: str, error: str) -> bool:
-    """Count an ingest document (or deletion) JetStream gave up on as failed in its job, so the
-    job still ends, and says which document and why. False when the body says no job."""
+@dataclass(frozen=True)
+class DocumentFailure:
+    """An ingest document counted as failed in its job: which job, and whether that ended it."""
+
+    job_id: str
+    completed: bool
+
+
+async def report_document_failure(
+    jobs: JobTracker, bus: Bus, body: str, error: str
+) -> DocumentFailure | None:
+    """Count an ingest document (or deletion) that will never be processed as failed in its
+    job, and tell the job's watchers, so the job still ends and says which document and why.
+    None when the body names no job."""
     raw = _json_object(body)
     if raw is None:
-        return False
+        return None
     job_id, event_id = raw.get("request_id"), raw.get("event_id")
     document = raw.get("document")
     document_id = document.get("id") if isinstance(document, dict) else raw.get("document_id")
     if not (isinstance(job_id, str) and is_valid_request_id(job_id)) or not event_id:
-        return False
+        return None
     if raw.get("type") not in ("ingest.document", "ingest.delete"):
-        return False
-    await jobs.record(
-        job_id, str(event_id), "failed", document_id=str(document_id or ""), error=error[:2000]
+        return None
+    document_id = str(document_id or "")[:512]
+    completed = await jobs.record(
+        job_id, str(event_id), "failed", document_id=document_id, error=error[:2000]
     )
-    return True
+    await publish_progress(bus, jobs.redis, job_id, document_id or None, error[:2000])
+    return DocumentFailure(job_id, completed)
 
 
 async def _requeue_document(
@@ -204,7 +218,7 @@ async def handle_max_deliveries(
     )
     if advisory.stream == sj.STREAM_INGEST:
         if jobs is not None:
-            await report_document_failure(jobs, body, error)
+            await report_document_failure(jobs, bus, body, error)
     else:
         await report_step_failure(bus, subject, body, error)
     with contextlib.suppress(nats.js.errors.NotFoundError):  # acknowledged meanwhile

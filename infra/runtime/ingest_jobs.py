@@ -11,7 +11,10 @@ from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 
+from contracts import subjects as sj
+from contracts.ingest import IngestProgress, IngestProgressData
 from contracts.tenancy import DEFAULT_TENANT
+from infra.runtime.bus import Bus
 
 Outcome = Literal["done", "failed", "unchanged"]
 
@@ -91,6 +94,10 @@ class JobTracker:
         self._record = redis.register_script(_RECORD)
         self._seal = redis.register_script(_SEAL)
 
+    @property
+    def redis(self) -> aioredis.Redis:
+        return self._redis
+
     async def counted(self, job_id: str, event_id: str) -> bool:
         """Whether this document message was already counted (a redelivery)."""
         return bool(await self._redis.sismember(_keys(job_id)[1], event_id))
@@ -156,3 +163,19 @@ async def read_job(redis: aioredis.Redis, job_id: str) -> dict[str, Any] | None:
         **{name: int(raw.get(name, 0)) for name in COUNTERS},
         "errors": cast(dict[str, str], await redis.hgetall(errors_key)),
     }
+
+
+async def publish_progress(
+    bus: Bus,
+    redis: aioredis.Redis,
+    job_id: str,
+    document_id: str | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """Send the job's counts as they stand to its watchers; returns the job's state."""
+    state = await read_job(redis, job_id) or {"status": "running"}
+    counts = {name: state[name] for name in ("status", "expected", *COUNTERS) if name in state}
+    data = IngestProgressData(**counts, document_id=document_id, error=error)
+    progress = IngestProgress(request_id=job_id, data=data)
+    await bus.publish(progress, sj.ingest_events_subject(job_id), sj.STREAM_INGEST_EVENTS)
+    return state

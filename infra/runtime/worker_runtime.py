@@ -39,6 +39,9 @@ from infra.telemetry import tracer
 
 log = get_logger(__name__)
 
+DeadLetterHook = Callable[[Bus, str, str, str], Awaitable[object]]
+"""Called with (bus, subject, body, error) once a message is dead-lettered."""
+
 
 def delivery_count(msg: StreamMessage[Any]) -> int:
     """How many times JetStream has delivered this message (1 outside JetStream)."""
@@ -143,10 +146,12 @@ def error_policy(
     bus: Bus,
     settings: Settings,
     *,
-    report_failures: bool,
+    on_dead_letter: DeadLetterHook | None,
     is_live: Callable[[str], Awaitable[bool]] | None = None,
 ) -> type[BaseMiddleware]:
-    """Build the router middleware; `report_failures` is off where there is no result to send.
+    """Build the router middleware. `on_dead_letter(bus, subject, body, error)` tells whoever waits
+    on a dead-lettered message that it failed for good (`report_step_failure` for a step's
+    command); None where nothing waits.
     With `is_live`, a command whose request does not exist or has finished is acknowledged and
     dropped once it has validated, before its step starts (`phase` asks), and counted in
     `ragbus_unknown_requests_total`."""
@@ -210,8 +215,8 @@ def error_policy(
                     error=error,
                     deliveries=deliveries,
                 )
-                if report_failures:
-                    await report_step_failure(bus, subject, body, error)
+                if on_dead_letter is not None:
+                    await on_dead_letter(bus, subject, body, error)
             except (
                 Exception
             ) as publish_exc:  # the broker itself is failing: let JetStream redeliver
@@ -368,14 +373,18 @@ def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:
     }
 
 
-def step_router(resources: Resources, *, report_failures: bool = True) -> NatsRouter:
-    """A worker kind's router: manual acks, and the error policy above on every subscriber."""
+def step_router(
+    resources: Resources, *, on_dead_letter: DeadLetterHook | None = report_step_failure
+) -> NatsRouter:
+    """A worker kind's router: manual acks, and the error policy above on every subscriber.
+    A dead-lettered command is reported to the saga as its step's failure unless
+    `on_dead_letter` says otherwise."""
     return NatsRouter(
         middlewares=[
             error_policy(
                 resources.bus,
                 resources.settings,
-                report_failures=report_failures,
+                on_dead_letter=on_dead_letter,
                 is_live=resources.is_live,
             )
         ],

@@ -173,6 +173,46 @@ async def test_all_documents_failing_fails_the_job(
     assert job is not None and job["status"] == "failed" and job["documents_failed"] == 2
 
 
+async def test_malformed_documents_are_dead_lettered_and_counted_failed(
+    harness: WorkerHarness,
+) -> None:
+    """A document the worker cannot even read (here a namespace `model_copy` let through
+    unvalidated) is dead-lettered as poison and counted failed, so its job still ends."""
+    job_id = _job()
+    for doc in DOCS[:2]:
+        bad = IngestDocument(request_id=job_id, event_id=doc.content_hash(), document=doc)
+        body = bad.model_dump(mode="json")
+        body["document"]["namespace"] = "ing-W"
+        await harness.broker.publish(body, sj.ingest_docs_subject(job_id), stream=sj.STREAM_INGEST)
+    await _send(harness, IngestJobSealed(request_id=job_id, expected=2))
+
+    job = await read_job(harness.resources.redis(), job_id)
+    assert job is not None and job["status"] == "failed"
+    assert (job["documents_failed"], job["documents_done"]) == (2, 0)
+    assert set(job["errors"]) == {"a", "b"}
+    assert "namespace" in job["errors"]["a"]
+    assert len(harness.on("rag.dlq.")) == 2
+    progress = _progress(harness, job_id)
+    assert {p.data.document_id for p in progress if p.data.error} == {"a", "b"}
+    assert progress[-1].data.status == "failed"
+
+
+async def test_a_malformed_last_document_ends_a_sealed_job(harness: WorkerHarness) -> None:
+    job_id = _job()
+    await _send(harness, IngestJobSealed(request_id=job_id, expected=2))
+    good = IngestDocument(request_id=job_id, event_id="good", document=DOCS[1])
+    await _send(harness, good)
+    await harness.broker.publish(
+        {"type": "ingest.document", "request_id": job_id, "event_id": "bad", "document": {}},
+        sj.ingest_docs_subject(job_id),
+        stream=sj.STREAM_INGEST,
+    )
+    job = await read_job(harness.resources.redis(), job_id)
+    assert job is not None and job["status"] == "completed"
+    assert (job["documents_done"], job["documents_failed"]) == (1, 1)
+    assert _progress(harness, job_id)[-1].data.status == "completed"
+
+
 async def test_empty_job_completes_on_seal(harness: WorkerHarness) -> None:
     receipt = await publish_job(harness.resources.bus, [], job_id=_job())
     job = await read_job(harness.resources.redis(), receipt.job_id)

@@ -16,20 +16,19 @@ from typing import Any
 
 from faststream.nats import NatsRouter
 
-from contracts import subjects as sj
 from contracts.ingest import (
     IngestDeletion,
     IngestDocument,
     IngestJobSealed,
     IngestMessage,
-    IngestProgress,
-    IngestProgressData,
 )
 from infra.errors import is_transient
 from infra.logging import get_logger
 from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
-from infra.runtime.bus import INGEST_WORKER, subscriber_kwargs
-from infra.runtime.ingest_jobs import COUNTERS, JobTracker, read_job
+from infra.runtime.bus import INGEST_WORKER, Bus, subscriber_kwargs
+from infra.runtime.dead_letters import report_document_failure
+from infra.runtime.ingest_jobs import JobTracker, read_job
+from infra.runtime.ingest_jobs import publish_progress as publish_job_progress
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import current_deliveries, step_router
 from workers.ingest.indexer import index_document, remove_document
@@ -41,7 +40,7 @@ log = get_logger(__name__)
 
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
-    router = step_router(resources, report_failures=False)
+
     resources.on_warm_up(resources.vectors, resources.graph, resources.sparse)
     tracker: JobTracker | None = None
     summariser: LLMCommunitySummariser | None = None
@@ -63,12 +62,7 @@ def create_router(resources: Resources) -> NatsRouter:
     async def publish_progress(
         job_id: str, document_id: str | None = None, error: str | None = None
     ) -> dict[str, Any]:
-        state = await read_job(resources.redis(), job_id) or {"status": "running"}
-        counts = {name: state[name] for name in ("status", "expected", *COUNTERS) if name in state}
-        data = IngestProgressData(**counts, document_id=document_id, error=error)
-        progress = IngestProgress(request_id=job_id, data=data)
-        await bus.publish(progress, sj.ingest_events_subject(job_id), sj.STREAM_INGEST_EVENTS)
-        return state
+        return await publish_job_progress(bus, resources.redis(), job_id, document_id, error)
 
     async def on_completed(job_id: str, state: dict[str, Any]) -> None:
         log.info("ingest_job_finished", job_id=job_id, status=state.get("status"))
@@ -127,6 +121,16 @@ def create_router(resources: Resources) -> NatsRouter:
         state = await publish_progress(job_id)
         if completed:
             await on_completed(job_id, state)
+
+    async def on_dead_letter(bus: Bus, _subject: str, body: str, error: str) -> None:
+        """A document that will never be indexed (malformed, or failing for good outside
+        `on_operation`) is counted failed, so its job still ends."""
+        failure = await report_document_failure(jobs(), bus, body, error)
+        if failure is not None and failure.completed:
+            state = await read_job(resources.redis(), failure.job_id) or {}
+            await on_completed(failure.job_id, state)
+
+    router = step_router(resources, on_dead_letter=on_dead_letter)
 
     @router.subscriber(**subscriber_kwargs(INGEST_WORKER, settings, IngestMessage), title="ingest")
     async def ingest(message: IngestMessage) -> None:

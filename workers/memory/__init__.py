@@ -84,7 +84,7 @@ def create_router(resources: Resources) -> NatsRouter:
     sessions = SessionStore.from_settings(redis, settings)
     index = MemoryIndex(redis, settings.memory_ttl_s)
     router = step_router(resources)
-    commands = step_router(resources, report_failures=False)  # nothing waits on a result
+    commands = step_router(resources, on_dead_letter=None)  # nothing waits on a result
     resources.on_warm_up(resources.encoder, resources.memory_vectors)
 
     @commands.subscriber(
