@@ -12,6 +12,7 @@ from cli import (
     ask,
     bench,
     bench_encoder,
+    bench_scale,
     chaos,
     demo,
     evaluate,
@@ -37,7 +38,8 @@ intent.register(app)  # train-intent, eval-intent
 vectors.register(app)  # migrate-vectors
 demo.register(app)  # demo
 specs.register(app)  # openapi, asyncapi, tables
-bench.register(app)  # bench, bench-bus, bench-scale, bench-ingest
+bench.register(app)  # bench, bench-bus, bench-ingest
+bench_scale.register(app)  # bench-scale, bench-scaleout
 bench_encoder.register(app)  # bench-encoder
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos

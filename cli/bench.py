@@ -1,7 +1,6 @@
-"""`ragbus bench|bench-bus|bench-scale|bench-ingest|bench-scaleout`: load, the in-process peers,
-the bus's own cost, scale, ingestion and roles scaled out on a NATS cluster, each printing its
-figures and writing a JSON report (`results/`). The measuring is `bench`'s; this module parses
-options and prints."""
+"""`ragbus bench|bench-bus|bench-ingest`: load, the in-process peers, the bus's own cost and
+ingestion, each printing its figures and writing a JSON report (`results/`). The measuring is
+`bench`'s; this module parses options and prints."""
 
 from __future__ import annotations
 
@@ -14,9 +13,14 @@ import typer
 
 from cli.common import (
     DEFAULT_API,
+    DEFAULT_QUERIES,
     ApiUrl,
+    Concurrency,
+    Duration,
+    Queries,
     Token,
     Verbose,
+    Warmup,
     console,
     errors,
     interactive_logging,
@@ -29,18 +33,7 @@ from infra.settings import Settings
 def register(app: typer.Typer) -> None:
     app.command()(bench)
     app.command("bench-bus")(bench_bus)
-    app.command("bench-scale")(bench_scale)
     app.command("bench-ingest")(bench_ingest)
-    app.command("bench-scaleout")(bench_scaleout)
-
-
-Queries = Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")]
-DEFAULT_QUERIES = Path("bench/queries.txt")
-Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1)]
-Duration = Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")]
-Warmup = Annotated[
-    float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
-]
 
 
 def bench(
@@ -204,95 +197,6 @@ def bench_bus(
     console.print(f"wrote {out}")
 
 
-def bench_scale(
-    sizes: Annotated[
-        str, typer.Option(help="Corpus sizes in chunks, comma-separated (k = thousand).")
-    ] = "10k,100k,300k",
-    source: Annotated[
-        Path | None,
-        typer.Option(help="Data dir holding the ingested namespace (default: RAGBUS_DATA_DIR)."),
-    ] = None,
-    namespace: Annotated[str, typer.Option(help="The ingested namespace to grow.")] = "nfcorpus",
-    work_dir: Annotated[
-        Path | None, typer.Option(help="Where the built corpora live (default: <source>/scale).")
-    ] = None,
-    queries: Queries = DEFAULT_QUERIES,
-    concurrency: Concurrency = 8,
-    duration: Duration = 30.0,
-    warmup: Warmup = 5.0,
-    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "results/scale.json"
-    ),
-    verbose: Verbose = False,
-) -> None:
-    """Per-channel search and end-to-end latency as the corpus grows: each size is built once
-    from an ingested namespace (perturbed copies: bench/scale.py says how), then served by
-    its own `ragbus up` and loaded like `ragbus bench`."""
-    from bench.load import load_queries
-    from bench.scale import measure, size_label, table
-
-    settings = Settings()
-    interactive_logging(settings, verbose)
-    source_dir = source or settings.data_dir
-    root = work_dir or source_dir / "scale"
-    try:
-        targets = [_chunk_count(size) for size in sizes.split(",") if size.strip()]
-    except ValueError as exc:
-        errors.print(f"--sizes: {exc}")
-        raise typer.Exit(2) from None
-    texts = load_queries(queries)
-    rows: list[dict[str, Any]] = []
-    for target in targets:
-        corpus_dir = root / size_label(target)
-        built = corpus_dir / "scale.json"
-        if not built.exists():
-            if corpus_dir.exists():
-                errors.print(f"{corpus_dir} holds a build that did not finish: remove it first")
-                raise typer.Exit(1)
-            _build_scaled(source_dir, namespace, target, corpus_dir)
-        row = asyncio.run(
-            measure(
-                corpus_dir,
-                texts,
-                concurrency=concurrency,
-                duration_s=duration,
-                warmup_s=warmup,
-                namespace=namespace,
-            )
-        )
-        row["size"] = size_label(target)
-        rows.append(row)
-        console.print(table(rows))
-        save_json({"sizes": rows, "table": table(rows)}, out)
-    console.print(f"wrote {out}")
-
-
-def _build_scaled(source_dir: Path, namespace: str, target: int, corpus_dir: Path) -> None:
-    """One corpus size, built with a progress bar per stage (read, write, optimize, ...)."""
-    from rich.progress import Progress
-
-    from bench.scale import size_label
-    from bench.scale_build import build_corpus
-
-    with Progress(console=console) as bar:
-        tasks: dict[str, Any] = {}
-
-        def advance(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(f"{size_label(target)} {stage}", total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
-        build_corpus(source_dir, namespace, target, corpus_dir, progress=advance)
-
-
-def _chunk_count(size: str) -> int:
-    size = size.strip().lower()
-    value = float(size[:-1]) * 1000 if size.endswith("k") else float(size)
-    if value < 1:
-        raise ValueError(f"{size!r} is not a corpus size")
-    return int(value)
-
-
 def bench_ingest(
     path: Annotated[
         Path, typer.Argument(exists=True, help="Documents: a folder, file or BEIR corpus.jsonl.")
@@ -346,64 +250,3 @@ def bench_ingest(
     console.print_json(json.dumps(report))
     print_comparison(report, console)
     save_json(report, out)
-
-
-def bench_scaleout(
-    queries: Queries = DEFAULT_QUERIES,
-    concurrency: Concurrency = 8,
-    duration: Duration = 30.0,
-    warmup: Warmup = 10.0,
-    nats_nodes: Annotated[int, typer.Option(min=1, max=5, help="NATS cluster nodes.")] = 3,
-    out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "results/scaleout.json"
-    ),
-) -> None:
-    """Every role in its own processes on a fresh NATS cluster (streams on three nodes) and
-    redis-server: the sample corpus ingested, then the same load with 1 and with 2 processes
-    of each stateless role (orchestrator, classify, generate, critic) beside one store-owning
-    worker. Prints q/s, latency and CPU a request, and where the CPU went by role."""
-    from bench.load import load_queries
-    from bench.scaleout import bench_scaleout as run
-
-    interactive_logging(Settings(), verbose=False)
-    console.print(f"bench-scaleout: {nats_nodes} NATS nodes, c = {concurrency}, {duration:g} s")
-    report = asyncio.run(
-        run(
-            load_queries(queries),
-            concurrency=concurrency,
-            duration_s=duration,
-            warmup_s=warmup,
-            nats_nodes=nats_nodes,
-        )
-    )
-    save_json(report, out)
-    print_scaleout(report)
-    console.print(f"wrote {out}")
-
-
-def print_scaleout(report: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    runs = report["runs"]
-    table = Table(
-        title=f"stateless roles scaled out ({report['nats_nodes']} NATS nodes, "
-        f"c = {report['concurrency']})"
-    )
-    table.add_column("")
-    for run_ in runs:
-        table.add_column(f"{run_['processes_per_stateless_role']} a role", justify="right")
-    rows = {
-        "q/s": lambda r: f"{r['throughput_qps']:.1f}",
-        "p50 ms": lambda r: f"{r['latency_ms']['p50'] or 0:,.0f}",
-        "p95 ms": lambda r: f"{r['latency_ms']['p95'] or 0:,.0f}",
-        "CPU ms a request": lambda r: f"{r['cpu_ms_per_request'] or 0:.1f}",
-        "cores busy": lambda r: f"{r['server_cores_busy'] or 0:.2f}",
-    }
-    for name, cell in rows.items():
-        table.add_row(name, *(cell(r) for r in runs))
-    for role in runs[0]["cpu_ms_per_request_by_role"]:
-        table.add_row(
-            f"  {role}, CPU ms a request",
-            *(f"{r['cpu_ms_per_request_by_role'].get(role, 0):.1f}" for r in runs),
-        )
-    console.print(table)

@@ -33,6 +33,15 @@ Token = Annotated[
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show logs on the terminal.")]
 OutFile = Annotated[Path | None, typer.Option("--out", "-o", help="File (default: stdout).")]
 
+# The load benchmarks' options
+Queries = Annotated[Path, typer.Option(exists=True, help="One query per line, or JSONL.")]
+DEFAULT_QUERIES = Path("bench/queries.txt")
+Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1)]
+Duration = Annotated[float, typer.Option("--duration", "-d", min=1, help="Seconds.")]
+Warmup = Annotated[
+    float, typer.Option("--warmup", "-w", min=0, help="Seconds of load not counted first.")
+]
+
 
 def store_namespace(value: str | None) -> str | None:
     """A `--namespace` to index into, checked before anything is published: a document's
