@@ -148,6 +148,21 @@ def test_hydration_keeps_the_order_and_drops_what_is_gone(store: VectorStore) ->
     assert [h.document_id for h in store.hydrate(hits)] == ["statins"]
 
 
+def test_a_chunk_carrying_its_text_but_no_vectors_gets_the_stored_ones(store: VectorStore) -> None:
+    """A graph store's copy of a chunk (what the bridge inserts) has the text and no vectors;
+    without the stored vectors generation and the critic would encode the whole passage."""
+    _index(store, STATINS)
+    [reference] = store.search_dense(["default"], _vectors(["Statins"])[0], 1)
+    graph_copy = reference.model_copy(update={"text": STATINS.text})
+    [hydrated] = store.hydrate([graph_copy])
+    assert hydrated.text == STATINS.text and hydrated.vectors is not None
+    assert hydrated.vectors.spans == [(0, len(STATINS.text))]
+    claimed = reference.model_copy(update={"text": "Statins lower", "claimed": True})
+    assert store.hydrate([claimed]) == [claimed]  # a previous attempt's: kept as it is
+    elsewhere = graph_copy.model_copy(update={"chunk_id": str(uuid.uuid4())})
+    assert store.hydrate([elsewhere]) == [elsewhere]  # the text it has is kept
+
+
 def test_a_chunk_stored_without_sentences_hydrates_without_them(store: VectorStore) -> None:
     chunks = chunk_document(STATINS, chunk_chars=200, overlap_chars=0)
     texts = [c.text for c in chunks]
