@@ -24,11 +24,8 @@ Threads and pools, chosen as follows:
   spinning). Each of the T threads runs its own forward pass on the shared, thread-safe
   session (`InlineEncoder`); ragbus's coalescing batcher would merge concurrent queries into
   one pass instead (its futures belong to one event loop, so it cannot serve T loops);
-- BLAS: left at the library's default, as ragbus leaves it (`blas_threads=None`; the
-  retrieval peer pins one thread, `bench.closed_loop.BLAS_THREADS`). The matrices here are
-  small (at most 240 sentences by 384): at 8 threads on the 35-chunk sample on 2 cores, two
-  4 s runs each, one BLAS thread gave 19.2 and 20.2 q/s and the default 19.9 and 25.2, within
-  the noise, so the pin that saved the retrieval peer changes nothing here;
+- BLAS: as ragbus's serving processes run it, `RAGBUS_BLAS_THREADS` threads (one by
+  default; 0 = the library's default; `infra.runtime.blas`);
 - each thread has its own worker (`bench.same_work_worker.Worker`): its own event loop and
   its own `IntentClassifier`; the trained intent model is loaded once and shared, as in
   ragbus's process.
@@ -200,13 +197,13 @@ def run_same_work(
     threads: int = 8,
     duration_s: float,
     warmup_s: float = 0.0,
-    blas_threads: int | None = None,
 ) -> dict[str, Any]:
     """Closed-loop load on the same-work peer (`bench.closed_loop`); CPU is this process's
     over the measured seconds, the encoder's and BLAS's threads included. `stages_mean_ms`
     are wall times under the load: with more threads than cores they include the wait for a
     core and for the GIL, as ragbus's phase durations include the wait for its event loop."""
     peer.prepare(threads)
+    blas_threads = peer.settings.blas_threads or None  # None: the library's default
     load = closed_loop(
         peer.answer,
         queries,

@@ -292,6 +292,13 @@ class Settings(BaseSettings):
         description="Encoder intra-op threads; 0 = this process's share of the cores "
         "(cores ÷ RAGBUS_HOST_PROCESSES), at most 4.",
     )
+    blas_threads: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Threads of numpy's BLAS (OpenBLAS) in a serving process; 0 = the "
+        "library's default (a thread per core, spinning between calls).",
+    )
     host_processes: int = Field(
         0,
         ge=0,

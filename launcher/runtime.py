@@ -19,6 +19,7 @@ from faststream.nats import NatsBroker, NatsRouter
 
 from infra.errors import StartupError
 from infra.logging import get_logger
+from infra.runtime.blas import limit_blas_threads
 from infra.runtime.bus import Bus, create_broker, declare_topology
 from infra.runtime.heap import settle_heap
 from infra.runtime.readiness import Beacon
@@ -305,6 +306,7 @@ async def serve(
                 url=f"http://{runtime.settings.api_host}:{runtime.settings.api_port}",
             )
         settle_heap()  # everything start-up built is long-lived: out of the collector's walks
+        limit_blas_threads(runtime.settings.blas_threads)
         if ready is not None:
             ready.set()
         waiters = [asyncio.create_task(stop.wait())]

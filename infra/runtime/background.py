@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from infra.logging import get_logger
+from infra.runtime.blas import limit_blas_threads
 from infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def _child_init(settings: Settings, nice: int, parent_pid: int) -> None:
     _child_settings = settings
     if nice:
         os.nice(nice)
+    limit_blas_threads(settings.blas_threads)
     threading.Thread(
         target=_exit_with_parent, args=(parent_pid,), name="parent-watch", daemon=True
     ).start()
