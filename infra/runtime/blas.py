@@ -16,7 +16,9 @@ from __future__ import annotations
 from threadpoolctl import threadpool_limits
 
 
-def limit_blas_threads(threads: int) -> None:
-    """Pin the BLAS libraries this process has loaded to `threads` (0: leave them be)."""
-    if threads > 0:
-        threadpool_limits(limits=threads, user_api="blas")
+def limit_blas_threads(threads: int) -> threadpool_limits | None:
+    """Pin the BLAS libraries this process has loaded to `threads` (0: leave them be); the
+    limiter, whose `restore_original_limits()` undoes it."""
+    if threads <= 0:
+        return None
+    return threadpool_limits(limits=threads, user_api="blas")
