@@ -306,8 +306,10 @@ async def _phase_events(
         )
         # A step that ran long enough to announce itself asks again whether its request is
         # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
-        # A quicker step sends at once (its request was live when it started, a moment ago).
-        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s
+        # So does a redelivered message's step: the delivery before it may have finished the
+        # request meanwhile (its worker killed after sending the result, before the ack). A
+        # quicker first delivery sends at once (its request was live a moment ago).
+        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s or current_deliveries() > 1
         await send_while_live(bus, end, ask_first=ask_first)
 
 
