@@ -197,8 +197,9 @@ class EmbeddedGraphIndex:
             if key not in self._entities:
                 continue
             shared: Counter[str] = Counter()
-            for chunk_id in self._mention_list(key)[:WALK_SCAN]:
-                shared.update(k for k in set(self._chunk_entities.get(chunk_id, ())) if k != key)
+            for chunk_id in self._mention_list(key)[:WALK_SCAN]:  # counted in C, a set each
+                shared.update(set(self._chunk_entities.get(chunk_id, ())))
+            shared.pop(key, None)  # every one of its chunks mentions it
             if len(shared) > limit:  # the cut-off count in C, the full order on the few above it
                 cutoff = heapq.nlargest(limit, shared.values())[-1]
                 shared = Counter({k: n for k, n in shared.items() if n >= cutoff})
