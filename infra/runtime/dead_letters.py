@@ -107,10 +107,12 @@ async def report_step_failure(bus: Bus, subject: str, body: str, error: str) -> 
 
 @dataclass(frozen=True)
 class DocumentFailure:
-    """An ingest document counted as failed in its job: which job, and whether that ended it."""
+    """An ingest document counted as failed in its job: which job, whether that ended it, and
+    the job's state as its watchers were told it."""
 
     job_id: str
     completed: bool
+    state: dict[str, Any]
 
 
 async def report_document_failure(
@@ -129,12 +131,12 @@ async def report_document_failure(
         return None
     if raw.get("type") not in ("ingest.document", "ingest.delete"):
         return None
-    document_id = str(document_id or "")[:512]
+    document_id, error = str(document_id or "")[:512], error[:2000]
     completed = await jobs.record(
-        job_id, str(event_id), "failed", document_id=document_id, error=error[:2000]
+        job_id, str(event_id), "failed", document_id=document_id, error=error
     )
-    await publish_progress(bus, jobs.redis, job_id, document_id or None, error[:2000])
-    return DocumentFailure(job_id, completed)
+    state = await publish_progress(bus, jobs.redis, job_id, document_id or None, error)
+    return DocumentFailure(job_id, completed, state)
 
 
 async def _requeue_document(

@@ -27,7 +27,7 @@ from infra.logging import get_logger
 from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
 from infra.runtime.bus import INGEST_WORKER, Bus, subscriber_kwargs
 from infra.runtime.dead_letters import report_document_failure
-from infra.runtime.ingest_jobs import JobTracker, read_job
+from infra.runtime.ingest_jobs import JobTracker
 from infra.runtime.ingest_jobs import publish_progress as publish_job_progress
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import current_deliveries, step_router
@@ -40,7 +40,6 @@ log = get_logger(__name__)
 
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
-
     resources.on_warm_up(resources.vectors, resources.graph, resources.sparse)
     tracker: JobTracker | None = None
     summariser: LLMCommunitySummariser | None = None
@@ -127,8 +126,7 @@ def create_router(resources: Resources) -> NatsRouter:
         `on_operation`) is counted failed, so its job still ends."""
         failure = await report_document_failure(jobs(), bus, body, error)
         if failure is not None and failure.completed:
-            state = await read_job(resources.redis(), failure.job_id) or {}
-            await on_completed(failure.job_id, state)
+            await on_completed(failure.job_id, failure.state)
 
     router = step_router(resources, on_dead_letter=on_dead_letter)
 
