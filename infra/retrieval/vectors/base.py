@@ -276,10 +276,11 @@ class VectorStore(ABC):
         store's copy, as the bridge inserts) gets the stored vectors, or stays as it is when
         the store has none: without them generation and the critic would encode it, ~0.1 s
         of CPU for one passage on the query path."""
-        wanted = [chunk for chunk in chunks if not (chunk.claimed or chunk.vectors is not None)]
+        whole = [chunk.claimed or chunk.vectors is not None for chunk in chunks]
         by_namespace: dict[str, list[str]] = {}
-        for chunk in wanted:
-            by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
+        for chunk, kept in zip(chunks, whole, strict=True):
+            if not kept:
+                by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
         found: dict[tuple[str, str], Record] = {}
         for namespace, ids in by_namespace.items():
             if not self._exists(namespace):
@@ -287,13 +288,12 @@ class VectorStore(ABC):
             for record in self._retrieve(namespace, ids, True, (DENSE, SENTENCES)):
                 found[(namespace, str(record.payload.get("chunk_id") or record.id))] = record
         out: list[RetrievedChunk] = []
-        for chunk in chunks:
-            stored = found.get((chunk.namespace, chunk.chunk_id))
-            if stored is None:
-                if chunk.text or chunk.claimed or chunk.vectors is not None:
-                    out.append(chunk)
-                continue
-            out.append(self._hydrated(chunk, stored))
+        for chunk, kept in zip(chunks, whole, strict=True):
+            stored = None if kept else found.get((chunk.namespace, chunk.chunk_id))
+            if stored is not None:
+                out.append(self._hydrated(chunk, stored))
+            elif kept or chunk.text:
+                out.append(chunk)
         return out
 
     def _hydrated(self, chunk: RetrievedChunk, stored: Record) -> RetrievedChunk:
