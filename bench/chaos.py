@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -105,6 +106,16 @@ async def _chaos(
     await asyncio.gather(*pending_restarts, return_exceptions=True)
 
 
+def _keep_log(cluster: Cluster, requests: dict[str, Any]) -> str | None:
+    """The roles' log, copied out of the run's temporary directory when a stream missed an
+    event: the one clue to how, once the run is gone."""
+    if not requests["streams_missing_events"]:
+        return None
+    kept = Path(tempfile.gettempdir()) / f"ragbus-chaos-roles-{int(time.time())}.log"
+    shutil.copyfile(cluster.root / "roles.log", kept)
+    return str(kept)
+
+
 async def run_chaos(
     *,
     duration_s: float,
@@ -150,6 +161,7 @@ async def run_chaos(
             requests = await verify_requests(cluster, clients.tracked, read_events)
         finally:
             cluster.stop()
+        kept_log = _keep_log(cluster, requests)
         ingest = verify_ingest(cluster, job, record) if "job_id" in job else {}
         latencies = [t.latency_ms for t in clients.tracked if t.latency_ms is not None]
         completed = requests["by_status"].get("completed", 0)
@@ -186,6 +198,7 @@ async def run_chaos(
             "sse_events_after_done": requests["events_after_done"],
             "sse_streams_missing": requests["streams_missing"],
             "dead_letters": requests["dead_letters"],
+            "roles_log_kept": kept_log,
             "ingest": ingest,
             "latency_ms": {
                 "p50": percentile(latencies, 50),

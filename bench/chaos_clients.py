@@ -32,6 +32,9 @@ class Tracked:
     status: str = "unfinished"
     latency_ms: float | None = None
     resumes: int = 0
+    done_seq: int | None = None
+    """The id of the `done` the client got: the stream's own, or one the API made from the
+    request's record (its id the subject's last sequence then)."""
 
 
 class Clients:
@@ -68,6 +71,7 @@ class Clients:
                         last = int(message.id)
                         tracked.seqs.add(last)
                     if message.event == "done":
+                        tracked.done_seq = last
                         tracked.status = str(message.data.get("data", {}).get("status"))
                         tracked.latency_ms = (time.monotonic() - tracked.submitted_at) * 1000
                         return

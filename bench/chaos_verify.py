@@ -87,6 +87,11 @@ async def verify_requests(
                         "request_id": request.request_id,
                         "resumes": request.resumes,
                         "lost": [_describe(q, e, done_seq) for q, e in events if q in lost],
+                        # what the client saw, to tell a reader that skipped an event from
+                        # one that ended early on a `done` made from the record
+                        "seen": sorted(request.seqs),
+                        "done_seen": request.done_seq,
+                        "stored": [[q, e.get("type")] for q, e in events],
                     }
                 )
 

@@ -25,7 +25,7 @@ def assert_nothing_lost_or_doubled(report: dict[str, Any]) -> None:
     assert requests["submitted"] >= 10
     assert requests["terminal"] == requests["submitted"], requests
     assert report["duplicates"] == {"answers": 0, "done": 0}
-    assert report["sse_streams_missing_events"] == 0
+    assert report["sse_streams_missing_events"] == 0, report["sse_streams_missing"]
     ingest = report["ingest"]
     assert ingest["job_status"] == "completed"
     assert ingest["documents_failed"] == 0
