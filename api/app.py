@@ -21,6 +21,7 @@ from faststream.nats import NatsBroker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import admin, documents, ops, routes, sessions, web
+from api.event_hub import EventHub
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
@@ -67,6 +68,8 @@ def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = 
             app.state.bus = Bus(publisher)
             app.state.nc = nc
             app.state.js = nc.jetstream()
+            if settings.shared_event_consumer:
+                app.state.event_hub = await stack.enter_async_context(EventHub(app.state.js))
             app.state.redis = redis
             app.state.store = StateStore(redis, settings)
             log.info("api_started", auth=settings.auth, nats=redacted(settings.nats_url))

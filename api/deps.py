@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from api.event_hub import EventHub
 from infra.runtime.bus import Bus
 from infra.settings import Settings
 from infra.tenancy.quotas import Quotas
@@ -47,10 +48,16 @@ async def get_jetstream(request: Request) -> JetStreamContext:
     return request.app.state.js
 
 
+async def get_event_hub(request: Request) -> EventHub | None:
+    """The process's shared consumer of caller events; None: each stream reads its own."""
+    return getattr(request.app.state, "event_hub", None)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 BusDep = Annotated[Bus, Depends(get_bus)]
 StoreDep = Annotated[StateStore, Depends(get_store)]
 RedisDep = Annotated[aioredis.Redis, Depends(get_redis)]
 NatsDep = Annotated[NATS, Depends(get_nats)]
 JetStreamDep = Annotated[JetStreamContext, Depends(get_jetstream)]
+EventHubDep = Annotated[EventHub | None, Depends(get_event_hub)]
 QuotasDep = Annotated[Quotas, Depends(get_quotas)]

@@ -11,7 +11,7 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -37,7 +37,7 @@ ELECTION_WAIT_S = 30.0
 one after losing a node) before the reader gives up."""
 
 
-async def _answered(call: Callable[[], Awaitable[T]]) -> T:
+async def answered(call: Callable[[], Awaitable[T]]) -> T:
     """A JetStream API call of a reader, retried while JetStream cannot answer it."""
     return await until_jetstream_answers(
         call, ELECTION_WAIT_S, first_delay_s=0.2, max_delay_s=2.0, event="event_reader_retried"
@@ -47,7 +47,7 @@ async def _answered(call: Callable[[], Awaitable[T]]) -> T:
 async def last_sequence(js: JetStreamContext, stream: str, subject: str) -> int:
     """The stream sequence of the subject's last message (0: it holds none)."""
     try:
-        return int((await _answered(lambda: js.get_last_msg(stream, subject))).seq or 0)
+        return int((await answered(lambda: js.get_last_msg(stream, subject))).seq or 0)
     except nats.js.errors.NotFoundError:
         return 0
 
@@ -56,7 +56,7 @@ async def _ordered(
     js: JetStreamContext, subject: str, stream: str, after_seq: int
 ) -> JetStreamContext.PushSubscription:
     """An ordered consumer of `subject` from after `after_seq`, once JetStream answers."""
-    return await _answered(
+    return await answered(
         lambda: js.subscribe(subject, stream=stream, ordered_consumer=True, config=_from(after_seq))
     )
 
@@ -122,6 +122,20 @@ async def stream_messages(
             await sub.unsubscribe()
 
 
+class SubjectReader(Protocol):
+    """What reads a subject's messages for `request_events`: `stream_messages` bound to a
+    stream, or an API process's shared consumer (`api.event_hub.EventHub.messages`)."""
+
+    def __call__(
+        self,
+        subject: str,
+        after_seq: int = 0,
+        *,
+        is_finished: Finished | None = None,
+        idle_s: float = IDLE_CHECK_S,
+    ) -> AsyncGenerator[tuple[int, dict[str, Any]]]: ...
+
+
 async def request_events(
     js: JetStreamContext,
     request_id: str,
@@ -130,15 +144,17 @@ async def request_events(
     tenant: str = DEFAULT_TENANT,
     is_finished: Finished | None = None,
     idle_s: float = IDLE_CHECK_S,
+    reader: SubjectReader | None = None,
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
-    """A request's caller events, each with `"seq"` added; ends after its `done` event."""
-    messages = stream_messages(
-        js,
-        sj.events_subject(tenant, request_id),
-        sj.STREAM_EVENTS,
-        after_seq,
-        is_finished=is_finished,
-        idle_s=idle_s,
+    """A request's caller events, each with `"seq"` added; ends after its `done` event. Read
+    with a consumer of their own unless a `reader` (the API's shared one) is given."""
+    subject = sj.events_subject(tenant, request_id)
+    messages = (
+        stream_messages(
+            js, subject, sj.STREAM_EVENTS, after_seq, is_finished=is_finished, idle_s=idle_s
+        )
+        if reader is None
+        else reader(subject, after_seq, is_finished=is_finished, idle_s=idle_s)
     )
     async with aclosing(messages):
         async for seq, event in messages:
@@ -153,7 +169,7 @@ async def stored_events(
 ) -> list[tuple[int, dict[str, Any]]]:
     """Every caller event the stream holds for a request now, with its sequence: read from
     the start until the subject is quiet for `quiet_s` (for checks, not for following)."""
-    sub = await _answered(
+    sub = await answered(
         lambda: js.subscribe(
             sj.events_subject(tenant, request_id),
             ordered_consumer=True,

@@ -24,7 +24,7 @@ from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.auth import Caller, CallerDep, authenticate
-from api.deps import BusDep, JetStreamDep, QuotasDep, SettingsDep, StoreDep
+from api.deps import BusDep, EventHubDep, JetStreamDep, QuotasDep, SettingsDep, StoreDep
 from api.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
@@ -290,10 +290,12 @@ async def query_events(
     caller: CallerDep,
     store: StoreDep,
     js: JetStreamDep,
+    hub: EventHubDep,
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
     await owned_request(store, caller, request_id)
-    relay = relay_request(js, store, caller.tenant, request_id, resume_after(last_event_id))
+    after = resume_after(last_event_id)
+    relay = relay_request(js, store, caller.tenant, request_id, after, hub)
     return EventSourceResponse(relay, ping=SSE_PING_S)
 
 
@@ -309,6 +311,7 @@ async def chat(
     store: StoreDep,
     bus: BusDep,
     js: JetStreamDep,
+    hub: EventHubDep,
     settings: SettingsDep,
     quotas: QuotasDep,
     idempotency: IdempotencyDep,
@@ -324,7 +327,7 @@ async def chat(
         yield ServerSentEvent(
             data=json.dumps({"request_id": submitted.request_id}), event="submitted"
         )
-        relay = relay_request(js, store, caller.tenant, submitted.request_id, 0)
+        relay = relay_request(js, store, caller.tenant, submitted.request_id, 0, hub)
         async with aclosing(relay):
             async for message in relay:
                 yield message

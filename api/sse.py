@@ -14,6 +14,7 @@ from fastapi import Header
 from nats.js import JetStreamContext
 from sse_starlette import ServerSentEvent
 
+from api.event_hub import EventHub
 from api.event_stream import last_sequence, request_events
 from contracts import subjects as sj
 from orchestrator.store import StateStore
@@ -41,10 +42,16 @@ def sse_message(seq: int, event: dict[str, Any], name: str | None = None) -> Ser
 
 
 async def relay_request(
-    js: JetStreamContext, store: StateStore, tenant: str, request_id: str, after_seq: int
+    js: JetStreamContext,
+    store: StateStore,
+    tenant: str,
+    request_id: str,
+    after_seq: int,
+    hub: EventHub | None = None,
 ) -> AsyncGenerator[ServerSentEvent]:
     """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
-    `done` from the state (with an id, like every event)."""
+    `done` from the state (with an id, like every event). Read through the process's shared
+    consumer (`hub`) when it has one."""
 
     async def finished() -> bool:
         """Terminal, with every event it decided published. A state is committed before its
@@ -67,7 +74,14 @@ async def relay_request(
             "data": {"status": state.status.value},
         }
 
-    events = request_events(js, request_id, after_seq, tenant=tenant, is_finished=finished)
+    events = request_events(
+        js,
+        request_id,
+        after_seq,
+        tenant=tenant,
+        is_finished=finished,
+        reader=hub.messages if hub is not None else None,
+    )
     subject = sj.events_subject(tenant, request_id)
     async for message in relay_to_end(
         events,

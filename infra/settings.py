@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     admin_token: str | None = Field(
         None, description="Bearer token of the admin API (`/v1/admin`); unset = no admin API."
     )
+    shared_event_consumer: bool = Field(
+        True,
+        description="The API process follows every caller event with one JetStream consumer "
+        "and hands each event stream its own; false = one ordered consumer per event stream.",
+    )
     quota_requests_per_s: float = Field(
         50.0, ge=0, description="Submissions per second per tenant (token bucket); 0 = no limit."
     )

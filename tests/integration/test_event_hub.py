@@ -1,0 +1,185 @@
+"""The API's shared consumer of caller events (`api.event_hub.EventHub`) on a real nats-server:
+a reader gets its subject's events in the stream's order and once each, whether they were stored
+before the hub started, between the hub's start and the reader's, or after; it resumes after a
+sequence; it ends on a finished request; and the hub follows again when its consumer is lost in
+a nats-server restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.js import JetStreamContext
+
+from api.event_hub import EventHub
+from api.event_stream import request_events
+from contracts import subjects as sj
+from infra.runtime.bus import declare_streams
+from infra.runtime.services import LocalService, free_port, start_nats
+from infra.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def _event(request_id: str, kind: str, n: int) -> bytes:
+    return json.dumps({"type": kind, "request_id": request_id, "n": n}).encode()
+
+
+async def _publish(js: JetStreamContext, request_id: str, kind: str, n: int) -> int:
+    subject = sj.events_subject("default", request_id)
+    for _ in range(50):  # JetStream answers a moment after a restarted server accepts clients
+        try:
+            ack = await js.publish(
+                subject, _event(request_id, kind, n), stream=sj.STREAM_EVENTS, timeout=1.0
+            )
+            return ack.seq
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            await asyncio.sleep(0.2)
+    raise AssertionError("JetStream did not come back")
+
+
+@pytest.fixture
+async def jetstream(nats_server: LocalService) -> AsyncIterator[JetStreamContext]:
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    await declare_streams(js, Settings(nats_url=nats_server.url))
+    yield js
+    await nc.close()
+
+
+async def _following(hub: EventHub) -> None:
+    async with asyncio.timeout(10):
+        await hub.wait_following()
+
+
+async def _until_done(events: Any, timeout_s: float = 20.0) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    async with aclosing(events), asyncio.timeout(timeout_s):
+        async for _, event in events:
+            got.append(event)
+    return got
+
+
+async def test_a_reader_gets_its_events_in_order_once_each_wherever_they_were(
+    jetstream: JetStreamContext,
+) -> None:
+    request, other = "hub-order", "hub-other"
+    await _publish(jetstream, request, "phase", 0)  # before the hub started
+    async with EventHub(jetstream, watch_s=0.5) as hub:
+        await _following(hub)
+        await _publish(jetstream, request, "phase", 1)  # before the reader
+        await _publish(jetstream, other, "phase", 0)
+        await asyncio.sleep(0.2)  # the hub has passed both on, to no reader of the request
+        reader = request_events(jetstream, request, reader=hub.messages)
+        first = await anext(reader)
+
+        async def rest() -> None:
+            for n, kind in ((2, "phase"), (3, "answer"), (4, "done")):
+                await _publish(jetstream, other, "phase", n)
+                await _publish(jetstream, request, kind, n)
+
+        publishing = asyncio.create_task(rest())
+        got = [first[1], *await _until_done(reader)]
+        await publishing
+        assert hub._readers == {}  # the reader that ended is no longer handed anything
+
+    assert [e["n"] for e in got] == [0, 1, 2, 3, 4]
+    assert {e["request_id"] for e in got} == {request}
+    seqs = [e["seq"] for e in got]
+    assert seqs == sorted(set(seqs))
+
+
+async def test_a_reader_resumes_after_the_sequence_it_was_given(
+    jetstream: JetStreamContext,
+) -> None:
+    request = "hub-resume"
+    seqs = [await _publish(jetstream, request, "phase", n) for n in range(3)]
+    async with EventHub(jetstream) as hub:
+        await _following(hub)
+        reader = request_events(jetstream, request, seqs[1], reader=hub.messages)
+        await _publish(jetstream, request, "done", 3)
+        got = await _until_done(reader)
+    assert [e["n"] for e in got] == [2, 3]
+
+
+async def test_a_finished_request_with_nothing_more_ends_its_reader(
+    jetstream: JetStreamContext,
+) -> None:
+    request = "hub-finished"
+    await _publish(jetstream, request, "phase", 0)
+
+    async def finished() -> bool:
+        return True
+
+    async with EventHub(jetstream) as hub:
+        await _following(hub)
+        reader = hub.messages(
+            sj.events_subject("default", request), is_finished=finished, idle_s=0.3
+        )
+        got = await _until_done(reader)
+    assert [body["n"] for body in got] == [0]
+
+
+async def test_until_the_hub_follows_a_reader_reads_alone(tmp_path: Path) -> None:
+    """An API may start before the streams exist: its hub waits for them, its readers work."""
+    server = start_nats(free_port(), tmp_path / "nats")
+    nc = await nats.connect(server.url)
+    try:
+        js = nc.jetstream()
+        request = "hub-not-yet"
+        async with EventHub(js, watch_s=60) as hub:
+            await asyncio.sleep(0.2)  # its first look found no stream; the next is a minute away
+            await declare_streams(js, Settings(nats_url=server.url))
+            await _publish(js, request, "phase", 0)
+            assert not hub.following
+            reader = request_events(js, request, reader=hub.messages)
+            await _publish(js, request, "done", 1)
+            got = await _until_done(reader)
+        assert [e["n"] for e in got] == [0, 1]
+    finally:
+        await nc.close()
+        server.stop()
+
+
+async def test_the_hub_follows_again_after_a_nats_server_restart(tmp_path: Path) -> None:
+    """Its ordered consumer lived on the old server; the request is not finished, so no
+    reader reads the stream on its own: only the hub can bring the events after the restart."""
+    port, store = free_port(), tmp_path / "nats"
+    server = start_nats(port, store)
+    nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        js = nc.jetstream()
+        await declare_streams(js, Settings(nats_url=server.url))
+        request = "hub-restart"
+
+        async def running() -> bool:
+            return False
+
+        async with EventHub(js, watch_s=0.5) as hub:
+            await _following(hub)
+            events = request_events(js, request, is_finished=running, reader=hub.messages)
+            await _publish(js, request, "phase", 0)
+            got = [(await anext(events))[1]]
+
+            os.kill(server.process.pid, signal.SIGKILL)
+            server.process.wait(10)
+            server = start_nats(port, store)
+            for n, kind in ((1, "phase"), (2, "done")):
+                await _publish(js, request, kind, n)
+            # nats-py makes a lost ordered consumer again only after two missed heartbeats
+            # (10 s), and not at all when JetStream cannot answer then: the hub's own check
+            # brings the events in about its `watch_s`
+            got += await _until_done(events, timeout_s=8.0)
+        assert [e["n"] for e in got] == [0, 1, 2]
+    finally:
+        await nc.close()
+        server.stop()
