@@ -61,6 +61,21 @@ async def _following(hub: EventHub) -> None:
         await hub.wait_following()
 
 
+def _count_reads(hub: EventHub) -> list[int]:
+    """The stream sequences the hub's readers got from the stream one by one (not from its
+    memory or its consumer)."""
+    reads: list[int] = []
+    read = hub._next
+
+    async def counted(subject: str, from_seq: int) -> Any:
+        raw = await read(subject, from_seq)
+        reads.append(raw.seq or 0)
+        return raw
+
+    hub._next = counted  # type: ignore[method-assign]
+    return reads
+
+
 async def _until_done(events: Any, timeout_s: float = 20.0) -> list[dict[str, Any]]:
     got: list[dict[str, Any]] = []
     async with aclosing(events), asyncio.timeout(timeout_s):
@@ -76,14 +91,16 @@ async def test_a_reader_gets_its_events_in_order_once_each_wherever_they_were(
     await _publish(jetstream, request, "phase", 0)  # before the hub started
     async with EventHub(jetstream, watch_s=0.5) as hub:
         await _following(hub)
-        await _publish(jetstream, request, "phase", 1)  # before the reader
-        await _publish(jetstream, other, "phase", 0)
-        await asyncio.sleep(0.2)  # the hub has passed both on, to no reader of the request
+        for n in (1, 2, 3):  # before the reader
+            await _publish(jetstream, request, "phase", n)
+            await _publish(jetstream, other, "phase", n)
+        await asyncio.sleep(0.2)  # the hub has passed them on, to no reader of the request
+        reads = _count_reads(hub)
         reader = request_events(jetstream, request, reader=hub.messages)
         first = await anext(reader)
 
         async def rest() -> None:
-            for n, kind in ((2, "phase"), (3, "answer"), (4, "done")):
+            for n, kind in ((4, "phase"), (5, "answer"), (6, "done")):
                 await _publish(jetstream, other, "phase", n)
                 await _publish(jetstream, request, kind, n)
 
@@ -92,10 +109,13 @@ async def test_a_reader_gets_its_events_in_order_once_each_wherever_they_were(
         await publishing
         assert hub._readers == {}  # the reader that ended is no longer handed anything
 
-    assert [e["n"] for e in got] == [0, 1, 2, 3, 4]
+    assert [e["n"] for e in got] == [0, 1, 2, 3, 4, 5, 6]
     assert {e["request_id"] for e in got} == {request}
     seqs = [e["seq"] for e in got]
     assert seqs == sorted(set(seqs))
+    # 0 from the stream (before the hub), 1 from the stream, which the hub's memory of the
+    # subject starts at: 2 and 3 from that memory
+    assert reads == [seqs[0], seqs[1]]
 
 
 async def test_a_reader_resumes_after_the_sequence_it_was_given(
