@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
@@ -24,8 +22,9 @@ from api.event_hub import EventHub
 from api.event_stream import request_events
 from contracts import subjects as sj
 from infra.runtime.bus import declare_streams
-from infra.runtime.services import LocalService, free_port, start_nats
+from infra.runtime.services import LocalService
 from infra.settings import Settings
+from tests.integration.restartable_nats import publish_when_ready, restartable_nats
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +35,7 @@ def _event(request_id: str, kind: str, n: int) -> bytes:
 
 async def _publish(js: JetStreamContext, request_id: str, kind: str, n: int) -> int:
     subject = sj.events_subject("default", request_id)
-    for _ in range(50):  # JetStream answers a moment after a restarted server accepts clients
-        try:
-            ack = await js.publish(
-                subject, _event(request_id, kind, n), stream=sj.STREAM_EVENTS, timeout=1.0
-            )
-            return ack.seq
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            await asyncio.sleep(0.2)
-    raise AssertionError("JetStream did not come back")
+    return await publish_when_ready(js, subject, sj.STREAM_EVENTS, _event(request_id, kind, n))
 
 
 @pytest.fixture
@@ -151,35 +142,24 @@ async def test_a_finished_request_with_nothing_more_ends_its_reader(
 
 async def test_until_the_hub_follows_a_reader_reads_alone(tmp_path: Path) -> None:
     """An API may start before the streams exist: its hub waits for them, its readers work."""
-    server = start_nats(free_port(), tmp_path / "nats")
-    nc = await nats.connect(server.url)
-    try:
-        js = nc.jetstream()
-        request = "hub-not-yet"
+    async with restartable_nats(tmp_path / "nats", streams=False) as nats_server:
+        js, request = nats_server.js, "hub-not-yet"
         async with EventHub(js, watch_s=60) as hub:
             await asyncio.sleep(0.2)  # its first look found no stream; the next is a minute away
-            await declare_streams(js, Settings(nats_url=server.url))
+            await declare_streams(js, Settings(nats_url=nats_server.server.url))
             await _publish(js, request, "phase", 0)
             assert not hub.following
             reader = request_events(js, request, reader=hub.messages)
             await _publish(js, request, "done", 1)
             got = await _until_done(reader)
         assert [e["n"] for e in got] == [0, 1]
-    finally:
-        await nc.close()
-        server.stop()
 
 
 async def test_the_hub_follows_again_after_a_nats_server_restart(tmp_path: Path) -> None:
     """Its ordered consumer lived on the old server; the request is not finished, so no
     reader reads the stream on its own: only the hub can bring the events after the restart."""
-    port, store = free_port(), tmp_path / "nats"
-    server = start_nats(port, store)
-    nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
-    try:
-        js = nc.jetstream()
-        await declare_streams(js, Settings(nats_url=server.url))
-        request = "hub-restart"
+    async with restartable_nats(tmp_path / "nats") as nats_server:
+        js, request = nats_server.js, "hub-restart"
 
         async def running() -> bool:
             return False
@@ -190,9 +170,7 @@ async def test_the_hub_follows_again_after_a_nats_server_restart(tmp_path: Path)
             await _publish(js, request, "phase", 0)
             got = [(await anext(events))[1]]
 
-            os.kill(server.process.pid, signal.SIGKILL)
-            server.process.wait(10)
-            server = start_nats(port, store)
+            nats_server.kill_and_restart()
             for n, kind in ((1, "phase"), (2, "done")):
                 await _publish(js, request, kind, n)
             # nats-py makes a lost ordered consumer again only after two missed heartbeats
@@ -200,6 +178,3 @@ async def test_the_hub_follows_again_after_a_nats_server_restart(tmp_path: Path)
             # brings the events in about its `watch_s`
             got += await _until_done(events, timeout_s=8.0)
         assert [e["n"] for e in got] == [0, 1, 2]
-    finally:
-        await nc.close()
-        server.stop()

@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import nats
-import nats.errors
 import pytest
 
 from api.event_stream import request_events
 from contracts import subjects as sj
-from infra.runtime.bus import declare_streams
-from infra.runtime.services import free_port, start_nats
-from infra.settings import Settings
+from tests.integration.restartable_nats import publish_when_ready, restartable_nats
 
 pytestmark = pytest.mark.integration
 
@@ -35,26 +29,11 @@ def _event(kind: str, n: int) -> bytes:
     return json.dumps({"type": kind, "request_id": REQUEST, "n": n}).encode()
 
 
-async def _publish_when_ready(js: Any, subject: str, body: bytes) -> None:
-    """JetStream answers a moment after the restarted server accepts connections."""
-    for _ in range(50):
-        try:
-            await js.publish(subject, body, stream=sj.STREAM_EVENTS, timeout=1.0)
-            return
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            await asyncio.sleep(0.2)
-    raise AssertionError("JetStream did not come back")
-
-
 async def test_the_reader_delivers_every_event_across_a_nats_server_restart(
     tmp_path: Path,
 ) -> None:
-    port, store = free_port(), tmp_path / "nats"
-    server = start_nats(port, store)
-    nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
-    try:
-        js = nc.jetstream()
-        await declare_streams(js, Settings(nats_url=server.url))
+    async with restartable_nats(tmp_path / "nats") as nats_server:
+        js = nats_server.js
         subject = sj.events_subject("default", REQUEST)
         for n in range(3):
             await js.publish(subject, _event("phase", n), stream=sj.STREAM_EVENTS)
@@ -68,15 +47,14 @@ async def test_the_reader_delivers_every_event_across_a_nats_server_restart(
             for _ in range(3):
                 got.append((await anext(reader))[1])
 
-            os.kill(server.process.pid, signal.SIGKILL)
-            server.process.wait(10)
-            server = start_nats(port, store)
+            nats_server.kill_and_restart()
+            assert nats_server.nc is not None
             for _ in range(100):
-                if nc.is_connected:
+                if nats_server.nc.is_connected:
                     break
                 await asyncio.sleep(0.1)
             for n, kind in ((3, "token"), (4, "answer"), (5, "done")):
-                await _publish_when_ready(js, subject, _event(kind, n))
+                await publish_when_ready(js, subject, sj.STREAM_EVENTS, _event(kind, n))
 
             async with asyncio.timeout(30):
                 async for _, event in reader:
@@ -85,6 +63,3 @@ async def test_the_reader_delivers_every_event_across_a_nats_server_restart(
         assert [e["n"] for e in got] == [0, 1, 2, 3, 4, 5]
         assert got[-1]["type"] == "done"
         assert all(isinstance(e["seq"], int) for e in got)
-    finally:
-        await nc.close()
-        server.stop()
