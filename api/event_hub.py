@@ -9,9 +9,10 @@ of client CPU a request, against 0.08 and 0.2 ms for the same events through one
 
 So the API process keeps one ordered consumer on the events stream (`EventHub`), from the
 stream's end when it starts, and hands each message to the readers of its subject. A reader
-(`EventHub.messages`) registers for its subject, then reads from the stream itself only what the
-hub passed before it registered (message by message, `next_by_subj`: usually nothing or the
-first phase event), then follows what the hub hands it. Every message carries its stream
+(`EventHub.messages`) registers for its subject, then replays what the hub passed before it
+registered: one `next_by_subj` read of the stream, and the rest from the hub's memory of recent
+subjects (message by message from the stream when that memory does not reach back far enough),
+then follows what the hub hands it. Every message carries its stream
 sequence, so what arrives twice (read from the stream and handed over) is dropped by sequence,
 and the order is the stream's.
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
 from contextlib import aclosing
@@ -42,8 +42,9 @@ from api.event_stream import (
     FINAL_DRAIN_S,
     IDLE_CHECK_S,
     Finished,
+    after_quiet,
     answered,
-    last_sequence,
+    json_body,
     stream_messages,
 )
 from contracts import subjects as sj
@@ -246,7 +247,7 @@ class EventHub:
             # hand over again; what comes after, the hub will.
             async for seq, data in self._stored(subject, delivered, up_to=self.position):
                 delivered = seq
-                if (body := _body(data, subject)) is not None:
+                if (body := json_body(data, subject)) is not None:
                     yield seq, body
             while True:
                 try:
@@ -256,33 +257,21 @@ class EventHub:
                     else:
                         seq, data = queue.get_nowait()
                 except TimeoutError:
-                    if not draining and (is_finished is None or not await is_finished()):
-                        continue
-                    if await last_sequence(self._js, self.stream, subject) <= delivered:
-                        if draining:
-                            return
-                        # The state turns terminal a moment before its last events are sent.
-                        draining = True
-                        continue
-                    log.warning("event_reader_behind", subject=subject, delivered=delivered)
-                    async for seq, data in self._stored(subject, delivered):
-                        delivered = seq
-                        if (body := _body(data, subject)) is not None:
-                            yield seq, body
-                    draining = False
+                    quiet = await after_quiet(
+                        self._js, self.stream, subject, delivered, draining, is_finished
+                    )
+                    if quiet == "end":
+                        return
+                    draining = quiet == "drain"
+                    if quiet == "catch_up":
+                        async for seq, data in self._stored(subject, delivered):
+                            delivered = seq
+                            if (body := json_body(data, subject)) is not None:
+                                yield seq, body
                     continue
                 if seq <= delivered:  # read from the stream already
                     continue
                 draining = False
                 delivered = seq
-                if (body := _body(data, subject)) is not None:
+                if (body := json_body(data, subject)) is not None:
                     yield seq, body
-
-
-def _body(data: bytes, subject: str) -> dict[str, Any] | None:
-    try:
-        body = json.loads(data)
-    except ValueError:
-        log.warning("event_not_json", subject=subject)
-        return None
-    return body if isinstance(body, dict) else None

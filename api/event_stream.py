@@ -11,7 +11,7 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -69,6 +69,39 @@ def _from(after_seq: int) -> ConsumerConfig:
     return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
 
 
+Quiet = Literal["wait", "drain", "end", "catch_up"]
+
+
+async def after_quiet(
+    js: JetStreamContext,
+    stream: str,
+    subject: str,
+    delivered: int,
+    draining: bool,
+    is_finished: Finished | None,
+) -> Quiet:
+    """What a reader does after a quiet spell: `wait` (its request goes on), `drain` (it is
+    finished and the stream holds nothing past `delivered`: the state turns terminal a moment
+    before its last events are published, so wait a last moment), `end` (quiet again while
+    draining), or `catch_up` (the stream holds more than the reader delivered: read it)."""
+    if not draining and (is_finished is None or not await is_finished()):
+        return "wait"
+    if await last_sequence(js, stream, subject) <= delivered:
+        return "end" if draining else "drain"
+    log.warning("event_reader_behind", subject=subject, delivered=delivered)
+    return "catch_up"
+
+
+def json_body(data: bytes, subject: str) -> dict[str, Any] | None:
+    """A message's JSON object, or None (logged) when it is not one."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        log.warning("event_not_json", subject=subject)
+        return None
+    return body if isinstance(body, dict) else None
+
+
 async def stream_messages(
     js: JetStreamContext,
     subject: str,
@@ -94,28 +127,18 @@ async def stream_messages(
             try:
                 msg = await sub.next_msg(timeout=FINAL_DRAIN_S if draining else idle_s)
             except nats.errors.TimeoutError:
-                if not draining and (is_finished is None or not await is_finished()):
-                    continue
-                if await last_sequence(js, stream, subject) <= delivered:
-                    if draining:
-                        return
-                    # The state turns terminal a moment before its last events are published.
-                    draining = True
-                    continue
-                log.warning("event_reader_behind", subject=subject, delivered=delivered)
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
-                sub = await _ordered(js, subject, stream, delivered)
-                draining = False
+                quiet = await after_quiet(js, stream, subject, delivered, draining, is_finished)
+                if quiet == "end":
+                    return
+                draining = quiet == "drain"
+                if quiet == "catch_up":
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+                    sub = await _ordered(js, subject, stream, delivered)
                 continue
             draining = False
             delivered = msg.metadata.sequence.stream
-            try:
-                body = json.loads(msg.data)
-            except ValueError:
-                log.warning("event_not_json", subject=subject)
-                continue
-            if isinstance(body, dict):
+            if (body := json_body(msg.data, subject)) is not None:
                 yield delivered, body
     finally:
         with contextlib.suppress(Exception):

@@ -30,6 +30,7 @@ the checks `bench.chaos_verify`; this module runs them, kills on a schedule, and
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
 import tempfile
@@ -111,9 +112,10 @@ def _keep_log(cluster: Cluster, requests: dict[str, Any]) -> str | None:
     event: the one clue to how, once the run is gone."""
     if not requests["streams_missing_events"]:
         return None
-    kept = Path(tempfile.gettempdir()) / f"ragbus-chaos-roles-{int(time.time())}.log"
+    fd, kept = tempfile.mkstemp(prefix="ragbus-chaos-roles-", suffix=".log")
+    os.close(fd)  # a name of its own: two runs failing in the same second keep both logs
     shutil.copyfile(cluster.root / "roles.log", kept)
-    return str(kept)
+    return kept
 
 
 async def run_chaos(
