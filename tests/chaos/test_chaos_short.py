@@ -79,6 +79,11 @@ async def test_a_short_chaos_run_on_a_nats_cluster_loses_and_doubles_nothing() -
         nats_nodes=3,
         nats_kill_every_s=10,
     )
-    assert sum(report["nats_node_kills"].values()) >= 3, report["nats_node_kills"]
+    # Outages come every 6-14 s, each down 3-8 s and then waiting for every stream to catch
+    # up, one at a time (the ingest stream's leader shares the turn), and one is skipped
+    # while a node still catches up: 45 s hold two to four. Asking for three failed here one
+    # run in eight, on a schedule that was only slower, not broken.
+    kills = report["nats_node_kills"]
+    assert sum(kills.values()) >= 2, (kills, report["nats_node_outages_skipped"])
     assert report["service_restarts"] == {"nats": 0, "redis": 1}, report["service_restarts"]
     assert_nothing_lost_or_doubled(report)
