@@ -48,6 +48,9 @@ async def bench_bus(
         # The instant vectors are random, so the real critic would send every request round
         # again; one attempt is what a request costs (NFCorpus averages 1.05 attempts).
         "RAGBUS_MAX_ATTEMPTS": "1",
+        # one tenant asks as fast as the path answers: its submission quota (50 a second by
+        # default) would cap the run and answer the rest with a 429 each, counted as errors
+        "RAGBUS_QUOTA_REQUESTS_PER_S": "0",
         **(extra_env or {}),
     }
     async with served_stack(["-m", "bench.instant"], env, ready_timeout_s=READY_TIMEOUT_S) as stack:

@@ -293,9 +293,6 @@ async def serve(
                 log_config=None,
                 access_log=False,
                 lifespan="on",
-                # in C: h11, uvicorn's pure-Python parser, cost 11 % more CPU a request
-                # (`ragbus bench-bus`, docs/benchmarks.md)
-                http="httptools",
             )
             server = uvicorn.Server(config)
             server_task = asyncio.create_task(server.serve(), name="uvicorn")
