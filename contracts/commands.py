@@ -6,6 +6,7 @@ Every command names the attempt it belongs to; a worker echoes `command_id` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -69,6 +70,24 @@ class FuseSpec(FusionParameters):
     )
 
 
+def weighed(weights: Mapping[Channel, float], channels: Iterable[Channel]) -> list[Channel]:
+    """The channels an intent's weights search: those weighed above 0 (the others are
+    skipped, with a phase event that says so)."""
+    return [c for c in channels if weights.get(c, 0.0) > 0.0]
+
+
+class ClassifySpec(BaseModel):
+    """Set on an attempt's one search command when its worker classifies the question first
+    (`RAGBUS_CLASSIFY_WITH_SEARCH`): the classify step's work, in the hop that searches. The
+    worker searches the channels the intent weighs above 0 (`weighed`), skipping the others,
+    and fuses with the intent's weights; a tool question is not searched at all (the tool
+    step answers it). The result carries the classification (`SearchResult.classified`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    intent_override: Intent | None = None
+
+
 class SearchCommand(Envelope):
     type: Literal["cmd.search"] = "cmd.search"
     channel: Channel
@@ -101,6 +120,11 @@ class SearchCommand(Envelope):
         "their rankings and hydrates the list as the fuse step would, and answers with it "
         "(`SearchResult.fused`): one hop and one saga transition fewer",
     )
+    classify: ClassifySpec | None = Field(
+        default=None,
+        description="set on a request's first search when its worker classifies the question "
+        "first (`ClassifySpec`): no classify command, no classify result",
+    )
 
     @model_validator(mode="after")
     def _distinct_document_channels(self) -> SearchCommand:
@@ -109,6 +133,8 @@ class SearchCommand(Envelope):
             raise ValueError("only document channels search together")
         if len(set(channels)) != len(channels):
             raise ValueError("a channel is named twice")
+        if self.classify is not None and self.fuse is None:
+            raise ValueError("a search that classifies also fuses: it is the attempt's only one")
         return self
 
     @property

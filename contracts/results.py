@@ -38,15 +38,22 @@ class StepResult(Envelope):
     duration_ms: float = Field(default=0.0, ge=0)
 
 
-class ClassifyResult(StepResult):
+class Classified(BaseModel):
+    """A question's intent, how sure, by which method, and the channels' weights it gives."""
+
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["res.classify"] = "res.classify"
-    step: Literal["classify"] = "classify"
     intent: Intent
     confidence: float = Field(ge=0.0, le=1.0)
     method: str = Field(max_length=64)
     weights: dict[Channel, float]
+
+
+class ClassifyResult(StepResult, Classified):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["res.classify"] = "res.classify"
+    step: Literal["classify"] = "classify"
     query_vector: PackedVector | None = None
     standalone_query: str | None = Field(
         default=None,
@@ -97,6 +104,11 @@ class SearchResult(StepResult):
         default=None,
         description="the channels' rankings fused, when the command asked (`SearchCommand."
         "fuse`) and fusion succeeded; unset, the rankings are as without it, for the fuse step",
+    )
+    classified: Classified | None = Field(
+        default=None,
+        description="the question's classification, when the command asked for it first "
+        "(`SearchCommand.classify`); channels its weights skip are not answered for",
     )
 
 

@@ -268,6 +268,13 @@ class Settings(BaseSettings):
         "the rankings too and answers with the fused list: one hop fewer a request (false: "
         "fusion is always a step of its own, for deployments that run it in other processes).",
     )
+    classify_with_search: bool = Field(
+        False,
+        description="A question outside a conversation, asked for an answer, is classified by "
+        "the search worker in its first search command instead of by a classify step: one hop "
+        "and one saga transition fewer a request. The search workers load the intent model "
+        "then. Needs RAGBUS_SEARCH_BATCH and RAGBUS_FUSE_WITH_SEARCH.",
+    )
     fusion: Literal["convex", "rrf"] = Field(
         "convex",
         description="How the fuse step combines the channels: convex (each channel's scores, "

@@ -4,8 +4,8 @@ Pure functions over `RequestState`: no I/O, so every path (late results, deadlin
 failed channels, critic retries) is unit-testable. `orchestrator.service` commits
 each `Transition` atomically and publishes its messages.
 
-States: submitted -> classifying -> searching -> [fusing, unless the search worker fused:
-`orchestrator.search`] -> generating <-> tooling ->
+States: submitted -> [classifying, unless the search worker classifies: `orchestrator.search`]
+-> searching -> [fusing, unless the search worker fused] -> generating <-> tooling ->
 [critiquing, unless generation judged its answer: `orchestrator.critique`] -> (retrying ->
 searching ...) -> completed | failed | timed_out; any running
 state -> cancelled (`on_cancelled`). A research request goes fusing -> planning ->
@@ -33,6 +33,7 @@ from contracts.enums import (
 from contracts.models import ToolCall, ToolOutcome
 from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import (
+    Classified,
     ClassifyResult,
     CriticResult,
     Fused,
@@ -64,12 +65,16 @@ class Saga(SagaBase):
             return Transition(None)
         if state.status is not RequestStatus.SUBMITTED:
             return Transition(None)  # already under way: a re-sent submission changes nothing
+        if search.classifies(self, state):
+            return search.start_classifying(self, state, clock)
         return self._start_classify(state, clock)
 
     def on_result(self, state: RequestState | None, result: StepResult, clock: Clock) -> Transition:
         if state is None or state.status.is_terminal or not self._expected(state, result):
             return Transition(None)
         if isinstance(result, SearchResult):  # each channel it answers for failed or not
+            if search.classifying(state):
+                return self._on_classified_search(state, result, clock)
             return search.on_searched(self, state, result, clock)
         if isinstance(result, StepFailure) or result.status is StepStatus.FAILED:
             return self._on_step_failed(state, result, clock)
@@ -125,9 +130,7 @@ class Saga(SagaBase):
         if pending is None or clock.now < pending.deadline_at:
             return Transition(None)
         step = pending.step
-        if step == Step.SEARCH.value:
-            return search.on_deadline(self, state, clock)
-        if step == Step.CLASSIFY.value:
+        if step == Step.CLASSIFY.value or search.classifying(state):
             messages = [
                 self._phase(
                     state,
@@ -138,6 +141,8 @@ class Saga(SagaBase):
                 )
             ]
             return self._degrade_classification(state, clock, messages)
+        if step == Step.SEARCH.value:
+            return search.on_deadline(self, state, clock)
         if step == Step.CRITIC.value:
             messages = [self._phase(state, Phase.CRITIC, PhaseStatus.FAILED, reason="deadline")]
             return self._complete(state, messages, critic_note="critic did not answer in time")
@@ -173,10 +178,10 @@ class Saga(SagaBase):
     def _on_step_failed(self, state: RequestState, result: StepResult, clock: Clock) -> Transition:
         message = result.error.message if result.error else "step failed"
         step = result.step
+        if step == Step.CLASSIFY.value or search.classifying(state):
+            return self._degrade_classification(state, clock, [])
         if step == Step.SEARCH.value and result.channel is not None:
             return search.on_failed(self, state, result, message, clock)
-        if step == Step.CLASSIFY.value:
-            return self._degrade_classification(state, clock, [])
         if step == Step.CRITIC.value:
             return self._complete(state, [], critic_note=f"critic failed: {message}")
         if step == Step.TOOL.value:
@@ -197,14 +202,34 @@ class Saga(SagaBase):
         if res.standalone_query and res.standalone_query != state.query:
             state.standalone_query = res.standalone_query
             state.search_queries = [res.standalone_query]
-        state.intent = res.intent
-        state.intent_confidence = res.confidence
-        state.intent_method = res.method
-        state.weights = dict(res.weights) or dict(FALLBACK_WEIGHTS)
-        state.query_vector = res.query_vector
+        self._classified(state, res, res.query_vector)
         if res.intent is Intent.TOOL and state.mode == "answer":
             return self._start_tool(state, [], clock)
         return self._start_search(state, clock, [])
+
+    def _on_classified_search(
+        self, state: RequestState, res: SearchResult, clock: Clock
+    ) -> Transition:
+        """The first search, which classified the question too (`search.start_classifying`):
+        the classification first, then the channels it searched. One that came back without
+        a classification failed before it made one: classification degrades, as when the
+        classify step fails, and the search starts again with the prior's weights."""
+        if res.classified is None:
+            return self._degrade_classification(state, clock, [])
+        self._classified(state, res.classified, res.query_vector)
+        if res.classified.intent is Intent.TOOL and state.mode == "answer":
+            return self._start_tool(state, [], clock)
+        return search.on_classified(
+            self, state, res.model_copy(update={"query_vector": None}), clock
+        )
+
+    @staticmethod
+    def _classified(state: RequestState, found: Classified, query_vector: str | None) -> None:
+        state.intent = found.intent
+        state.intent_confidence = found.confidence
+        state.intent_method = found.method
+        state.weights = dict(found.weights) or dict(FALLBACK_WEIGHTS)
+        state.query_vector = query_vector
 
     def _on_fused(self, state: RequestState, res: Fused, clock: Clock) -> Transition:
         """The fused list, from the fuse step or from a search worker that fused its own

@@ -9,7 +9,11 @@ query's search is one command, one result and one transition; memory is always i
 command, to the memory worker. When that one command is all the attempt searches (one query,
 no memory, not a retrieval answer), it also asks the worker to fuse (`SearchCommand.fuse`,
 `RAGBUS_FUSE_WITH_SEARCH`), and its result's fused list moves the request on to generation
-without a fuse step. Each awaited (channel, query) is a key of the pending step
+without a fuse step. A question asked for an answer outside a conversation skips the
+classify step (`RAGBUS_CLASSIFY_WITH_SEARCH`): its first search names every document channel
+and asks the worker to classify first (`start_classifying`, `on_classified`); until its
+answer the request has no intent (`classifying`). Each awaited (channel, query) is a key of
+the pending step
 (`search_key`), mapped to the command that answers for it. A channel that failed or missed
 the search deadline is reported and left out; fusion starts when no key is left.
 """
@@ -18,7 +22,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from contracts.commands import FuseSpec, SearchCommand, parse_search_key, search_key
+from contracts.commands import (
+    ClassifySpec,
+    FuseSpec,
+    SearchCommand,
+    parse_search_key,
+    search_key,
+    weighed,
+)
 from contracts.enums import (
     CHANNEL_PHASE,
     DOCUMENT_CHANNELS,
@@ -30,6 +41,7 @@ from contracts.enums import (
 )
 from contracts.models import ChannelReport, RetrievedChunk
 from contracts.results import ChannelOutcome, Fused, SearchResult, StepResult
+from infra.retrieval.intent_profiles import PRIOR
 from orchestrator.state import PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
 
@@ -37,32 +49,108 @@ if TYPE_CHECKING:
     from orchestrator.saga import Clock, Saga
 
 
-def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing]) -> Transition:
+SKIPPED_BY_WEIGHT = "weight 0 for this intent"
+
+
+def _reset(state: RequestState) -> None:
     state.status = RequestStatus.SEARCHING
     state.channel_results = {}
     state.claimed_results = {}
     state.channel_reports = {}
     state.sub_results = [{} for _ in state.search_queries[1:]]
+
+
+def _no_memory(state: RequestState) -> None:
+    """Not a phase of a request outside a conversation: the report says why, and the stream
+    is spared an event per request."""
+    state.channel_reports[Channel.MEMORY] = ChannelReport(
+        channel=Channel.MEMORY, status="skipped", reason="no session"
+    )
+
+
+def classifies(saga: Saga, state: RequestState) -> bool:
+    """Whether the request's first search classifies its question too (`ClassifySpec`): a
+    question asked for an answer, outside a conversation (no rewrite, no memory channel), as
+    one command that searches and fuses every document channel."""
+    settings = saga.settings
+    return (
+        settings.classify_with_search
+        and settings.search_batch
+        and settings.fuse_with_search
+        and state.mode == "answer"
+        and not saga._has_memory(state)
+        and len(state.search_queries) == 1
+        and not state.carried
+    )
+
+
+def classifying(state: RequestState) -> bool:
+    """The request waits on a search that classifies (no intent yet while searching)."""
+    return (
+        state.intent is None
+        and state.pending is not None
+        and state.pending.step == Step.SEARCH.value
+    )
+
+
+def start_classifying(saga: Saga, state: RequestState, clock: Clock) -> Transition:
+    """The first search of a request that `classifies`: one command for every document
+    channel, awaited for each; the worker classifies the question, answers for the channels
+    its intent weighs and fuses them with its weights (the prior's stand in the command until
+    then). Its deadline has the classify step's time as well."""
+    _reset(state)
+    _no_memory(state)
+    awaited: dict[str, str] = {}
+    fuse = FuseSpec(
+        weights=dict(PRIOR),
+        top_k=state.top_k,
+        rrf_k=saga.settings.rrf_k,
+        fusion=saga.settings.fusion,
+    )
+    channels = [c for c in Channel if c in DOCUMENT_CHANNELS]
+    classify = ClassifySpec(intent_override=state.intent_override)
+    messages = _commands(saga, state, 0, [channels], awaited, fuse, classify)
+    settings = saga.settings
+    timeout = settings.classify_timeout_s + settings.search_timeout_s + settings.fuse_timeout_s
+    state.pending = saga._pending(Step.SEARCH, awaited, timeout, clock)
+    return saga._moved(state, messages)
+
+
+def on_classified(saga: Saga, state: RequestState, res: SearchResult, clock: Clock) -> Transition:
+    """A classifying search answered, its classification in the state: the channels the
+    intent does not weigh are skipped (the worker sent their phase events), the others are
+    answered for as by any search."""
+    assert state.pending is not None
+    searched = set(weighed(state.weights, DOCUMENT_CHANNELS))
+    for key in _keys_of(state.pending, res.command_id):
+        channel = parse_search_key(key)[0]
+        if channel not in searched:
+            state.pending.command_ids.pop(key)
+            state.channel_reports[channel] = ChannelReport(
+                channel=channel, status="skipped", reason=SKIPPED_BY_WEIGHT
+            )
+    return on_searched(saga, state, res, clock)
+
+
+def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing]) -> Transition:
+    _reset(state)
     awaited: dict[str, str] = {}
     searches: dict[int, list[Channel]] = {}  # query index -> the channels that search it
+    weights = set(weighed(state.weights, Channel))
     for channel in Channel:
         if channel is Channel.MEMORY and not saga._has_memory(state):
-            # not a phase of a request outside a conversation: the report says why,
-            # and the stream is spared an event per request
-            state.channel_reports[channel] = ChannelReport(
-                channel=channel, status="skipped", reason="no session"
-            )
+            _no_memory(state)
             continue
-        if state.weights.get(channel, 0.0) <= 0.0 and state.mode != "retrieve":
+        if channel not in weights and state.mode != "retrieve":
             state.channel_reports[channel] = ChannelReport(
-                channel=channel, status="skipped", reason="weight 0 for this intent"
+                channel=channel, status="skipped", reason=SKIPPED_BY_WEIGHT
             )
             messages.append(
                 saga._phase(
                     state,
                     CHANNEL_PHASE[channel],
                     PhaseStatus.SKIPPED,
-                    reason="weight 0 for this intent",
+                    reason=SKIPPED_BY_WEIGHT,
                 )
             )
             continue
@@ -117,6 +205,7 @@ def _commands(
     groups: list[list[Channel]],
     awaited: dict[str, str],
     fuse: FuseSpec | None,
+    classify: ClassifySpec | None = None,
 ) -> list[Outgoing]:
     """The commands that search one query, one per group of channels (`_groups`); each
     awaited channel keyed to its command. `fuse` is set only where that one command is all the
@@ -137,6 +226,7 @@ def _commands(
             # a retrieval answer shows the channels' rankings: they come back inline
             claim_ranking=state.mode != "retrieve",
             fuse=fuse,
+            classify=classify,
         )
         for channel in (own, *also):
             awaited[search_key(channel, index)] = cmd.event_id

@@ -41,8 +41,11 @@ class Run:
     """Drives one request through the saga, keeping the state as Redis would."""
 
     def __init__(self, **settings: Any) -> None:
-        # a command per channel unless a test asks for batches: the tests name channels
-        self.settings = Settings(**{"search_batch": False, **settings})
+        # a command per channel unless a test asks for batches: the tests name channels; the
+        # classify step of its own unless a test asks for it in the first search
+        self.settings = Settings(
+            **{"search_batch": False, "classify_with_search": False, **settings}
+        )
         self.saga = Saga(self.settings)
         self.now = 1_000.0
         self.state: RequestState | None = None

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 
 from contracts import subjects as sj
-from contracts.commands import FuseSpec, SearchCommand
-from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Step
+from contracts.commands import ClassifySpec, FuseSpec, SearchCommand
+from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Intent, Step
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult, StepResult
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
+from infra.retrieval.intent_profiles import PRIOR, weights_for
 from infra.retrieval.lexical import SparseEncoder
 from infra.retrieval.vectors.codec import pack_query
 from infra.runtime.resources import Resources
@@ -338,3 +339,70 @@ async def test_fusion_that_fails_in_the_search_worker_leaves_the_rankings_to_the
 async def test_only_document_channels_fuse_in_a_search_command() -> None:
     with pytest.raises(ValueError, match="document channels"):
         _command(Channel.MEMORY, "anything", fuse=FuseSpec(weights={}, top_k=2))
+
+
+def _classifying(intent: Intent) -> SearchCommand:
+    return _command(
+        Channel.VECTOR,
+        "statin cholesterol",
+        also=[Channel.SPARSE, Channel.GRAPH_LOCAL, Channel.GRAPH_GLOBAL],
+        claim_ranking=True,
+        fuse=FuseSpec(weights=dict(PRIOR), top_k=2),
+        classify=ClassifySpec(intent_override=intent),
+    )
+
+
+async def _classify_and_search(harness: Any, intent: Intent) -> SearchResult:
+    """A classifying command over the indexed corpus, with `intent` as its override; the
+    worker's one result."""
+    await _index(harness.resources)
+    cmd = _classifying(intent)
+    await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+    [raw] = harness.on("rag.res.search.")
+    return SearchResult.model_validate(raw)
+
+
+async def test_a_classifying_command_searches_and_fuses_what_the_intent_weighs(
+    settings: Settings, encoder: FakeEncoder
+) -> None:
+    weights = weights_for(Intent.FACTUAL, 1.0)
+    skipped = {c for c in DOCUMENT_CHANNELS if weights.get(c, 0.0) <= 0.0}
+    assert skipped, "the factual profile weighs some channel 0"
+    async with worker_harness(create_router, settings, encoder) as harness:
+        result = await _classify_and_search(harness, Intent.FACTUAL)
+        assert result.classified is not None
+        assert (result.classified.intent, result.classified.method) == (Intent.FACTUAL, "override")
+        assert result.classified.weights == weights
+        assert Channel.VECTOR not in skipped and result.count > 0
+        assert {o.channel for o in result.also} == DOCUMENT_CHANNELS - skipped - {Channel.VECTOR}
+        assert result.fused is not None and result.fused.chunks
+        assert all(result.fused.channel_counts.get(c, 0) == 0 for c in skipped)
+        assert result.query_vector is not None and result.query_vector.startswith("claim:")
+
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        ended = {p["phase"]: p for p in phases if p["status"] != "in_progress"}
+        assert ended["intent_classification"]["metadata"]["intent"] == "factual"
+        for channel in skipped:
+            event = ended[CHANNEL_PHASE[channel].value]
+            assert (event["status"], event["metadata"]) == (
+                "skipped",
+                {"reason": "weight 0 for this intent"},
+            )
+        assert ended["fusion"]["status"] == "completed"
+        assert harness.on("rag.dlq.") == []
+
+
+async def test_a_classifying_command_leaves_a_tool_question_unsearched(
+    settings: Settings, encoder: FakeEncoder
+) -> None:
+    async with worker_harness(create_router, settings, encoder) as harness:
+        result = await _classify_and_search(harness, Intent.TOOL)
+        assert result.classified is not None and result.classified.intent is Intent.TOOL
+        assert (result.fused, result.also, result.count) == (None, [], 0)
+        phases = [e["data"]["phase"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        assert set(phases) == {"intent_classification"}
+
+
+async def test_a_classifying_command_must_fuse() -> None:
+    with pytest.raises(ValueError, match="also fuses"):
+        _command(Channel.VECTOR, "anything", classify=ClassifySpec())

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
@@ -46,6 +46,16 @@ class Classification:
     weights: dict[Channel, float]
     query_vector: str | None
     """The query's embedding, packed for the wire (`infra.retrieval.vectors.codec`)."""
+
+
+def described(found: Classification) -> dict[str, Any]:
+    """A classification as its phase event's metadata shows it."""
+    return {
+        "intent": found.intent.value,
+        "confidence": found.confidence,
+        "method": found.method,
+        "weights": {c.value: w for c, w in found.weights.items()},
+    }
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from infra.runtime.worker_runtime import (
     step_result_fields,
     step_router,
 )
-from workers.classify.classifier import IntentClassifier
+from workers.classify.classifier import IntentClassifier, described
 from workers.classify.llm_rewrite import llm_rewrite
 from workers.classify.model_meta import model_dir
 from workers.classify.rewrite import Rewrite, rewrite
@@ -74,12 +74,7 @@ def create_router(resources: Resources) -> NatsRouter:
         question = made.standalone if made is not None else cmd.query
         async with phase(bus, cmd, Phase.INTENT_CLASSIFICATION) as run:
             found = await classifier.classify(question, cmd.intent_override)
-            run.metadata.update(
-                intent=found.intent.value,
-                confidence=found.confidence,
-                method=found.method,
-                weights={c.value: w for c, w in found.weights.items()},
-            )
+            run.metadata.update(described(found))
         result = ClassifyResult(
             **step_result_fields(cmd, run),
             intent=found.intent,

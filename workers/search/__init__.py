@@ -25,10 +25,12 @@ from typing import Any
 
 from faststream.nats import NatsRouter
 
-from contracts.commands import FuseSpec, SearchCommand
-from contracts.enums import CHANNEL_PHASE, Channel, Phase, Step, StepStatus
+from contracts.commands import FuseSpec, SearchCommand, weighed
+from contracts.enums import CHANNEL_PHASE, Channel, Intent, Phase, PhaseStatus, Step, StepStatus
+from contracts.envelope import utcnow
+from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk
-from contracts.results import ChannelOutcome, Fused, SearchResult
+from contracts.results import ChannelOutcome, Classified, Fused, SearchResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
@@ -38,8 +40,11 @@ from infra.runtime.worker_runtime import (
     ResultPublisher,
     describe_error,
     phase,
+    send_while_live,
     step_router,
 )
+from workers.classify.classifier import Classification, IntentClassifier, described
+from workers.classify.model_meta import model_dir
 from workers.fuse.pipeline import FusionRequest, fuse_rankings
 from workers.search import channels
 
@@ -107,6 +112,43 @@ def _error_info(exc: Exception | None) -> ErrorInfo | None:
     return ErrorInfo(code="channel_failed", message=describe_error(exc)[:2000])
 
 
+def skipped(cmd: SearchCommand, channel: Channel) -> PhaseEvent:
+    """The phase event of a channel the question's intent does not weigh, as the saga sends
+    it for a search it decides itself."""
+    now = utcnow()
+    return PhaseEvent(
+        **cmd.correlation(),
+        data=PhaseData(
+            phase=CHANNEL_PHASE[channel],
+            status=PhaseStatus.SKIPPED,
+            started_at=now,
+            ended_at=now,
+            duration_ms=0.0,
+            metadata={"reason": "weight 0 for this intent"},
+        ),
+    )
+
+
+def _classified_search(cmd: SearchCommand, found: Classification) -> SearchCommand:
+    """The command as the classification leaves it: the query's embedding in hand for the
+    dense channel, and fusion by the intent's weights."""
+    update: dict[str, Any] = {"query_vector": cmd.query_vector or found.query_vector}
+    if cmd.fuse is not None:
+        update["fuse"] = cmd.fuse.model_copy(update={"weights": dict(found.weights)})
+    return cmd.model_copy(update=update)
+
+
+def _described(found: Classification | None) -> Classified | None:
+    if found is None:
+        return None
+    return Classified(
+        intent=found.intent,
+        confidence=found.confidence,
+        method=found.method,
+        weights=dict(found.weights),
+    )
+
+
 def create_router(resources: Resources) -> NatsRouter:
     settings, bus = resources.settings, resources.bus
     router = step_router(resources)
@@ -115,6 +157,26 @@ def create_router(resources: Resources) -> NatsRouter:
     resources.on_warm_up(
         resources.encoder, resources.vectors, resources.sparse, resources.graph, resources.reranker
     )
+    # its model loads on the first question it classifies (`SearchCommand.classify`)
+    classifier = IntentClassifier(resources.encoder, model_dir(settings))
+    if settings.classify_with_search:
+        resources.on_warm_up(lambda: classifier.classify("warm up", None))
+
+    async def classify_first(cmd: SearchCommand) -> tuple[Classification, list[Channel]]:
+        """The classify step's work on the command's question (`ClassifySpec`), its phase
+        event included; the channels its intent searches (none for a tool question: the tool
+        step answers it), with a `skipped` phase event for each other one."""
+        assert cmd.classify is not None
+        async with phase(bus, cmd, Phase.INTENT_CLASSIFICATION) as run:
+            found = await classifier.classify(cmd.query, cmd.classify.intent_override)
+            run.metadata.update(described(found))
+        if found.intent is Intent.TOOL:
+            return found, []
+        searched = weighed(found.weights, cmd.channels)
+        for channel in cmd.channels:
+            if channel not in searched:
+                await send_while_live(bus, skipped(cmd, channel))
+        return found, searched
 
     async def search_one(cmd: SearchCommand, channel: Channel) -> Searched:
         search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
@@ -146,8 +208,8 @@ def create_router(resources: Resources) -> NatsRouter:
             if s.channel in keys:
                 s.claim = fields[keys[s.channel]]
 
-    async def search_all(cmd: SearchCommand) -> list[Searched]:
-        """The command's channels side by side; one that fails is reported failed (its phase
+    async def search_all(cmd: SearchCommand, wanted: list[Channel]) -> list[Searched]:
+        """The `wanted` channels side by side; one that fails is reported failed (its phase
         event says why) while the others answer. Only when every channel failed for a
         passing reason does the command fail as a whole, to be delivered again."""
 
@@ -159,7 +221,7 @@ def create_router(resources: Resources) -> NatsRouter:
             except Exception as exc:
                 return Searched(channel, error=exc)
 
-        searched = await asyncio.gather(*(guarded(channel) for channel in cmd.channels))
+        searched = await asyncio.gather(*(guarded(channel) for channel in wanted))
         errors = [s.error for s in searched if s.error is not None]
         if len(errors) == len(searched) and all(is_transient(e) for e in errors):
             raise errors[0]
@@ -204,24 +266,36 @@ def create_router(resources: Resources) -> NatsRouter:
             if unknown:
                 raise PoisonMessage(f"the search worker has no {unknown[0]} channel")
             cmd = await claims.with_vector(cmd)
-            if cmd.also:
-                searched = await search_all(cmd)
+            classified: Classification | None = None
+            wanted = cmd.channels
+            if cmd.classify is not None:
+                classified, wanted = await classify_first(cmd)
+                cmd = _classified_search(cmd, classified)
+            if len(wanted) > 1 or wanted != [channel]:
+                searched = await search_all(cmd, wanted) if wanted else []
             else:  # one channel: its failure takes the error policy's way (retry, report)
                 searched = [await search_one(cmd, channel)]
-            fused = await fuse_searched(cmd, cmd.fuse, searched) if cmd.fuse else None
-            if fused is None:
+            fuse = cmd.fuse if searched else None
+            fused = await fuse_searched(cmd, fuse, searched) if fuse else None
+            if fused is None and searched:
                 await claim(cmd, searched)
-            own, *also = searched
+            by_channel = {s.channel: s for s in searched}
+            own = by_channel.pop(channel, None) or Searched(channel)  # unsearched: not awaited
             inline = fused is None
+            vector = own.query_vector or (classified.query_vector if classified else None)
             result = SearchResult(
                 **cmd.correlation(),
                 **own.answer(inline=inline),
                 command_id=cmd.event_id,
                 event_id=result_event_id(cmd),
                 channel=channel,
-                query_vector=await claims.put_vector(cmd.request_id, cmd.query, own.query_vector),
-                also=[ChannelOutcome(channel=s.channel, **s.answer(inline=inline)) for s in also],
+                query_vector=await claims.put_vector(cmd.request_id, cmd.query, vector),
+                also=[
+                    ChannelOutcome(channel=s.channel, **s.answer(inline=inline))
+                    for s in by_channel.values()
+                ],
                 fused=fused,
+                classified=_described(classified),
             )
             await publisher.publish(result)
 
