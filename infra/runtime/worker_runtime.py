@@ -114,6 +114,13 @@ class _Liveness:
     async def now(self, request_id: str) -> bool:
         return await self._is_live(request_id)
 
+    def finished(self, request_id: str) -> None:
+        """The request was found finished: every later `once` for this message says so, so
+        its next phase does not start (nothing of it may land after the request's done)."""
+        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        ended.set_result(False)
+        self._asked[request_id] = ended
+
 
 _LIVENESS: ContextVar[_Liveness | None] = ContextVar("ragbus_liveness", default=None)
 """How the message being handled asks whether its request is live (set by the error policy)."""
@@ -328,6 +335,10 @@ async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = Fals
         await bus.emit(event, still_wanted=live)
     except PublishAbandoned:
         _dropped(event)
+        # A step that goes on after this one (generation's own critique, say) has asked
+        # once at the message's start, when the request was live: it must not send either.
+        if (liveness := _LIVENESS.get()) is not None:
+            liveness.finished(event.request_id)
 
 
 def _dropped(event: PhaseEvent) -> None:

@@ -11,8 +11,8 @@ import pytest
 from faststream.nats import NatsBroker
 
 from contracts.commands import ClassifyCommand
-from contracts.enums import Phase
-from contracts.events import CallerEvent, PhaseEvent
+from contracts.enums import Phase, PhaseStatus
+from contracts.events import CallerEvent, PhaseData, PhaseEvent
 from infra.runtime import worker_runtime
 from infra.runtime.bus import Bus
 from infra.runtime.worker_runtime import phase
@@ -133,3 +133,26 @@ async def test_a_redelivered_step_asks_again_however_fast() -> None:
     await run_step_while(request, bus, 0.01, finish=True, deliveries=2)
     assert bus.statuses() == []
     assert request.asked == 2
+
+
+async def test_once_an_event_is_dropped_the_message_starts_no_further_phase() -> None:
+    # Seen on a cluster: generation's event waited out an election until its request had
+    # finished and was dropped; the same message then ran its own critique, whose start asked
+    # the message's first answer (live) and whose quick end went out after the done.
+    request = Request()
+    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(request.is_live))
+    try:
+        await worker_runtime.require_live(CMD.request_id)  # the message's start: live
+        request.live = False
+        ended = PhaseEvent(
+            **CMD.correlation(),
+            data=PhaseData(phase=Phase.GENERATION, status=PhaseStatus.COMPLETED),
+        )
+        bus = RecordingBus(after_s=0.5)
+        await worker_runtime.send_while_live(bus, ended, ask_first=True)
+        with pytest.raises(worker_runtime.RequestNotLive):
+            async with phase(bus, CMD, Phase.CRITIC):
+                pass
+        assert bus.statuses() == []
+    finally:
+        worker_runtime._LIVENESS.reset(token)
