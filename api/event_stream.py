@@ -32,9 +32,11 @@ Finished = Callable[[], Awaitable[bool]]
 
 IDLE_CHECK_S = 5.0
 FINAL_DRAIN_S = 0.5
-ELECTION_WAIT_S = 30.0
+ELECTION_WAIT_S = 60.0
 """How long a reader's JetStream calls wait out a stream with no leader (a cluster electing
-one after losing a node) before the reader gives up."""
+one after losing a node) before the reader gives up and its stream breaks off (a client
+resumes it with `Last-Event-ID`). An election takes about 5 s, but `test_cluster` on a busy
+2-core machine once saw the events stream answer nothing for 30 s, the old limit."""
 
 
 async def answered(call: Callable[[], Awaitable[T]]) -> T:
