@@ -70,6 +70,11 @@ class FuseSpec(FusionParameters):
     )
 
 
+SKIPPED_BY_WEIGHT = "weight 0 for this intent"
+"""Why a channel `weighed` leaves out was skipped: its report's and its phase event's reason,
+whether the saga or a classifying search worker skipped it."""
+
+
 def weighed(weights: Mapping[Channel, float], channels: Iterable[Channel]) -> list[Channel]:
     """The channels an intent's weights search: those weighed above 0 (the others are
     skipped, with a phase event that says so)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contracts.commands import (
+    SKIPPED_BY_WEIGHT,
     ClassifySpec,
     FuseSpec,
     SearchCommand,
@@ -47,9 +48,6 @@ from orchestrator.store import Outgoing, Transition
 
 if TYPE_CHECKING:
     from orchestrator.saga import Clock, Saga
-
-
-SKIPPED_BY_WEIGHT = "weight 0 for this intent"
 
 
 def _reset(state: RequestState) -> None:

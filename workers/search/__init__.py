@@ -25,7 +25,7 @@ from typing import Any
 
 from faststream.nats import NatsRouter
 
-from contracts.commands import FuseSpec, SearchCommand, weighed
+from contracts.commands import SKIPPED_BY_WEIGHT, FuseSpec, SearchCommand, weighed
 from contracts.enums import CHANNEL_PHASE, Channel, Intent, Phase, PhaseStatus, Step, StepStatus
 from contracts.envelope import utcnow
 from contracts.events import PhaseData, PhaseEvent
@@ -124,7 +124,7 @@ def skipped(cmd: SearchCommand, channel: Channel) -> PhaseEvent:
             started_at=now,
             ended_at=now,
             duration_ms=0.0,
-            metadata={"reason": "weight 0 for this intent"},
+            metadata={"reason": SKIPPED_BY_WEIGHT},
         ),
     )
 
@@ -271,7 +271,7 @@ def create_router(resources: Resources) -> NatsRouter:
             if cmd.classify is not None:
                 classified, wanted = await classify_first(cmd)
                 cmd = _classified_search(cmd, classified)
-            if len(wanted) > 1 or wanted != [channel]:
+            if wanted != [channel]:
                 searched = await search_all(cmd, wanted) if wanted else []
             else:  # one channel: its failure takes the error policy's way (retry, report)
                 searched = [await search_one(cmd, channel)]
