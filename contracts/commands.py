@@ -7,6 +7,7 @@ Every command names the attempt it belongs to; a worker echoes `command_id` and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -129,6 +130,14 @@ class SearchCommand(Envelope):
         default=None,
         description="set on a request's first search when its worker classifies the question "
         "first (`ClassifySpec`): no classify command, no classify result",
+    )
+    deadline_at: datetime | None = Field(
+        default=None,
+        description="when the channels a command of several (or one that classifies) searches "
+        "must have answered: the worker drops one that has not (`CHANNEL_TIMED_OUT`) and "
+        "answers, fused, with the others, so one wedged channel does not hold the rest. The "
+        "saga's own step deadline, a fuse step's time later where the worker fuses, stays "
+        "the backstop for a worker that does not answer at all",
     )
 
     @model_validator(mode="after")

@@ -63,6 +63,11 @@ class ClassifyResult(StepResult, Classified):
     rewrite_method: str | None = Field(default=None, max_length=16)
 
 
+CHANNEL_TIMED_OUT = "channel_timed_out"
+"""`ErrorInfo.code` of a channel its search worker dropped at the command's deadline
+(`SearchCommand.deadline_at`): reported `timed_out`, as a channel the saga's deadline drops."""
+
+
 class ChannelOutcome(BaseModel):
     """One further channel's answer to a command that searched several (`SearchCommand.also`):
     its ranking (inline or claimed, as for the result's own channel), or why it failed."""

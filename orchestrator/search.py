@@ -13,13 +13,16 @@ without a fuse step. A question asked for an answer outside a conversation skips
 classify step (`RAGBUS_CLASSIFY_WITH_SEARCH`): its first search names every document channel
 and asks the worker to classify first (`start_classifying`, `on_classified`); until its
 answer the request has no intent (`classifying`). Each awaited (channel, query) is a key of
-the pending step
-(`search_key`), mapped to the command that answers for it. A channel that failed or missed
-the search deadline is reported and left out; fusion starts when no key is left.
+the pending step (`search_key`), mapped to the command that answers for it. A channel that
+failed or missed the search deadline is reported and left out; fusion starts when no key is
+left. A command of several channels carries that deadline (`SearchCommand.deadline_at`): its
+worker drops a channel that misses it and answers for the others, so one wedged channel
+does not take the rest with it; the saga's deadline stays the backstop.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from contracts.commands import (
@@ -41,7 +44,7 @@ from contracts.enums import (
     StepStatus,
 )
 from contracts.models import ChannelReport, RetrievedChunk
-from contracts.results import ChannelOutcome, Fused, SearchResult, StepResult
+from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Fused, SearchResult, StepResult
 from infra.retrieval.intent_profiles import PRIOR
 from orchestrator.state import PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
@@ -107,8 +110,9 @@ def start_classifying(saga: Saga, state: RequestState, clock: Clock) -> Transiti
     )
     channels = [c for c in Channel if c in DOCUMENT_CHANNELS]
     classify = ClassifySpec(intent_override=state.intent_override)
-    messages = _commands(saga, state, 0, [channels], awaited, fuse, classify)
     settings = saga.settings
+    searched_by = clock.now + settings.classify_timeout_s + settings.search_timeout_s
+    messages = _commands(saga, state, 0, [channels], awaited, searched_by, fuse, classify)
     timeout = settings.classify_timeout_s + settings.search_timeout_s + settings.fuse_timeout_s
     state.pending = saga._pending(Step.SEARCH, awaited, timeout, clock)
     return saga._moved(state, messages)
@@ -155,8 +159,10 @@ def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing
         for index in range(len(state.search_queries)):
             searches.setdefault(index, []).append(channel)
     fuse = _fuse_spec(saga, state, searches)
+    searched_by = clock.now + saga.settings.search_timeout_s
     for index, channels in searches.items():
-        messages.extend(_commands(saga, state, index, _groups(saga, channels), awaited, fuse))
+        groups = _groups(saga, channels)
+        messages.extend(_commands(saga, state, index, groups, awaited, searched_by, fuse))
     timeout = saga.settings.search_timeout_s
     if fuse is not None:  # the one command fuses too: its deadline has the fuse step's time
         timeout += saga.settings.fuse_timeout_s
@@ -202,13 +208,17 @@ def _commands(
     index: int,
     groups: list[list[Channel]],
     awaited: dict[str, str],
+    searched_by: float,
     fuse: FuseSpec | None,
     classify: ClassifySpec | None = None,
 ) -> list[Outgoing]:
     """The commands that search one query, one per group of channels (`_groups`); each
     awaited channel keyed to its command. `fuse` is set only where that one command is all the
-    attempt searches (`_fuse_spec`)."""
+    attempt searches (`_fuse_spec`). A command of several channels (or one that classifies)
+    drops one that has not answered by `searched_by` and answers for the others
+    (`SearchCommand.deadline_at`)."""
     query = state.search_queries[index]
+    deadline_at = datetime.fromtimestamp(searched_by, UTC)
     messages = []
     for own, *also in groups:
         vector_read = any(c.reads_query_vector for c in (own, *also))
@@ -225,6 +235,7 @@ def _commands(
             claim_ranking=state.mode != "retrieve",
             fuse=fuse,
             classify=classify,
+            deadline_at=deadline_at if also or classify else None,
         )
         for channel in (own, *also):
             awaited[search_key(channel, index)] = cmd.event_id
@@ -308,6 +319,8 @@ def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock
         if outcome.status is StepStatus.FAILED:
             reason = outcome.error.message if outcome.error else "step failed"
             report = _failed(outcome.channel, reason, outcome.duration_ms)
+            if outcome.error and outcome.error.code == CHANNEL_TIMED_OUT:
+                report.status = "timed_out"  # dropped by its worker at the command's deadline
         else:
             report = ChannelReport(
                 channel=outcome.channel,

@@ -9,9 +9,25 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.commands import ClassifyCommand, GenerateCommand, SearchCommand, ToolCommand
-from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, Phase, PhaseStatus, RequestStatus
+from contracts.enums import (
+    DOCUMENT_CHANNELS,
+    Channel,
+    Intent,
+    Phase,
+    PhaseStatus,
+    RequestStatus,
+    StepStatus,
+)
 from contracts.events import PhaseEvent
-from contracts.results import ChannelOutcome, Classified, Fused, SearchResult, StepFailure
+from contracts.models import ErrorInfo
+from contracts.results import (
+    CHANNEL_TIMED_OUT,
+    ChannelOutcome,
+    Classified,
+    Fused,
+    SearchResult,
+    StepFailure,
+)
 from infra.retrieval.intent_profiles import PRIOR
 from tests.unit.saga_support import CHUNK, FACTUAL, Run
 
@@ -145,3 +161,31 @@ def test_anything_else_keeps_the_classify_step() -> None:
         run = Run(**settings)
         run.submit(**fields)
         assert [type(m) for m in run.sent] == [ClassifyCommand], (fields, settings)
+
+
+def test_the_command_carries_its_search_deadline_and_a_channel_dropped_there_is_timed_out() -> None:
+    """The worker drops a channel still silent at the command's `deadline_at` (classify and
+    search time from the transition; the saga's own deadline adds the fuse step's) and the
+    saga reports it timed out, as one its own deadline drops."""
+    run = Run(**ON)
+    run.submit()
+    [cmd] = searches(run)
+    settings = run.settings
+    assert cmd.deadline_at is not None
+    assert cmd.deadline_at.timestamp() == run.now + (
+        settings.classify_timeout_s + settings.search_timeout_s
+    )
+    state = run.state
+    assert state is not None and state.pending is not None
+    assert state.pending.deadline_at == cmd.deadline_at.timestamp() + settings.fuse_timeout_s
+
+    result = answered(run, cmd, classified=FACTUAL_CLASSIFIED)
+    dropped = ErrorInfo(code=CHANNEL_TIMED_OUT, message="no answer by the search deadline")
+    result.also[0] = result.also[0].model_copy(
+        update={"status": StepStatus.FAILED, "error": dropped, "count": 0}
+    )
+    run.result(result)
+    state = run.state
+    assert state is not None and state.status is RequestStatus.GENERATING
+    report = state.channel_reports[result.also[0].channel]
+    assert (report.status, report.reason) == ("timed_out", "no answer by the search deadline")

@@ -4,6 +4,7 @@ stores, failures reported, and channel functions replaceable at call time."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ import pytest
 from contracts import subjects as sj
 from contracts.commands import ClassifySpec, FuseSpec, SearchCommand
 from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Intent, Step
+from contracts.envelope import utcnow
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
-from contracts.results import SearchResult, StepResult
+from contracts.results import CHANNEL_TIMED_OUT, SearchResult, StepResult
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
 from infra.retrieval.intent_profiles import PRIOR, weights_for
@@ -264,6 +266,49 @@ async def test_a_failing_channel_inside_a_command_is_reported_beside_the_others(
         phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
         ended = {p["phase"]: p["status"] for p in phases if p["status"] != "in_progress"}
         assert ended == {"vector_search": "completed", "sparse_search": "failed"}
+
+
+async def test_a_channel_silent_past_the_commands_deadline_is_dropped_and_the_rest_fused(
+    settings: Settings, encoder: FakeEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One wedged channel does not hold the command: at `deadline_at` it is reported timed
+    out (its phase event marked dropped), and the others are fused and answered."""
+    release = asyncio.Event()
+
+    async def silent(resources: Resources, cmd: SearchCommand) -> Found:
+        await release.wait()
+        raise AssertionError("released only at the end of the test")
+
+    monkeypatch.setattr("workers.search.channels.search_sparse", silent)
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        cmd = _command(
+            Channel.VECTOR,
+            "statin cholesterol",
+            claim_ranking=True,
+            also=[Channel.SPARSE],
+            fuse=FuseSpec(weights={Channel.VECTOR: 0.5, Channel.SPARSE: 0.5}, top_k=2),
+            deadline_at=utcnow() + timedelta(seconds=0.3),
+        )
+        subject = sj.cmd_subject(Step.SEARCH, Channel.VECTOR)
+        try:  # without the deadline the command would wait for the silent channel for ever
+            await asyncio.wait_for(harness.publish(cmd, subject, sj.STREAM_CMD), timeout=10)
+        finally:
+            release.set()
+        [raw] = harness.on("rag.res.search.")
+        result = SearchResult.model_validate(raw)
+        [sparse] = result.also
+        assert sparse.status == "failed" and sparse.error is not None
+        assert sparse.error.code == CHANNEL_TIMED_OUT
+        assert result.fused is not None
+        assert result.fused.chunks[0].document_id == "statins"
+        assert result.fused.channel_counts.get(Channel.SPARSE, 0) == 0
+        assert harness.on("rag.dlq.") == []
+        phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
+        ended = {p["phase"]: p for p in phases if p["status"] != "in_progress"}
+        assert ended["sparse_search"]["status"] == "failed"
+        assert ended["sparse_search"]["metadata"]["dropped"] is True
+        assert ended["vector_search"]["status"] == "completed"
 
 
 async def test_a_command_naming_the_memory_channel_is_refused() -> None:

@@ -10,6 +10,9 @@ the attempt searches, the command may also ask the worker to fuse them (`SearchC
 rankings in hand, sends the fusion phase event, and answers with the fused list
 (`SearchResult.fused`) instead of claimed rankings: no fuse command, no fuse result, one saga
 transition fewer. Fusion that fails there leaves the rankings to the fuse step, as without it.
+Such a command carries the search deadline (`SearchCommand.deadline_at`): a channel that has
+not answered by then is dropped (its phase event says so, and its outcome is
+`CHANNEL_TIMED_OUT`), and the others are answered and fused without it.
 
 The subscriber looks its channel function up on `channels` at call time, so a test (or an
 operator's patch) can replace one channel without rebuilding the router.
@@ -21,6 +24,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -30,7 +34,7 @@ from contracts.enums import CHANNEL_PHASE, Channel, Intent, Phase, PhaseStatus, 
 from contracts.envelope import utcnow
 from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk
-from contracts.results import ChannelOutcome, Classified, Fused, SearchResult
+from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Classified, Fused, SearchResult
 from infra.errors import PoisonMessage, is_transient
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
@@ -106,10 +110,28 @@ class Searched:
         }
 
 
+class ChannelTimedOut(Exception):
+    """A channel had not answered by its command's deadline (`SearchCommand.deadline_at`):
+    it is dropped, not retried (the saga would not wait for a second try)."""
+
+
 def _error_info(exc: Exception | None) -> ErrorInfo | None:
     if exc is None:
         return None
-    return ErrorInfo(code="channel_failed", message=describe_error(exc)[:2000])
+    code = CHANNEL_TIMED_OUT if isinstance(exc, ChannelTimedOut) else "channel_failed"
+    return ErrorInfo(code=code, message=describe_error(exc)[:2000])
+
+
+async def within(search: Awaitable[channels.Found], deadline_at: datetime | None) -> channels.Found:
+    """The channel's search, given until `deadline_at` (no limit without one)."""
+    if deadline_at is None:
+        return await search
+    left = (deadline_at - utcnow()).total_seconds()
+    try:
+        async with asyncio.timeout(max(left, 0.0)):
+            return await search
+    except TimeoutError as exc:
+        raise ChannelTimedOut(f"no answer by the search deadline ({max(left, 0.0):.3g}s)") from exc
 
 
 def skipped(cmd: SearchCommand, channel: Channel) -> PhaseEvent:
@@ -178,14 +200,20 @@ def create_router(resources: Resources) -> NatsRouter:
                 await send_while_live(bus, skipped(cmd, channel))
         return found, searched
 
-    async def search_one(cmd: SearchCommand, channel: Channel) -> Searched:
+    async def search_one(
+        cmd: SearchCommand, channel: Channel, deadline_at: datetime | None = None
+    ) -> Searched:
         search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
         # the query is named: a rewritten or decomposed attempt searches other words
         shown = cmd.query[:SHOWN_QUERY_CHARS]
         async with phase(
             bus, cmd, CHANNEL_PHASE[channel], channel=channel.value, query=shown
         ) as run:
-            found = await search(resources, cmd)
+            try:
+                found = await within(search(resources, cmd), deadline_at)
+            except ChannelTimedOut as exc:
+                run.metadata.update(dropped=True, reason=str(exc))
+                raise
             chunks = ranked(found.chunks, channel)[: cmd.top_k]
             run.metadata["count"] = len(chunks)
         return Searched(channel, chunks, None, len(chunks), found.query_vector, run.duration_ms)
@@ -209,13 +237,14 @@ def create_router(resources: Resources) -> NatsRouter:
                 s.claim = fields[keys[s.channel]]
 
     async def search_all(cmd: SearchCommand, wanted: list[Channel]) -> list[Searched]:
-        """The `wanted` channels side by side; one that fails is reported failed (its phase
-        event says why) while the others answer. Only when every channel failed for a
-        passing reason does the command fail as a whole, to be delivered again."""
+        """The `wanted` channels side by side, each until the command's deadline; one that
+        fails or misses it is reported failed (its phase event says why) while the others
+        answer. Only when every channel failed for a passing reason does the command fail as
+        a whole, to be delivered again."""
 
         async def guarded(channel: Channel) -> Searched:
             try:
-                return await search_one(cmd, channel)
+                return await search_one(cmd, channel, cmd.deadline_at)
             except RequestNotLive:
                 raise
             except Exception as exc:
@@ -271,10 +300,11 @@ def create_router(resources: Resources) -> NatsRouter:
             if cmd.classify is not None:
                 classified, wanted = await classify_first(cmd)
                 cmd = _classified_search(cmd, classified)
-            if wanted != [channel]:
-                searched = await search_all(cmd, wanted) if wanted else []
-            else:  # one channel: its failure takes the error policy's way (retry, report)
+            if wanted == [channel] and classified is None:
+                # one channel: its failure takes the error policy's way (retry, report)
                 searched = [await search_one(cmd, channel)]
+            else:  # a classifying search reports a failed channel beside its classification
+                searched = await search_all(cmd, wanted) if wanted else []
             fuse = cmd.fuse if searched else None
             fused = await fuse_searched(cmd, fuse, searched) if fuse else None
             if fused is None and searched:
