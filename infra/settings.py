@@ -269,11 +269,12 @@ class Settings(BaseSettings):
         "fusion is always a step of its own, for deployments that run it in other processes).",
     )
     classify_with_search: bool = Field(
-        False,
+        True,
         description="A question outside a conversation, asked for an answer, is classified by "
         "the search worker in its first search command instead of by a classify step: one hop "
         "and one saga transition fewer a request. The search workers load the intent model "
-        "then. Needs RAGBUS_SEARCH_BATCH and RAGBUS_FUSE_WITH_SEARCH.",
+        "then. Needs RAGBUS_SEARCH_BATCH and RAGBUS_FUSE_WITH_SEARCH (false: a classify step "
+        "for every question, for deployments that run the classifier in other processes).",
     )
     fusion: Literal["convex", "rrf"] = Field(
         "convex",

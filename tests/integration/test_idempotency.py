@@ -55,7 +55,8 @@ async def test_the_same_key_gives_the_same_request_and_no_second_run(tmp_path: P
             assert first.status_code == 202, first.text
             request_id = first.json()["request_id"]
             assert "idempotent-replayed" not in first.headers
-            assert await _status(http, request_id, "submitted") == "classifying"
+            # taken up: it waits on its first search (which classifies it), with no worker
+            assert await _status(http, request_id, "submitted") == "searching"
 
             again = await http.post("/v1/queries", json=QUESTION, headers=key)
             assert again.status_code == 202
@@ -120,7 +121,7 @@ async def test_a_503_during_a_nats_outage_says_it_may_still_run_and_a_keyed_retr
                 await asyncio.sleep(0.5)
             assert retried is not None and retried.status_code == 202, retried and retried.text
             assert retried.json()["request_id"] == named.group(1)
-            assert await _status(http, named.group(1), "submitted") == "classifying"
+            assert await _status(http, named.group(1), "submitted") == "searching"
     finally:
         redis_service.stop()
         nats_service.stop()

@@ -69,13 +69,14 @@ async def test_api_answers_503_during_a_redis_outage_and_recovers_at_once(
             ready = await http.get("/readyz")
             assert ready.json()["checks"]["redis"] == "ok", ready.text
             # The orchestrator's own pooled connections healed too: it takes up the new
-            # requests (there is no classify worker here, so they wait in `classifying`).
+            # requests (there is no search worker here, so they wait in `searching`, on the
+            # first search, which classifies them too).
             for _ in range(100):
                 states = [(await http.get(f"/v1/queries/{rid}")).json() for rid in after]
-                if all(s["status"] == "classifying" for s in states):
+                if all(s["status"] == "searching" for s in states):
                     break
                 await asyncio.sleep(0.1)
-            assert [s["status"] for s in states] == ["classifying"] * 8
+            assert [s["status"] for s in states] == ["searching"] * 8
     finally:
         redis.stop()
         nats_server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,12 @@ def recorder(seen: dict[str, list[dict[str, Any]]], subject: str) -> Any:
     return record
 
 
-@pytest.fixture
-async def harness(
-    redis_service: LocalService, tmp_path: Path
-) -> AsyncIterator[tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]]]:
-    settings = Settings(redis_url=redis_service.url, data_dir=tmp_path)
+Harness = tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]]
+
+
+@asynccontextmanager
+async def _harness(redis_url: str, tmp_path: Path, **overrides: Any) -> AsyncIterator[Harness]:
+    settings = Settings(redis_url=redis_url, data_dir=tmp_path, **overrides)
     broker = NatsBroker()
     resources = Resources(settings, Bus(broker))
     orchestrator = Orchestrator(resources)
@@ -61,10 +63,44 @@ async def harness(
     await resources.aclose()
 
 
-async def test_submission_starts_classification_and_a_duplicate_changes_nothing(
-    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+@pytest.fixture
+async def harness(redis_service: LocalService, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The default deployment: a plain question's first search command classifies it."""
+    async with _harness(redis_service.url, tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+async def classify_step_harness(
+    redis_service: LocalService, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """A classify step of its own, as a question in a conversation (or every question with
+    RAGBUS_CLASSIFY_WITH_SEARCH=false) has."""
+    async with _harness(redis_service.url, tmp_path, classify_with_search=False) as running:
+        yield running
+
+
+async def test_submission_starts_a_classifying_search_and_a_duplicate_changes_nothing(
+    harness: Harness,
 ) -> None:
     broker, orchestrator, seen = harness
+    submitted = QuerySubmitted(request_id="unit-0", query="what is pharos")
+    await orchestrator.store.create(submitted)
+    await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
+    await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
+    assert "rag.cmd.classify" not in seen, "no classify step: the search classifies"
+    (command,) = seen["rag.cmd.search.vector"]
+    assert command["classify"] is not None and command["fuse"] is not None
+    assert set(command["also"]) == {"sparse", "graph_local", "graph_global"}
+    state = await orchestrator.store.get("unit-0")
+    assert state is not None and state.status.value == "searching" and state.intent is None
+    assert await orchestrator.store.pending_outbox("unit-0") == [], "outbox drained after publish"
+
+
+async def test_submission_starts_classification_and_a_duplicate_changes_nothing(
+    classify_step_harness: Harness,
+) -> None:
+    broker, orchestrator, seen = classify_step_harness
     submitted = QuerySubmitted(request_id="unit-1", query="what is pharos")
     await orchestrator.store.create(submitted)  # as the API does before publishing
     await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
@@ -93,7 +129,7 @@ async def test_submission_starts_classification_and_a_duplicate_changes_nothing(
 
 
 async def test_a_redelivered_event_republishes_an_unsent_outbox(
-    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+    harness: Harness,
 ) -> None:
     broker, orchestrator, seen = harness
     submitted = QuerySubmitted(request_id="unit-2", query="what is pharos")
@@ -107,12 +143,12 @@ async def test_a_redelivered_event_republishes_an_unsent_outbox(
     )
     assert applied.outbox and await store.redis.hlen(outbox_key("unit-2")) == 1
     await broker.publish(submitted.model_dump(mode="json"), "rag.query.submitted")
-    assert len(seen.get("rag.cmd.classify", [])) == 1
+    assert len(seen.get("rag.cmd.search.vector", [])) == 1
     assert await store.redis.hlen(outbox_key("unit-2")) == 0
 
 
 async def test_a_late_progress_event_never_follows_its_requests_done(
-    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+    harness: Harness,
 ) -> None:
     """A transition's phase event stayed queued (its process died before publishing it) while
     the request went on to its done: a redelivery leaves the phase event out. Queued together
@@ -156,7 +192,7 @@ async def test_a_late_progress_event_never_follows_its_requests_done(
 
 
 async def test_malformed_submission_is_dead_lettered(
-    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+    harness: Harness,
 ) -> None:
     broker, _, seen = harness
     await broker.publish({"request_id": "bad id with spaces", "query": ""}, "rag.query.submitted")
@@ -172,7 +208,7 @@ def _clock() -> Any:
 
 
 async def test_a_replica_that_loses_the_race_reads_and_decides_again(
-    harness: tuple[Any, Orchestrator, dict[str, list[dict[str, Any]]]],
+    harness: Harness,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Optimistic concurrency: a commit whose version moved since the read is refused, and the

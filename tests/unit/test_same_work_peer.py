@@ -231,8 +231,9 @@ def test_ragbus_bench_reports_its_ratio_to_both_peers(
         assert same_work["system"] == "same_work_peer"
         assert same_work["threads"] == 2
         assert same_work["completed"] > 0, same_work
+        # the report rounds a ratio to three places: a fast peer's small ratio is off by 0.0005
         assert report["vs_same_work_peer"]["qps_ratio"] == pytest.approx(
-            2.0 / same_work["throughput_qps"], rel=0.01
+            2.0 / same_work["throughput_qps"], rel=0.01, abs=0.0005
         )
         assert "same-work peer" in ran.output
 
