@@ -15,6 +15,10 @@ MAX_NAMESPACE_CHARS: Final = 97
 """A store namespace: a tenant (32), `__` and the tenant's own name for it (63)."""
 MAX_SNIPPET_CHARS: Final = 600
 """The start of a cited passage an answer carries."""
+FUSED_OPENINGS: Final = 3
+"""How many of a fused list's first passages carry their opening on the bus (the rest only
+their claim): the answer quotes that many when generation fails, and the generator sends
+the openings of the others it cites (`GenerateResult.openings`)."""
 MAX_CHUNK_CHARS: Final = 32_000
 """One chunk's text (or a community summary's)."""
 MAX_CHUNKS: Final = 400

@@ -19,6 +19,7 @@ from contracts.limits import (
     MAX_ID_CHARS,
     MAX_LIST_ITEMS,
     MAX_MESSAGE_CHARS,
+    MAX_SNIPPET_CHARS,
     MAX_SUB_QUERIES,
     MAX_TOOL_CALLS,
 )
@@ -149,6 +150,15 @@ class GenerateResult(StepResult):
     )
     tool_calls: list[ToolCall] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
     generator: str = Field(default="extractive", max_length=64)
+    openings: dict[
+        Annotated[str, Field(max_length=MAX_ID_CHARS)],
+        Annotated[str, Field(max_length=MAX_SNIPPET_CHARS)],
+    ] = Field(
+        default_factory=dict,
+        max_length=MAX_CITATIONS,
+        description="chunk_id -> opening, for each cited passage the fused list carried "
+        "without one (past its first `FUSED_OPENINGS`): the citation's snippet",
+    )
     critique: Critique | None = Field(
         default=None,
         description="the critic's verdict on this answer, when the command asked the worker "

@@ -8,12 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from contracts.events import AnswerData
-from contracts.limits import MAX_SNIPPET_CHARS
+from contracts.limits import FUSED_OPENINGS, MAX_SNIPPET_CHARS
 from contracts.models import Citation, RetrievedChunk
 from contracts.sessions import MEMORY_PREFIX
 from orchestrator.state import RequestState
 
-FALLBACK_PASSAGES = 3
+FALLBACK_PASSAGES = FUSED_OPENINGS
+"""The fused list's first passages, the ones that carry their openings on the bus."""
 FALLBACK_CHARS = 320
 FALLBACK_INTRO = "The answer could not be composed; the most relevant passages:"
 

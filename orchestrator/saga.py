@@ -255,6 +255,13 @@ class Saga(SagaBase):
         state.draft = res.answer
         state.draft_citations = dict(res.citations)
         state.generator = res.generator
+        if res.openings:  # cited passages the fused list carried without their opening
+            state.fused = [
+                c.model_copy(update={"text": res.openings[c.chunk_id]})
+                if not c.text and c.chunk_id in res.openings
+                else c
+                for c in state.fused
+            ]
         if res.critique is not None:  # judged where it was written (`critique_attempts_left`)
             return critique.on_critique(self, state, res.critique, clock)
         return critique.start_critic(self, state, clock)

@@ -29,7 +29,7 @@ from typing import Any, Protocol, Self, TypeVar
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from contracts.limits import MAX_CHUNK_CHARS
+from contracts.limits import FUSED_OPENINGS, MAX_CHUNK_CHARS
 from contracts.models import VECTOR_CLAIM, ChunkVectors, RetrievedChunk
 from infra.errors import PoisonMessage
 from infra.settings import Settings
@@ -155,7 +155,8 @@ class Claims:
 
     async def put(self, request_id: str, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
         """Claim the whole chunks' passages; the chunks as messages carry them (claimed ones
-        come back as they are)."""
+        come back as they are), the first `FUSED_OPENINGS` with their opening and the others
+        with no text at all."""
         fresh = {
             chunk.chunk_id: Passage(text=chunk.text, vectors=chunk.vectors).model_dump_json()
             for chunk in chunks
@@ -165,10 +166,16 @@ class Claims:
             return list(chunks)
         await self._store(claims_key(request_id), fresh)
         return [
-            chunk.model_copy(update={"text": opening(chunk.text), "vectors": None, "claimed": True})
+            chunk.model_copy(
+                update={
+                    "text": opening(chunk.text) if n < FUSED_OPENINGS else "",
+                    "vectors": None,
+                    "claimed": True,
+                }
+            )
             if chunk.chunk_id in fresh
             else chunk
-            for chunk in chunks
+            for n, chunk in enumerate(chunks)
         ]
 
     async def resolve(

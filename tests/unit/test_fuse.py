@@ -14,6 +14,9 @@ V, S, L, G = Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL, Channel.GRAPH_
 M = Channel.MEMORY
 FACTUAL = {V: 0.3, S: 0.3, L: 0.4, G: 0.0}
 
+SIX_DIGITS = 1e-5
+"""Fused scores keep six significant digits (`weighted_fusion`)."""
+
 
 def chunk(cid: str, **fields: str) -> RetrievedChunk:
     return RetrievedChunk(chunk_id=cid, document_id="doc-" + cid, text=f"text {cid}", **fields)
@@ -47,16 +50,16 @@ def test_rrf_score_is_the_weighted_sum_of_reciprocal_ranks() -> None:
     weights = {V: 0.75, S: 0.25, L: 0.0, G: 0.0}
     fused = weighted_rrf(results, weights, k=60, top_k=10)
     scores = {c.chunk_id: c.score for c in fused}
-    assert scores["a"] == pytest.approx(0.75 / 61)
-    assert scores["b"] == pytest.approx(0.75 / 62 + 0.25 / 61)
-    assert scores["c"] == pytest.approx(0.25 / 62)
+    assert scores["a"] == pytest.approx(0.75 / 61, rel=SIX_DIGITS)
+    assert scores["b"] == pytest.approx(0.75 / 62 + 0.25 / 61, rel=SIX_DIGITS)
+    assert scores["c"] == pytest.approx(0.25 / 62, rel=SIX_DIGITS)
     assert [c.chunk_id for c in fused] == ["b", "a", "c"]
     assert [c.rank for c in fused] == [1, 2, 3]
 
 
 def test_rrf_uses_effective_weights_so_a_missing_channel_does_not_dilute() -> None:
     fused = weighted_rrf({V: ranking("a")}, FACTUAL, k=60, top_k=5)
-    assert fused[0].score == pytest.approx(1.0 / 61)
+    assert fused[0].score == pytest.approx(1.0 / 61, rel=SIX_DIGITS)
 
 
 def test_a_chunk_found_by_several_channels_appears_once_with_all_its_ranks() -> None:
@@ -71,7 +74,7 @@ def test_a_chunk_found_by_several_channels_appears_once_with_all_its_ranks() -> 
     y = fused[ids.index("y")]
     assert y.channels == {"vector": 2, "sparse": 3, "graph_local": 1}
     assert (y.title, y.source) == ("Guide", "guide.md")  # filled from the other copy
-    assert y.score == pytest.approx(0.4 / 62 + 0.3 / 63 + 0.3 / 61)
+    assert y.score == pytest.approx(0.4 / 62 + 0.3 / 63 + 0.3 / 61, rel=SIX_DIGITS)
     assert ids[0] == "y"
 
 
@@ -140,8 +143,8 @@ def test_convex_fusion_weighs_each_channels_min_max_scores() -> None:
     weights = {V: 0.4, S: 0.6}
     fused = weighted_convex(results, weights, top_k=10)
     scores = {c.chunk_id: c.score for c in fused}
-    assert scores["a"] == pytest.approx(0.4 * 1.0 + 0.6 * 0.9)
-    assert scores["b"] == pytest.approx(0.4 * 0.2 + 0.6 * 1.0)
+    assert scores["a"] == pytest.approx(0.4 * 1.0 + 0.6 * 0.9, rel=SIX_DIGITS)
+    assert scores["b"] == pytest.approx(0.4 * 0.2 + 0.6 * 1.0, rel=SIX_DIGITS)
     assert scores["c"] == pytest.approx(0.0)
     assert scores["d"] == pytest.approx(0.0)
     assert [c.chunk_id for c in fused][:2] == ["a", "b"]

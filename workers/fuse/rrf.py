@@ -138,7 +138,11 @@ def weighted_fusion(
 
     order = sorted(scores, key=lambda cid: (-scores[cid], best[cid][0], cid))
     return [
-        best[cid][1].model_copy(update={"score": scores[cid], "rank": rank, "channels": ranks[cid]})
+        best[cid][1].model_copy(
+            # six significant digits: the order is made, and seventeen were bytes on every
+            # message that carries the list
+            update={"score": float(f"{scores[cid]:.6g}"), "rank": rank, "channels": ranks[cid]}
+        )
         for rank, cid in enumerate(order[:top_k], start=1)
     ]
 

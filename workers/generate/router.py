@@ -21,12 +21,14 @@ from faststream.nats import NatsRouter
 
 from contracts.commands import GenerateCommand
 from contracts.enums import Intent, Phase, Step
+from contracts.limits import FUSED_OPENINGS
 from contracts.models import ToolCall
 from contracts.results import GenerateResult
 from infra.llm import LLMClient, LLMStreamBroken, describe
 from infra.logging import get_logger
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.claims import opening
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
     PhaseRun,
@@ -131,6 +133,17 @@ async def _with_llm(
     return answer, got.tool_calls, LLM_GENERATOR
 
 
+def cited_openings(cmd: GenerateCommand, citations: dict[int, str]) -> dict[str, str]:
+    """The openings of the cited passages that the fused list carried without one (past its
+    first `FUSED_OPENINGS`, `Claims.put`): the answer's citations show them."""
+    cited = set(citations.values())
+    return {
+        chunk.chunk_id: opening(chunk.text)
+        for chunk in cmd.contexts[FUSED_OPENINGS:]
+        if chunk.chunk_id in cited and chunk.text
+    }
+
+
 def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRouter:
     bus, settings = resources.bus, resources.settings
     client = llm
@@ -170,6 +183,7 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
             citations=answer.citations,
             tool_calls=tool_calls,
             generator=generator,
+            openings=cited_openings(cmd, answer.citations),
             critique=critique,
         )
         await publisher.publish(result)
