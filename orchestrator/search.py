@@ -102,12 +102,7 @@ def start_classifying(saga: Saga, state: RequestState, clock: Clock) -> Transiti
     _reset(state)
     _no_memory(state)
     awaited: dict[str, str] = {}
-    fuse = FuseSpec(
-        weights=dict(PRIOR),
-        top_k=state.top_k,
-        rrf_k=saga.settings.rrf_k,
-        fusion=saga.settings.fusion,
-    )
+    fuse = _fuse_with(saga, state, dict(PRIOR))
     channels = [c for c in Channel if c in DOCUMENT_CHANNELS]
     classify = ClassifySpec(intent_override=state.intent_override)
     settings = saga.settings
@@ -183,9 +178,15 @@ def _fuse_spec(
         return None  # several queries, or the memory channel: its own command, its own worker
     if len(_groups(saga, searches[0])) != 1:
         return None
+    return _fuse_with(saga, state, state.weights)
+
+
+def _fuse_with(saga: Saga, state: RequestState, weights: dict[Channel, float]) -> FuseSpec:
+    """The fuse step's parameters for the attempt's one command, fusing by `weights`; the
+    question goes along only where the searched query is another (a reranker orders by it)."""
     question = state.question
     return FuseSpec(
-        weights=state.weights,
+        weights=weights,
         top_k=state.top_k,
         rrf_k=saga.settings.rrf_k,
         fusion=saga.settings.fusion,
@@ -318,9 +319,10 @@ def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock
             continue  # a channel the saga did not ask this command for
         if outcome.status is StepStatus.FAILED:
             reason = outcome.error.message if outcome.error else "step failed"
-            report = _failed(outcome.channel, reason, outcome.duration_ms)
-            if outcome.error and outcome.error.code == CHANNEL_TIMED_OUT:
-                report.status = "timed_out"  # dropped by its worker at the command's deadline
+            # a channel its worker dropped at the command's deadline is reported as the
+            # saga's own deadline reports one
+            dropped = outcome.error is not None and outcome.error.code == CHANNEL_TIMED_OUT
+            report = _failed(outcome.channel, reason, outcome.duration_ms, dropped)
         else:
             report = ChannelReport(
                 channel=outcome.channel,
@@ -346,9 +348,14 @@ def on_failed(
     return _moved(saga, state, clock)
 
 
-def _failed(channel: Channel, reason: str, duration_ms: float) -> ChannelReport:
+def _failed(
+    channel: Channel, reason: str, duration_ms: float, timed_out: bool = False
+) -> ChannelReport:
     return ChannelReport(
-        channel=channel, status="failed", reason=reason, duration_ms=duration_ms or None
+        channel=channel,
+        status="timed_out" if timed_out else "failed",
+        reason=reason,
+        duration_ms=duration_ms or None,
     )
 
 

@@ -160,7 +160,8 @@ def _classified_search(cmd: SearchCommand, found: Classification) -> SearchComma
     return cmd.model_copy(update=update)
 
 
-def _described(found: Classification | None) -> Classified | None:
+def _as_classified(found: Classification | None) -> Classified | None:
+    """The classification as the result carries it (`SearchResult.classified`)."""
     if found is None:
         return None
     return Classified(
@@ -325,7 +326,7 @@ def create_router(resources: Resources) -> NatsRouter:
                     for s in by_channel.values()
                 ],
                 fused=fused,
-                classified=_described(classified),
+                classified=_as_classified(classified),
             )
             await publisher.publish(result)
 
