@@ -216,9 +216,14 @@ class CuttingProxy:
 
         async def to_api() -> str:
             nonlocal path
-            while data := await client_r.read(65536):
-                data, seen = self._request(data)
-                path = seen or path
+            try:  # the whole head at once: a header split across reads would go unseen
+                head = await client_r.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as short:
+                head = short.partial
+            head, path = self._request(head)
+            api_w.write(head)
+            await api_w.drain()
+            while data := await client_r.read(65536):  # a body, if the request has one
                 api_w.write(data)
                 await api_w.drain()
             return "browser closed"
@@ -256,6 +261,22 @@ class CuttingProxy:
             with contextlib.suppress(ConnectionError):
                 client_w.close()
                 await client_w.wait_closed()
-        else:  # cut mid-stream, or a side went away: reset, drop whatever is left
+        else:
+            if ended == ["cut"]:
+                # end the stream mid-body with a FIN first, so the browser reads every byte that
+                # was sent before it sees the stream break: a bare reset can discard bytes still
+                # in its socket buffer, and then where the page resumes depends on timing
+                await _half_close(client_r, client_w)
+            # cut mid-stream, or a side went away: reset, drop whatever is left
             client_w.transport.abort()
         api_w.transport.abort()
+
+
+async def _half_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Send FIN and wait (briefly) for the peer to close its side: by then it has read all."""
+    with contextlib.suppress(ConnectionError, OSError):
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+        async with asyncio.timeout(5):
+            while await reader.read(65536):
+                pass

@@ -226,11 +226,13 @@ async def test_a_cut_stream_resumes_without_repeating_an_event(
     fusion = next(
         seq for seq, event, data in stream if event == "phase" and data["data"]["phase"] == "fusion"
     )
-    # the browser resumed after the last event it had: the fusion phase's, or (when the reset
-    # overtook that event's bytes on a loaded machine) an event just before it; the proxy
-    # then asked for a little more
+    # the browser resumed after the last event it had dispatched: the fusion phase's as a rule
+    # (the proxy ends the cut stream with a FIN before its reset, so every byte it sent
+    # arrives), but Chromium may report the broken body before its renderer has parsed the
+    # last bytes, and then it resumes a few events earlier. Either way it resumes mid-stream,
+    # far enough in that the proxy's rewind replays events the page already has
     assert proxy.last_event_ids, "the page never resumed"
-    assert fusion - 3 <= proxy.last_event_ids[0] <= fusion
+    assert proxy.rewind < proxy.last_event_ids[0] <= fusion
     resumed = page.get_by_test_id("resumed")
     await expect(resumed).to_be_visible()
     await expect(resumed).to_have_text(re.compile(r"^resumed [1-9]\d*×$"))
