@@ -76,19 +76,38 @@ def new_memory(kind: MemoryKind, text: str, title: str, request_id: str) -> Memo
     return Memory(memory_id, kind, text, title, request_id, time.time())
 
 
+ADD_UNLESS_FORGOTTEN = """
+local forgotten = redis.call('GET', KEYS[2])
+if forgotten and tonumber(ARGV[4]) <= tonumber(forgotten) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+"""KEYS: the scope's index, the session's forgotten marker (`infra.memory.sessions`). ARGV: the
+memory's id, its JSON, the index's TTL, when its question was asked. The two keys hash to
+different slots: ragbus runs on one Redis, not a cluster."""
+
+
 class MemoryIndex:
     """The Redis side: what each scope remembers, listable and deletable from any process."""
 
     def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        self._add = redis.register_script(ADD_UNLESS_FORGOTTEN)
 
-    async def add(self, scope: str, memory: Memory) -> None:
-        key = index_key(scope)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, memory.memory_id, json.dumps(asdict(memory)))
-            pipe.expire(key, self.ttl_s)
-            await pipe.execute()
+    async def add(
+        self, scope: str, memory: Memory, *, forgotten_marker: str, asked_at: float
+    ) -> bool:
+        """Index the memory unless its session was forgotten after the question that taught
+        it was asked (`forgotten_marker` holds when). One script, so a forget either comes
+        after the add and clears it, or before it and refuses it: a forgotten session's memory
+        is never listed, not even for a moment. Returns whether it was added."""
+        added = await self._add(
+            keys=[index_key(scope), forgotten_marker],
+            args=[memory.memory_id, json.dumps(asdict(memory)), self.ttl_s, repr(asked_at)],
+        )
+        return bool(added)
 
     async def list(self, scope: str) -> list[Memory]:
         raw = await self.redis.hgetall(index_key(scope))

@@ -145,11 +145,6 @@ class SessionStore:
         raws = await self.redis.hmget(turns_key(tenant, session_id), ids)
         return [SessionTurn.model_validate_json(raw) for raw in raws if raw]
 
-    async def forgotten_since(self, tenant: str, session_id: str, submitted_at: float) -> bool:
-        """Whether the session was forgotten after a question asked at `submitted_at`."""
-        marker = await self.redis.get(forgotten_key(tenant, session_id))
-        return marker is not None and submitted_at <= float(marker)
-
     async def forget(self, tenant: str, session_id: str) -> int:
         """Delete the session's turns; returns how many there were."""
         count = await self._forget(

@@ -1,5 +1,6 @@
 """The session store on a private redis-server: submission order whatever the finishing
-order, concurrent writers, bounds by count and age, tenants apart, and forgetting for good."""
+order, concurrent writers, bounds by count and age, tenants apart, and forgetting for good,
+memories included."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from contracts.sessions import SessionTurn
-from infra.memory.sessions import SessionStore
+from infra.memory.semantic import MemoryIndex, new_memory, scope_of
+from infra.memory.sessions import SessionStore, forgotten_key
 from infra.runtime.services import LocalService
 
 
@@ -100,3 +102,32 @@ async def test_a_forgotten_session_stays_forgotten_and_other_tenants_are_apart(
     # and a question asked after forgetting starts the conversation afresh
     await store.begin("acme", sid, asked(1, time.time() + 1))
     assert [t.request_id for t in await store.turns("acme", sid)] == ["r1"]
+
+
+async def test_a_memory_of_a_forgotten_session_is_refused_by_the_index(
+    redis: aioredis.Redis,
+) -> None:
+    """The memory worker encodes a turn's memory while the session may be forgotten: the index
+    refuses a memory of a question asked before the forget, in the same script as its check,
+    so a listing never shows one (CI once listed it between an add and its removal)."""
+    store = SessionStore(redis, max_turns=10, ttl_s=3600)
+    index = MemoryIndex(redis, ttl_s=3600)
+    sid, now = session(), time.time()
+    scope = scope_of("acme", sid, "session")
+    assert scope is not None
+    marker = forgotten_key("acme", sid)
+
+    taught = new_memory("fact", "My favourite wonder is the Colossus.", "wonder", "r0")
+    assert await index.add(scope, taught, forgotten_marker=marker, asked_at=now)
+    assert [m.memory_id for m in await index.list(scope)] == [taught.memory_id]
+
+    await store.begin("acme", sid, asked(1, now))
+    await store.forget("acme", sid)
+    assert await index.clear(scope) == 1
+    late = new_memory("answer", "It was made of bronze.", "made of", "r1")
+    assert not await index.add(scope, late, forgotten_marker=marker, asked_at=now)
+    assert await index.list(scope) == []
+    # a question asked after the forget teaches the new conversation
+    fresh = new_memory("fact", "I prefer the lighthouse.", "lighthouse", "r2")
+    assert await index.add(scope, fresh, forgotten_marker=marker, asked_at=time.time() + 1)
+    assert [m.memory_id for m in await index.list(scope)] == [fresh.memory_id]

@@ -27,7 +27,7 @@ from contracts.sessions import MemoryMessage, RememberTurn
 from infra.errors import PoisonMessage
 from infra.logging import get_logger
 from infra.memory.semantic import Memory, MemoryIndex, new_memory, scope_of
-from infra.memory.sessions import SessionStore
+from infra.memory.sessions import SessionStore, forgotten_key
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.resources import Resources
@@ -115,11 +115,15 @@ def create_router(resources: Resources) -> NatsRouter:
         vector = (await encoder.aencode([memory.text]))[0]
         vectors = await resources.memory_vectors()
         await asyncio.to_thread(vectors.add, scope, memory, vector)
-        await index.add(scope, memory)
-        if await sessions.forgotten_since(cmd.tenant, cmd.session_id, cmd.turn.submitted_at):
-            # Forgotten while the memory was encoded: the forget's clear may have run before
-            # this add, so take the memory back out (its marker is set before the clear).
-            await index.delete(scope, memory.memory_id)
+        added = await index.add(
+            scope,
+            memory,
+            forgotten_marker=forgotten_key(cmd.tenant, cmd.session_id),
+            asked_at=cmd.turn.submitted_at,
+        )
+        if not added:
+            # Forgotten while the memory was encoded: the index refused it (the forget's
+            # marker is set before its clear), so take its vector back out too.
             await asyncio.to_thread(vectors.delete, scope, memory.memory_id)
             log.info("memory_of_forgotten_session", request_id=cmd.request_id)
             return
