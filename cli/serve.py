@@ -53,7 +53,8 @@ def _serve(
 
 def up() -> None:
     """Run the API, the orchestrator and every worker kind: on two cores or more, the API,
-    saga and classifier here and the other workers in a child process (RAGBUS_UP_PROCESSES)."""
+    saga, classifier, generation and critic here and the other workers in a child process
+    (RAGBUS_UP_PROCESSES)."""
     processes = Settings().up_processes or (2 if (os.cpu_count() or 1) >= 2 else 1)
     if processes == 1:
         _serve(api=True, orchestrator=True, workers=WORKER_KINDS)

@@ -125,9 +125,9 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=2,
-        description="OS processes `ragbus up` runs: 1 = everything in one, 2 = the API, saga "
-        "and classifier in one and the other workers in a child; 0 = 2 on a machine with two "
-        "cores or more.",
+        description="OS processes `ragbus up` runs: 1 = everything in one, 2 = the API, saga, "
+        "classifier, generation and critic in one and the other workers in a child; 0 = 2 on "
+        "a machine with two cores or more.",
     )
 
     # Saga

@@ -1,10 +1,11 @@
 """`ragbus up` on more than one core: the child process that runs the other worker kinds.
 
 One Python process is one GIL: under load `ragbus up` in one process kept a single core busy
-while the other waited. With two processes the API, the saga and the classifier run in the
-parent and every other worker kind in a child started with `python -m cli worker <kinds>`,
-on the services the parent found or started, with the parent's `RAGBUS_HOST_PROCESSES` (how
-many stacks share the cores: `infra.threads`). The parent restarts a child that dies (at most
+while the other waited. With two processes the API, the saga, the classifier, generation and
+the critic run in the parent (`launcher.runtime.UP_PARENT`) and every other worker kind in a
+child started with `python -m cli worker <kinds>`, on the services the parent found or
+started, with the parent's `RAGBUS_HOST_PROCESSES` (how many stacks share the cores:
+`infra.threads`). The parent restarts a child that dies (at most
 `CHILD_RESTARTS` times a minute, then it stops too, so a supervisor sees the failure) and
 stops it before the services it started.
 """

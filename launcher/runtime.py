@@ -39,10 +39,12 @@ log = get_logger(__name__)
 STORE_OWNERS = frozenset({"search", "fuse", "ingest", "tool"})
 """Worker kinds that read or write the vector store (the embedded one belongs to their process)."""
 
-UP_PARENT = ("classify",)
+UP_PARENT = ("classify", "generate", "critic")
 """What `ragbus up` runs next to the API and the saga when it uses two processes; every other
-kind runs in the child. The split follows measured CPU per request (README, Benchmark): the
-API, the saga and the event streams are the largest share, the store-owning workers the next."""
+kind runs in the child. The store readers (search, fusion, tools) must run in the child, the
+process that ingests (`embedded_layout_problem`). Generation and the critic read no store, and
+in the parent they balance the two GILs: on NFCorpus at c = 8 the child held its GIL 86 % of
+the time and the parent 51 %, and the move gave 7 % more q/s (docs/benchmarks.md)."""
 CHILD_RESTARTS = 5
 """Child exits within `CHILD_RESTART_WINDOW_S` before `ragbus up` gives up and stops."""
 CHILD_RESTART_WINDOW_S = 60.0

@@ -1,5 +1,6 @@
-"""`ragbus up` on two processes, as a user starts it: the API, saga and classifier in the
-parent, the other workers in a child it restarts when it dies and stops when it stops."""
+"""`ragbus up` on two processes, as a user starts it: the API, saga, classifier, generation
+and critic in the parent, the other workers in a child it restarts when it dies and stops
+when it stops."""
 
 from __future__ import annotations
 
@@ -93,8 +94,8 @@ async def test_up_runs_two_processes_and_restarts_its_worker_child(tmp_path: Pat
                 await asyncio.sleep(0.2)
             assert job["status"] == "completed", job
             await ask(http, "Who sculpted the Colossus of Rhodes?")
-            # /metrics reports the roles of both processes: classify runs in the parent,
-            # fuse and generate in the child.
+            # /metrics reports the roles of both processes: generation runs in the parent,
+            # search (which classifies a plain question) and fusion in the child.
             metrics = (await http.get("/metrics")).text
             for phase in ("intent_classification", "fusion", "generation"):
                 assert f'ragbus_step_seconds_count{{phase="{phase}"}}' in metrics, phase
