@@ -74,3 +74,31 @@ async def test_an_entitys_work_is_capped_however_common_it_is(
     after = (await store.mentions([zinc]))[zinc]
     assert len(await store.fetch_chunks(after)) == len(after) == 10  # no deleted chunk kept
     await store.aclose()
+
+
+async def test_an_entitys_neighbours_are_kept_until_a_write_changes_them(tmp_path: Path) -> None:
+    """The embedded index answers a repeated expansion from what it kept (the walk's
+    expansions are most of a local search), and any write, an upsert or a delete, drops it."""
+    store = await open_graph_store(Settings(data_dir=tmp_path))
+
+    async def put(doc_id: str, text: str) -> None:
+        doc = DocumentIn(id=doc_id, title=doc_id, text=text, namespace="default")
+        chunks = chunk_document(doc)
+        await store.upsert_document(
+            "default", doc.id, doc.title, chunks, [extract_entities(c.text) for c in chunks]
+        )
+
+    def names(related: dict[str, list[tuple[str, int, int]]]) -> set[str]:
+        return {key.split("|", 1)[-1] for key, _, _ in related[zinc]}
+
+    await put("a", "Zinc and Selenium matter. Zinc and Selenium are studied.")
+    zinc = entity_key("default", "zinc")
+    first = await store.neighbours([zinc], 8)
+    assert "selenium" in names(first)
+    assert await store.neighbours([zinc], 8) == first  # kept: the same answer
+
+    await put("b", "Zinc and Copper matter. Zinc and Copper are studied.")
+    assert "copper" in names(await store.neighbours([zinc], 8))  # the upsert dropped it
+    await store.delete_document("default", "a")
+    assert "selenium" not in names(await store.neighbours([zinc], 8))  # so did the delete
+    await store.aclose()

@@ -37,6 +37,8 @@ class EntityRecord:
 
 
 KIND_RANK = {"acronym": 0, "proper": 1, "term": 2}
+RELATED_CACHE = 20_000
+"""Entities whose neighbours `EmbeddedGraphIndex` keeps (eight each): a few MB at most."""
 
 
 class EmbeddedGraphIndex:
@@ -56,6 +58,9 @@ class EmbeddedGraphIndex:
         self._communities: dict[str, Community] = {}
         self._mentioned: dict[str, list[str]] = {}
         """entity key -> its chunks as `mentions` returns them, until a write touches it."""
+        self._related: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
+        """(entity key, limit) -> `neighbours`' answer for it, until any write: the walk's
+        expansions are most of a local search's time, and queries share their entities."""
         self._titles: dict[tuple[str, str], list[str]] = defaultdict(list)
         """(namespace, title norm) -> document keys, for `documents_about`."""
         self._dirty = False
@@ -74,6 +79,7 @@ class EmbeddedGraphIndex:
         self._writes += 1
 
     def _apply_upsert(self, record: dict[str, Any]) -> None:
+        self._related.clear()
         namespace, document_id = record["namespace"], record["document_id"]
         self._remove(namespace, document_id)
         document_key = f"{namespace}/{document_id}"
@@ -113,6 +119,7 @@ class EmbeddedGraphIndex:
             self._chunk_entities[chunk_id] = keys
 
     def _remove(self, namespace: str, document_id: str) -> None:
+        self._related.clear()
         document_key = f"{namespace}/{document_id}"
         record = self._documents.pop(document_key, None)
         if record is None:
@@ -191,10 +198,15 @@ class EmbeddedGraphIndex:
     async def neighbours(
         self, keys: Sequence[str], limit: int
     ) -> dict[str, list[tuple[str, int, int]]]:
-        """Co-occurring entities, counted over the entity's first `WALK_SCAN` chunks."""
+        """Co-occurring entities, counted over the entity's first `WALK_SCAN` chunks; each
+        entity's answer is kept until the next write (`RELATED_CACHE` of them at most)."""
         result: dict[str, list[tuple[str, int, int]]] = {}
         for key in keys:
             if key not in self._entities:
+                continue
+            known = self._related.get((key, limit))
+            if known is not None:
+                result[key] = known
                 continue
             shared: Counter[str] = Counter()
             for chunk_id in self._mention_list(key)[:WALK_SCAN]:  # counted in C, a set each
@@ -205,6 +217,9 @@ class EmbeddedGraphIndex:
                 shared = Counter({k: n for k, n in shared.items() if n >= cutoff})
             top = sorted(shared.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
             result[key] = [(k, n, len(self._entities[k].chunks)) for k, n in top]
+            if len(self._related) >= RELATED_CACHE:
+                self._related.clear()
+            self._related[(key, limit)] = result[key]
         return result
 
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
