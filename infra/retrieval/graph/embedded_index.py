@@ -37,8 +37,8 @@ class EntityRecord:
 
 
 KIND_RANK = {"acronym": 0, "proper": 1, "term": 2}
-RELATED_CACHE = 20_000
-"""Entities whose neighbours `EmbeddedGraphIndex` keeps (eight each): a few MB at most."""
+RELATED_CACHE = 10_000
+"""Entities whose neighbours `EmbeddedGraphIndex` keeps (eight each): about 12 MB at most."""
 
 
 class EmbeddedGraphIndex:
