@@ -75,11 +75,11 @@ class EmbeddedGraphIndex:
             self._apply_upsert(op["document"])
         elif op["op"] == "delete":
             self._remove(op["namespace"], op["document_id"])
+        self._related.clear()
         self._dirty = True
         self._writes += 1
 
     def _apply_upsert(self, record: dict[str, Any]) -> None:
-        self._related.clear()
         namespace, document_id = record["namespace"], record["document_id"]
         self._remove(namespace, document_id)
         document_key = f"{namespace}/{document_id}"
@@ -119,7 +119,6 @@ class EmbeddedGraphIndex:
             self._chunk_entities[chunk_id] = keys
 
     def _remove(self, namespace: str, document_id: str) -> None:
-        self._related.clear()
         document_key = f"{namespace}/{document_id}"
         record = self._documents.pop(document_key, None)
         if record is None:
