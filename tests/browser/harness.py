@@ -185,6 +185,7 @@ class CuttingProxy:
         self.armed = True
         self.cuts = 0
         self.last_event_ids: list[int] = []
+        self.errors: list[str] = []  # the proxy's own failures: a test must not pass over them
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -193,11 +194,13 @@ class CuttingProxy:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 5)
+        if exc_type is None:
+            assert not self.errors, f"the proxy failed: {self.errors}"
 
     def _request(self, data: bytes) -> tuple[bytes, str]:
         head = _REQUEST_LINE.match(data)
@@ -211,6 +214,13 @@ class CuttingProxy:
         return data, path
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            await self._pipe(client_r, client_w)
+        except Exception as error:  # recorded, and asserted on when the proxy exits
+            self.errors.append(repr(error))
+            client_w.transport.abort()
+
+    async def _pipe(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         api_r, api_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         path = ""
 
@@ -254,6 +264,9 @@ class CuttingProxy:
         done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         for pump in pumps:
             pump.cancel()
+        # let the cancelled pump leave its read: the browser's side is read again below, and a
+        # StreamReader takes one reader at a time
+        await asyncio.gather(*pumps, return_exceptions=True)
         ended = [
             p.result() if not p.cancelled() and p.exception() is None else "error" for p in done
         ]
