@@ -40,10 +40,12 @@ $(VENV)/.installed: pyproject.toml
 # checkout: its terms keep it out of the repository, so it is read where it lies
 # (`NF_CATS=path/to/train_valid_human.jsonl` points elsewhere, `NF_CATS=` leaves it out).
 NF_CATS ?= $(wildcard ../shared/data/nf_cats/train_valid_human.jsonl)
+# a model trained by older code is trained again (its format may no longer be read)
+INTENT_CODE := workers/classify/training.py workers/classify/cue_head.py workers/classify/model_meta.py
 
 intent-model: $(INTENT_MODEL)
 
-$(INTENT_MODEL): workers/classify/intent_data/train.jsonl $(NF_CATS) | $(VENV)/.installed
+$(INTENT_MODEL): workers/classify/intent_data/train.jsonl $(NF_CATS) $(INTENT_CODE) | $(VENV)/.installed
 	RAGBUS_DATA_DIR=$(DATA) $(BIN)/ragbus train-intent $(if $(NF_CATS),--nf-cats $(NF_CATS))
 
 demo: setup $(INTENT_MODEL)

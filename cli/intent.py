@@ -1,4 +1,4 @@
-"""`ragbus train-intent|eval-intent`: the SetFit intent model, trained and scored offline."""
+"""`ragbus train-intent|eval-intent`: the intent model, trained and scored offline."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ def train_intent(
     seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 42,
     fine_tune_body: Annotated[
         bool,
-        typer.Option(help="Run SetFit's contrastive phase: more accurate, encodes twice."),
+        typer.Option(
+            help="Run SetFit's contrastive phase and fit its head instead of the cue head: "
+            "the query is then encoded twice."
+        ),
     ] = False,
     iterations: Annotated[int, typer.Option(min=1, help="Contrastive iterations.")] = 2,
     per_class: Annotated[
@@ -60,8 +63,9 @@ def train_intent(
     ] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Train the SetFit intent model on the local MiniLM (offline, seeded) and save it with
-    its meta.json. Default data: the bundled train split."""
+    """Train the intent model on the local MiniLM (offline, seeded): a head over the query's
+    embedding and its cue words. Saved with its meta.json. Default data: the bundled train
+    split."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -26,7 +26,14 @@ from infra.settings import Settings
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
 from workers.classify import intent_model
 from workers.classify.classifier import IntentClassifier
-from workers.classify.dataset import TRAIN_FILE, bundled_data_dir, first_per_class, load_examples
+from workers.classify.cue_head import CueHead
+from workers.classify.dataset import (
+    TRAIN_FILE,
+    Example,
+    bundled_data_dir,
+    first_per_class,
+    load_examples,
+)
 from workers.classify.evaluation import evaluate
 from workers.classify.intent_model import IntentModel, ModelSlot, load_intent_model
 from workers.classify.model_meta import META_FILE, BodyMode, ModelMeta
@@ -87,7 +94,7 @@ class StubHead:
 
     classes_ = np.array(["tool", "factual"])
 
-    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+    def predict_proba(self, texts: list[str], vectors: np.ndarray) -> np.ndarray:
         return np.array([[0.9, 0.1]])
 
 
@@ -131,15 +138,62 @@ def test_probabilities_follow_the_heads_columns_not_the_label_order() -> None:
     assert probabilities == {Intent.TOOL: 0.9, Intent.FACTUAL: 0.1}
 
 
-def test_shared_head_agrees_with_setfits_own_predict(tiny_model: Path, encoder: Any) -> None:
-    from setfit import SetFitModel
-
-    ours = load_intent_model(tiny_model)
-    theirs = SetFitModel.from_pretrained(str(tiny_model), device="cpu")
+def test_the_saved_shared_model_answers_as_the_head_that_was_fitted(
+    tmp_path: Path, encoder: Any
+) -> None:
+    head = CueHead(seed=1).fit(CUE_TEXTS, encoder.encode(CUE_TEXTS), CUE_LABELS)
+    body_path, body_name = shared_body(Settings())
+    examples = [Example(t, Intent(label)) for t, label in zip(CUE_TEXTS, CUE_LABELS, strict=True)]
+    train_intent_model(examples, tmp_path / "m", body_path=body_path, body_name=body_name, seed=1)
+    loaded = load_intent_model(tmp_path / "m")
+    assert loaded.shares_body
     vectors = encoder.encode(PROBES)
     for text, vector in zip(PROBES, vectors, strict=True):
-        probabilities = ours.probabilities(text, vector)
-        assert max(probabilities, key=probabilities.__getitem__).value == theirs.predict([text])[0]
+        fitted = dict(zip(head.classes_, head.predict_proba([text], vector[None])[0], strict=True))
+        assert {i.value: p for i, p in loaded.probabilities(text, vector).items()} == (
+            pytest.approx(fitted, abs=1e-4)
+        )
+    # the multinomial regression of the real model, by hand and by scikit-learn
+    read_back: CueHead = loaded._head
+    assert read_back.predict_proba(PROBES, vectors) == pytest.approx(
+        read_back.reference_proba(PROBES, vectors), abs=1e-12
+    )
+
+
+# rows whose embeddings say nothing (all zero): only their words tell the intents apart
+CUE_TEXTS = [
+    f"how do i {verb} the {thing}"
+    for verb, thing in zip(
+        ["fix", "reset", "install", "clean", "build", "paint"],
+        ["boiler", "router", "sink", "oven", "shed", "fence"],
+        strict=True,
+    )
+] + [f"what is the {thing} made of" for thing in ["moon", "sun", "road", "bridge", "coin", "bell"]]
+CUE_LABELS = ["procedural"] * 6 + ["factual"] * 6
+
+
+def test_the_cue_head_reads_the_querys_words_beside_its_embedding() -> None:
+    head = CueHead(prior={}).fit(CUE_TEXTS, np.zeros((len(CUE_TEXTS), 8)), CUE_LABELS)
+    assert head.cues > 0
+    column = list(head.classes_).index("procedural")
+    asked = ["how do i repair the gate", "what is the gate made of"]
+    rows = head.predict_proba(asked, np.zeros((2, 8)))
+    assert rows[0, column] > 0.5 > rows[1, column]
+    assert np.allclose(rows.sum(axis=1), 1.0)
+    # the hand-unpacked arithmetic is scikit-learn's own answer, a binary regression here
+    assert rows == pytest.approx(head.reference_proba(asked, np.zeros((2, 8))), abs=1e-12)
+
+
+def test_the_cue_heads_prior_shifts_probability_toward_factual() -> None:
+    vectors = np.zeros((len(CUE_TEXTS), 8))
+    plain = CueHead(prior={}).fit(CUE_TEXTS, vectors, CUE_LABELS)
+    leaning = CueHead(prior={Intent.FACTUAL: 1.5}).fit(CUE_TEXTS, vectors, CUE_LABELS)
+    p = plain.predict_proba(["the gate"], np.zeros((1, 8)))[0]
+    q = leaning.predict_proba(["the gate"], np.zeros((1, 8)))[0]
+    factual = list(plain.classes_).index("factual")
+    expected = p * np.where(np.arange(len(p)) == factual, 1.5, 1.0)
+    assert q == pytest.approx(expected / expected.sum())
+    assert q[factual] > p[factual]
 
 
 # ---------------------------------------------------------------- the chain

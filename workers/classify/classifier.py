@@ -126,7 +126,7 @@ class IntentClassifier:
         if model is None or not self._fits(model, embedded.encoder):
             return None
         try:
-            if model.shares_body:  # a 384×7 product: not worth a thread hop
+            if model.shares_body:  # a TF-IDF row and a 7-column product: no thread hop
                 probabilities = model.probabilities(query, embedded.vector)
             else:
                 probabilities = await asyncio.to_thread(model.probabilities, query, embedded.vector)

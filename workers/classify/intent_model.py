@@ -3,11 +3,16 @@
 Probabilities are mapped to intents through the head's own `classes_`: scikit-learn orders
 `predict_proba`'s columns alphabetically, not in `meta.labels` or taxonomy order, and reading
 them positionally would silently swap intents.
+
+Both kinds of model answer through one head interface, `predict_proba(texts, vectors)` and
+`classes_`: the shared body's `CueHead` reads the query's words and its embedding; a fine-tuned
+body's SetFit model (`_SetFitHead`) encodes the text itself.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +20,17 @@ import numpy as np
 
 from contracts.enums import Intent
 from infra.logging import get_logger
-from workers.classify.model_meta import META_FILE, BodyMode, ModelMeta
+from workers.classify.model_meta import HEAD_FILE, META_FILE, BodyMode, ModelMeta
 
 log = get_logger(__name__)
 
 
 class IntentModel:
-    """A fitted SetFit head (plus, for a fine-tuned body, the SetFit model that encodes)."""
+    """A fitted head: `predict_proba(texts, vectors)` with one column per `classes_`."""
 
-    def __init__(self, meta: ModelMeta, head: Any, setfit_model: Any | None = None) -> None:
+    def __init__(self, meta: ModelMeta, head: Any) -> None:
         self.meta = meta
         self._head = head
-        self._setfit = setfit_model
-        self._lock = threading.Lock()  # torch modules must not run one forward pass twice at once
         self.columns = [Intent(str(label)) for label in head.classes_]
         if sorted(c.value for c in self.columns) != sorted(meta.labels):
             raise ValueError(f"head classes {self.columns} do not match meta labels {meta.labels}")
@@ -35,16 +38,27 @@ class IntentModel:
     @property
     def shares_body(self) -> bool:
         """True when the dense search's query embedding is this model's input."""
-        return self._setfit is None
+        return self.meta.body_mode is BodyMode.SHARED
 
     def probabilities(self, text: str, vector: np.ndarray) -> dict[Intent, float]:
         """Intent → probability for one query; `vector` is its shared-body embedding."""
-        if self._setfit is None:
-            row = self._head.predict_proba(vector.reshape(1, -1))[0]
-        else:
-            with self._lock:
-                row = self._setfit.predict_proba([text], as_numpy=True)[0]
+        row = self._head.predict_proba([text], vector.reshape(1, -1))[0]
         return {intent: float(p) for intent, p in zip(self.columns, row, strict=True)}
+
+
+class _SetFitHead:
+    """A fine-tuned SetFit model behind the head interface: it encodes the text with its own
+    body, so the shared embedding is not used."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.classes_ = model.model_head.classes_
+        self._lock = threading.Lock()  # torch modules must not run one forward pass twice at once
+
+    def predict_proba(self, texts: Sequence[str], vectors: np.ndarray) -> np.ndarray:
+        with self._lock:
+            rows: np.ndarray = self._model.predict_proba(list(texts), as_numpy=True)
+        return rows
 
 
 def load_intent_model(directory: Path) -> IntentModel:
@@ -52,14 +66,13 @@ def load_intent_model(directory: Path) -> IntentModel:
     meta = ModelMeta.read(directory)
     if meta.body_mode is BodyMode.SHARED:
         import joblib
-        from setfit.modeling import MODEL_HEAD_NAME
 
         # The body is the encoder this process already has: load the head alone.
-        return IntentModel(meta, joblib.load(directory / MODEL_HEAD_NAME))
+        return IntentModel(meta, joblib.load(directory / HEAD_FILE))
     from setfit import SetFitModel
 
     model = SetFitModel.from_pretrained(str(directory), device="cpu", local_files_only=True)
-    return IntentModel(meta, model.model_head, model)
+    return IntentModel(meta, _SetFitHead(model))
 
 
 class ModelSlot:

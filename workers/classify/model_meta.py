@@ -16,14 +16,17 @@ from infra.settings import Settings
 
 MODEL_DIR_NAME: Final = "intent-model"
 META_FILE: Final = "meta.json"
-FORMAT: Final = 1
-"""Bumped when the files a model consists of change meaning."""
+FORMAT: Final = 2
+"""Bumped when the files a model consists of change meaning (2: a shared-body model is the
+cue head, `HEAD_FILE`, instead of SetFit's head over the embedding alone)."""
+HEAD_FILE: Final = "cue_head.joblib"
+"""A shared-body model's head (`cue_head.CueHead`); a fine-tuned one is SetFit's own files."""
 
 
 class BodyMode(StrEnum):
     SHARED = "shared"
-    """The body is the unchanged MiniLM the dense search uses: its query embedding feeds the
-    head directly, so a request encodes its query once."""
+    """The body is the unchanged MiniLM the dense search uses: its query embedding (and the
+    query's words) feed the head directly, so a request encodes its query once."""
     FINE_TUNED = "fine_tuned"
     """SetFit's contrastive phase tuned the body: more accurate, but classification has to
     encode the query a second time, with its own copy of the body."""

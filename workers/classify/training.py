@@ -1,9 +1,10 @@
-"""Train the SetFit intent model on the local MiniLM body: offline, seeded, no checkpoints.
+"""Train the intent model on the local MiniLM body: offline, seeded, no checkpoints.
 
-By default the body stays the MiniLM the dense search uses (`BodyMode.SHARED`) and only
-SetFit's head is fitted on its embeddings, so at query time one embedding serves search and
-classification. `fine_tune_body=True` runs SetFit's contrastive phase first: more accurate
-on the bundled held-out split, but the tuned body must then encode each query a second time.
+By default the body stays the MiniLM the dense search uses (`BodyMode.SHARED`) and only a head
+is fitted, on its embeddings and the query's cue words (`cue_head.CueHead`), so at query time
+one embedding serves search and classification. `fine_tune_body=True` runs SetFit's
+contrastive phase and fits SetFit's own head instead: the tuned body must then encode each
+query a second time.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
+
 from infra.logging import get_logger
 from infra.settings import Settings
+from workers.classify.cue_head import CueHead
 from workers.classify.dataset import Example, data_hash
-from workers.classify.model_meta import BodyMode, ModelMeta
+from workers.classify.model_meta import HEAD_FILE, BodyMode, ModelMeta
 
 log = get_logger(__name__)
 
@@ -31,9 +35,9 @@ DEFAULT_ITERATIONS: Final = 2
 on 2 cores for the bundled set and already separates the classes well."""
 HEAD_MAX_ITER: Final = 2000
 HEAD_C: Final = 3.0
-"""The head's inverse regularisation: chosen by 5-fold cross-validation on NF-CATS's train
-split beside the bundled rows (macro-F1 0.721, 0.744, 0.753, 0.756, 0.747 at C = 0.3, 1, 3,
-10, 30): within 0.003 of the best with a third of its fit. Its valid split was not looked at."""
+"""The fine-tuned body's SetFit head's inverse regularisation: chosen by 5-fold
+cross-validation on NF-CATS's train split beside the bundled rows (macro-F1 0.721, 0.744,
+0.753, 0.756, 0.747 at C = 0.3, 1, 3, 10, 30). Its valid split was not looked at."""
 
 Stage = Callable[[str], None]
 """Told what training is doing now ("fitting the head …")."""
@@ -71,13 +75,9 @@ def train_intent_model(
 ) -> ModelMeta:
     """Train on `examples` and replace the model in `out_dir`; returns its metadata."""
     _offline()
-    import datasets
     import setfit
-    from datasets import Dataset
-    from setfit import SetFitModel, Trainer, TrainingArguments
     from transformers import set_seed
 
-    datasets.disable_progress_bars()  # the caller shows progress its own way
     say = stage or (lambda _: None)
     started = time.perf_counter()
     set_seed(seed)
@@ -85,6 +85,68 @@ def train_intent_model(
     if len(labels) < 2:
         raise ValueError("training needs examples of at least two intents")
 
+    if fine_tune_body:
+        model: Any = _fine_tuned(examples, body_path, labels, seed, iterations, say, step)
+        dim = int(model.model_body.get_embedding_dimension() or 0)
+    else:
+        model, dim = _shared_head(examples, body_path, seed, say)
+    digest = data_hash(examples)
+    mode = BodyMode.FINE_TUNED if fine_tune_body else BodyMode.SHARED
+    meta = ModelMeta(
+        version=f"{mode.value}-{digest[:12]}-s{seed}"
+        + (f"-i{iterations}" if fine_tune_body else ""),
+        labels=labels,
+        trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        train_size=len(examples),
+        data_hash=digest,
+        seed=seed,
+        body=body_name,
+        body_dim=dim,
+        body_mode=mode,
+        iterations=iterations if fine_tune_body else 0,
+        train_seconds=round(time.perf_counter() - started, 2),
+        setfit_version=setfit.__version__,
+    )
+    say(f"saving to {out_dir}")
+    _save(model, meta, out_dir)
+    log.info(
+        "intent_model_trained", path=str(out_dir), version=meta.version, seconds=meta.train_seconds
+    )
+    return meta
+
+
+def _shared_head(
+    examples: Sequence[Example], body_path: Path, seed: int, say: Stage
+) -> tuple[CueHead, int]:
+    """The cue head on the unchanged body's embeddings (L2-normalised, as the encoder that
+    hands them to it at query time makes them)."""
+    from sentence_transformers import SentenceTransformer
+
+    say("loading the MiniLM body")
+    body = SentenceTransformer(str(body_path), device="cpu")
+    texts = [e.text for e in examples]
+    say(f"encoding {len(texts)} examples")
+    vectors = body.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    say(f"fitting the head on {len(texts)} embeddings and their cue words")
+    head = CueHead(seed=seed).fit(texts, np.asarray(vectors), [e.label.value for e in examples])
+    return head, int(vectors.shape[1])
+
+
+def _fine_tuned(
+    examples: Sequence[Example],
+    body_path: Path,
+    labels: list[str],
+    seed: int,
+    iterations: int,
+    say: Stage,
+    step: Step | None,
+) -> Any:
+    """SetFit's contrastive phase on the body, then its head on the tuned embeddings."""
+    import datasets
+    from datasets import Dataset
+    from setfit import SetFitModel, Trainer, TrainingArguments
+
+    datasets.disable_progress_bars()  # the caller shows progress its own way
     say("loading the MiniLM body")
     model = SetFitModel.from_pretrained(
         str(body_path),
@@ -120,39 +182,11 @@ def train_intent_model(
             callbacks=[_steps_callback(step)] if step else None,
         )
         _quiet(trainer)
-        if fine_tune_body:
-            say(f"fine-tuning the body ({iterations} iteration(s), {len(texts)} examples)")
-            with warnings.catch_warnings():  # torch's pin_memory notice: no GPU, no news
-                warnings.filterwarnings("ignore", message=".*pin_memory.*")
-                trainer.train()
-        else:
-            say(f"fitting the head on {len(texts)} shared-body embeddings")
-            trainer.train_classifier(texts, targets)
-
-    dim = int(model.model_body.get_embedding_dimension() or 0)
-    digest = data_hash(examples)
-    mode = BodyMode.FINE_TUNED if fine_tune_body else BodyMode.SHARED
-    meta = ModelMeta(
-        version=f"{mode.value}-{digest[:12]}-s{seed}"
-        + (f"-i{iterations}" if fine_tune_body else ""),
-        labels=labels,
-        trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        train_size=len(examples),
-        data_hash=digest,
-        seed=seed,
-        body=body_name,
-        body_dim=dim,
-        body_mode=mode,
-        iterations=iterations if fine_tune_body else 0,
-        train_seconds=round(time.perf_counter() - started, 2),
-        setfit_version=setfit.__version__,
-    )
-    say(f"saving to {out_dir}")
-    _save(model, meta, out_dir)
-    log.info(
-        "intent_model_trained", path=str(out_dir), version=meta.version, seconds=meta.train_seconds
-    )
-    return meta
+        say(f"fine-tuning the body ({iterations} iteration(s), {len(texts)} examples)")
+        with warnings.catch_warnings():  # torch's pin_memory notice: no GPU, no news
+            warnings.filterwarnings("ignore", message=".*pin_memory.*")
+            trainer.train()
+    return model
 
 
 def _steps_callback(step: Step) -> Any:
@@ -179,7 +213,12 @@ def _save(model: object, meta: ModelMeta, out_dir: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     staging.chmod(0o755)  # mkdtemp's 0700 would survive the rename
     try:
-        model.save_pretrained(str(staging))  # type: ignore[attr-defined]
+        if isinstance(model, CueHead):
+            import joblib
+
+            joblib.dump(model, staging / HEAD_FILE)
+        else:
+            model.save_pretrained(str(staging))  # type: ignore[attr-defined]
         meta.write(staging)  # last: its presence means the model is complete
         if out_dir.exists():
             shutil.rmtree(out_dir)
