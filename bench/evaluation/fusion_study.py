@@ -26,7 +26,7 @@ from bench.evaluation.beir import load_beir
 from bench.evaluation.metrics import Run, document_run, evaluate
 from bench.evaluation.runner import DENSE_SPARSE_WEIGHTS
 from bench.provenance import run_record
-from contracts.enums import Channel
+from contracts.enums import Channel, Intent
 from contracts.models import RetrievedChunk
 from infra.retrieval import intent_profiles as profiles
 from workers.fuse.bridge import BRIDGE_CHANNEL
@@ -116,6 +116,24 @@ def by_document(chunks: list[RetrievedChunk], share: float) -> list[RetrievedChu
     return sorted(chunks, key=lambda c: (-total[c.document_id], -c.score))
 
 
+def routed_weights(request: dict[str, Any]) -> dict[str, Weights]:
+    """The weights each routing rule gives the request's intent at its confidence: the
+    product's gate (`intent_profiles.weights_for`), the prior always, the profile always,
+    and the profile blended toward the prior by the confidence."""
+    if request.get("intent") is None:
+        return {}
+    profile = profiles.PROFILES[Intent(request["intent"])]
+    confidence = float(request.get("intent_confidence") or 0.0)
+    return {
+        "gated route (the product)": profiles.weights_for(Intent(request["intent"]), confidence),
+        "prior weights": dict(profiles.PRIOR),
+        "the profile, however unsure": dict(profile),
+        "blended by confidence": {
+            c: profiles.PRIOR[c] + confidence * (profile[c] - profiles.PRIOR[c]) for c in profile
+        },
+    }
+
+
 def run_of(ranking: list[RetrievedChunk]) -> dict[str, float]:
     return document_run([{"document_id": c.document_id} for c in ranking])
 
@@ -157,6 +175,10 @@ def study(
         add("rrf, prior weights", qid, weighted_rrf(ranked, profiles.PRIOR, top_k=TOP_K))
         for intent, profile in profiles.PROFILES.items():
             add(f"rrf, {intent.value} weights", qid, weighted_rrf(ranked, profile, top_k=TOP_K))
+        # and how the route's weights follow its confidence (the product: convex + bridge@3)
+        for rule, routed in routed_weights(request).items():
+            chunks = weighted_convex(ranked, routed, top_k=TOP_K)
+            add(f"convex + bridge@3, {rule}", qid, with_bridge(chunks, bridged, 3)[:TOP_K])
         for name, chunks in variants.items():
             add(name, qid, chunks)
             for at in (3, 5, 10):

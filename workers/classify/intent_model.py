@@ -117,6 +117,7 @@ class ModelSlot:
                 path=str(self.directory),
                 error=f"{type(exc).__name__}: {exc}",
                 fallback="zero_shot",
+                hint="train it again: `ragbus train-intent` (or `make intent-model`)",
             )
             return None
         log.info(
