@@ -22,9 +22,12 @@ def test_the_defaults_and_consistent_deadlines_are_accepted() -> None:
     Settings(request_timeout_s=61, generate_timeout_s=60)
 
 
-def test_a_cluster_is_a_comma_separated_list_of_its_nodes() -> None:
+def test_a_cluster_is_a_comma_separated_list_of_its_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     settings = Settings(nats_url="nats://n1:4222, nats://n2:4222,nats://n3:4222")
     assert settings.nats_servers == ["nats://n1:4222", "nats://n2:4222", "nats://n3:4222"]
+    monkeypatch.delenv("RAGBUS_NATS_URL", raising=False)  # the default, whatever the shell set
     assert Settings().nats_servers == ["nats://127.0.0.1:4222"]
 
 
