@@ -34,7 +34,7 @@ from workers.classify.dataset import (
     first_per_class,
     load_examples,
 )
-from workers.classify.evaluation import evaluate
+from workers.classify.evaluation import calibration, evaluate
 from workers.classify.intent_model import IntentModel, ModelSlot, load_intent_model
 from workers.classify.model_meta import META_FILE, BodyMode, ModelMeta
 from workers.classify.training import shared_body, train_intent_model
@@ -318,7 +318,30 @@ async def test_evaluation_reports_metrics_confusion_and_latency(
     assert report["latency_ms"]["n"] == len(examples)
     assert report["latency_ms"]["p95"] >= report["latency_ms"]["p50"] > 0
     assert report["model"] == ModelMeta.read(tiny_model).version
+    assert sum(band["n"] for band in report["calibration"]["bands"]) == len(examples)
     json.dumps(report)
+
+
+def test_calibration_compares_each_bands_confidence_with_its_share_right() -> None:
+    right = [True, False, True, True, False, True]
+    confidences = [0.3, 0.4, 0.95, 0.92, 1.0, 0.7]
+    report = calibration(right, confidences)
+    bands = {(b["from"], b["to"]): b for b in report["bands"]}
+    assert bands[(0.0, 0.45)] == {
+        "from": 0.0,
+        "to": 0.45,
+        "n": 2,
+        "confidence": 0.35,
+        "accuracy": 0.5,
+    }
+    assert bands[(0.9, 1.0)]["n"] == 3  # a confidence of exactly 1 is in the last band
+    assert bands[(0.9, 1.0)]["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+    assert (0.6, 0.75) in bands and (0.45, 0.6) not in bands  # empty bands are left out
+    # |0.5 - 0.35| x 2 + |2/3 - 0.9567| x 3 + |1 - 0.7| x 1, over 6 rows
+    assert report["expected_calibration_error"] == pytest.approx(
+        (0.15 * 2 + abs(2 / 3 - (0.95 + 0.92 + 1.0) / 3) * 3 + 0.3) / 6, abs=1e-4
+    )
+    assert report["below_the_gate"] == pytest.approx(2 / 6, abs=1e-4)
 
 
 @pytest.fixture

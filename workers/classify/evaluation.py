@@ -1,5 +1,6 @@
 """Score the classification chain on labelled queries: accuracy, macro-F1, per-class
-precision/recall/F1, the confusion matrix, and single-query latency.
+precision/recall/F1, the confusion matrix, how well the confidence is calibrated, and
+single-query latency.
 
 It measures what the worker does (override-free `IntentClassifier.classify`, encoding
 included), not the bare model, so rules and guards count too. Metrics are scikit-learn's.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contracts.enums import Intent
+from infra.retrieval.intent_profiles import LOW_CONFIDENCE
 from workers.classify.classifier import IntentClassifier
 from workers.classify.dataset import Example
 from workers.classify.query_form import is_keyword_query
@@ -40,6 +43,7 @@ async def evaluate(
     predicted: list[str] = []
     forms: list[str] = []
     methods: Counter[str] = Counter()
+    confidences: list[float] = []
     latencies: list[float] = []
     for example in examples:
         started = time.perf_counter()
@@ -47,6 +51,7 @@ async def evaluate(
         latencies.append((time.perf_counter() - started) * 1000)
         gold.append(example.label.value)
         predicted.append(found.intent.value)
+        confidences.append(found.confidence)
         forms.append("keyword" if is_keyword_query(example.text) else "question")
         methods[found.method] += 1
         if tick:
@@ -93,6 +98,9 @@ async def evaluate(
             for label, row in zip(labels, matrix, strict=True)
         },
         "by_form": by_form(gold, predicted, forms),
+        "calibration": calibration(
+            [g == p for g, p in zip(gold, predicted, strict=True)], confidences
+        ),
         "methods": dict(methods.most_common()),
         "model": model.meta.version if model else None,
         "latency_ms": latency_summary(latencies),
@@ -108,6 +116,46 @@ def by_form(gold: Sequence[str], predicted: Sequence[str], forms: Sequence[str])
         if picked:
             out[form] = {"n": len(picked), "accuracy": round(sum(picked) / len(picked), 4)}
     return out
+
+
+BANDS = (0.0, LOW_CONFIDENCE, 0.6, 0.75, 0.9, 1.0)
+"""Confidence bands: the first is where the router uses the prior's weights instead."""
+
+
+def calibration(right: Sequence[bool], confidences: Sequence[float]) -> dict[str, Any]:
+    """How far the confidence is from the share right: per band (`BANDS`), the rows, their
+    mean confidence and their accuracy, and the expected calibration error (the bands' gaps
+    weighted by their rows). The router trusts a route by its confidence, so a model whose
+    0.9 is right half the time routes confidently wrong."""
+    bands: list[dict[str, Any]] = []
+    gap = 0.0
+    for low, high in pairwise(BANDS):
+        last = high == BANDS[-1]
+        picked = [
+            (ok, c)
+            for ok, c in zip(right, confidences, strict=True)
+            if low <= c < high or (last and c == high)
+        ]
+        if not picked:
+            continue
+        accuracy = sum(ok for ok, _ in picked) / len(picked)
+        confidence = sum(c for _, c in picked) / len(picked)
+        gap += len(picked) * abs(accuracy - confidence)
+        bands.append(
+            {
+                "from": low,
+                "to": high,
+                "n": len(picked),
+                "confidence": round(confidence, 4),
+                "accuracy": round(accuracy, 4),
+            }
+        )
+    below = [ok for ok, c in zip(right, confidences, strict=True) if c < LOW_CONFIDENCE]
+    return {
+        "bands": bands,
+        "expected_calibration_error": round(gap / len(right), 4) if right else None,
+        "below_the_gate": round(len(below) / len(right), 4) if right else None,
+    }
 
 
 def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
@@ -140,6 +188,16 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             + ", ".join(
                 f"{form} queries {row['accuracy']:.3f} (n={row['n']})"
                 for form, row in forms.items()
+            )
+        )
+    if calibrated := report.get("calibration"):
+        console.print(
+            f"calibration: expected error {calibrated['expected_calibration_error']}, "
+            f"{calibrated['below_the_gate']:.1%} below the gate ({LOW_CONFIDENCE}); "
+            + ", ".join(
+                f"{b['from']:g}-{b['to']:g}: {b['accuracy']:.2f} right at {b['confidence']:.2f}"
+                f" (n={b['n']})"
+                for b in calibrated["bands"]
             )
         )
     classes = Table(title="per class", title_justify="left")
