@@ -186,9 +186,12 @@ def _best(
     probabilities: Mapping[Intent, float], allowed: frozenset[Intent]
 ) -> tuple[Intent, float]:
     """The most probable allowed intent (`factual`, always allowed, when the model knows no
-    other), with the model's probability for it."""
+    other), with its probability among the allowed ones: the guards rule the others out, so
+    what the model gave them is shared out by renormalising (a keyword query the guard sends
+    to `factual` alone is `factual` for certain, not at the 0.3 the model had left for it)."""
+    mass = sum(p for intent, p in probabilities.items() if intent in allowed)
     ranked = sorted(probabilities.items(), key=lambda item: item[1], reverse=True)
     for intent, probability in ranked:
         if intent in allowed:
-            return intent, probability
+            return intent, probability / mass if mass > 0 else probability
     return Intent.FACTUAL, probabilities.get(Intent.FACTUAL, 0.0)
