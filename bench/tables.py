@@ -176,6 +176,12 @@ def _intent_keywords(r: Report) -> str:
     )
 
 
+def _intent_questions(r: Report) -> str:
+    return (
+        f"{r['n']:,} MuSiQue multi-hop questions, all factual: {r['accuracy']:.3f} routed factual"
+    )
+
+
 def _conversations(r: Report) -> str:
     return (
         f"{r['follow_ups']} follow-ups, Recall@10 as typed "
@@ -225,6 +231,7 @@ ROWS = (
         _intent_real,
     ),
     Row("intent, real keyword queries", "intent-keyword-topics.json", _intent_keywords),
+    Row("intent, real factual questions", "intent-musique-questions.json", _intent_questions),
     Row("conversations", "conversations.json", _conversations),
     Row("research mode", "research.json", _research),
 )
