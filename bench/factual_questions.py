@@ -17,21 +17,15 @@ the sets that have every intent. The data set stays where it lies; nothing is tr
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 from bench.evaluation.beir import load_qrels
+from bench.keyword_topics import query_texts, rows_command
 
 
 def question_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
     """The split's questions (in the qrels' order, each once) as factual rows."""
-    texts: dict[str, str] = {}
-    with (beir_dir / "queries.jsonl").open(encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                row = json.loads(line)
-                texts[str(row["_id"])] = str(row["text"]).strip()
+    texts = query_texts(beir_dir)
     source = f"{beir_dir.name}:{split}:question"
     return [
         {"text": texts[query_id], "label": "factual", "source": source}
@@ -41,15 +35,14 @@ def question_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("beir_dir", type=Path, help="a question set in BEIR format")
-    parser.add_argument("--split", default="test", help="qrels split (default: test)")
-    parser.add_argument("--out", type=Path, required=True, help="JSONL of {text, label, source}")
-    args = parser.parse_args(argv)
-    rows = question_rows(args.beir_dir, args.split)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"wrote {len(rows)} questions to {args.out}")
+    rows_command(
+        argv,
+        question_rows,
+        description=__doc__.splitlines()[0],
+        data_set="a question set",
+        split="test",
+        noun="questions",
+    )
 
 
 if __name__ == "__main__":

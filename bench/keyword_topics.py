@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -27,14 +28,26 @@ from bench.evaluation.beir import load_qrels
 MAX_WORDS: Final = 4
 
 
-def topic_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
-    """The split's topic queries (in the qrels' order, each once) as factual rows."""
+def query_texts(beir_dir: Path) -> dict[str, str]:
+    """A BEIR set's queries: id → text."""
     texts: dict[str, str] = {}
     with (beir_dir / "queries.jsonl").open(encoding="utf-8") as lines:
         for line in lines:
             if line.strip():
                 row = json.loads(line)
                 texts[str(row["_id"])] = str(row["text"]).strip()
+    return texts
+
+
+def write_rows(out: Path, rows: list[dict[str, str]]) -> None:
+    """`rows` as JSONL, the file `ragbus eval-intent --data` reads."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def topic_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
+    """The split's topic queries (in the qrels' order, each once) as factual rows."""
+    texts = query_texts(beir_dir)
     rows = []
     for query_id in load_qrels(beir_dir / "qrels" / f"{split}.tsv"):
         text = texts.get(query_id, "")
@@ -43,16 +56,35 @@ def topic_rows(beir_dir: Path, split: str) -> list[dict[str, str]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("beir_dir", type=Path, help="NFCorpus in BEIR format")
-    parser.add_argument("--split", default="dev", help="qrels split (default: dev)")
+def rows_command(
+    argv: list[str] | None,
+    rows_of: Callable[[Path, str], list[dict[str, str]]],
+    *,
+    description: str,
+    data_set: str,
+    split: str,
+    noun: str,
+) -> None:
+    """The command line both row writers share: a BEIR directory, a split, an output file."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("beir_dir", type=Path, help=f"{data_set} in BEIR format")
+    parser.add_argument("--split", default=split, help=f"qrels split (default: {split})")
     parser.add_argument("--out", type=Path, required=True, help="JSONL of {text, label, source}")
     args = parser.parse_args(argv)
-    rows = topic_rows(args.beir_dir, args.split)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"wrote {len(rows)} keyword queries to {args.out}")
+    rows = rows_of(args.beir_dir, args.split)
+    write_rows(args.out, rows)
+    print(f"wrote {len(rows)} {noun} to {args.out}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    rows_command(
+        argv,
+        topic_rows,
+        description=__doc__.splitlines()[0],
+        data_set="NFCorpus",
+        split="dev",
+        noun="keyword queries",
+    )
 
 
 if __name__ == "__main__":
