@@ -40,8 +40,9 @@ $(VENV)/.installed: pyproject.toml
 # checkout: its terms keep it out of the repository, so it is read where it lies
 # (`NF_CATS=path/to/train_valid_human.jsonl` points elsewhere, `NF_CATS=` leaves it out).
 NF_CATS ?= $(wildcard ../shared/data/nf_cats/train_valid_human.jsonl)
-# a model trained by older code is trained again (its format may no longer be read)
-INTENT_CODE := workers/classify/training.py workers/classify/cue_head.py workers/classify/model_meta.py
+# a model trained by older code, or against other library versions (its head is a pickled
+# scikit-learn model), is trained again: it may no longer be read
+INTENT_CODE := workers/classify/training.py workers/classify/cue_head.py workers/classify/model_meta.py pyproject.toml
 
 intent-model: $(INTENT_MODEL)
 
