@@ -122,10 +122,11 @@ def routed_weights(request: dict[str, Any]) -> dict[str, Weights]:
     and the profile blended toward the prior by the confidence."""
     if request.get("intent") is None:
         return {}
-    profile = profiles.PROFILES[Intent(request["intent"])]
+    intent = Intent(request["intent"])
+    profile = profiles.PROFILES[intent]
     confidence = float(request.get("intent_confidence") or 0.0)
     return {
-        "gated route (the product)": profiles.weights_for(Intent(request["intent"]), confidence),
+        "gated route (the product)": profiles.weights_for(intent, confidence),
         "prior weights": dict(profiles.PRIOR),
         "the profile, however unsure": dict(profile),
         "blended by confidence": {

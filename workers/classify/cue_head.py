@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
+from scipy.special import expit, softmax
 
 from contracts.enums import Intent
 
@@ -97,12 +98,12 @@ class CueHead:
             for row, text in enumerate(texts):
                 logits[row] += self._cue_logits(text)
         if logits.shape[1] == 1:  # a binary regression: one logit, for its second class
-            positive = 1.0 / (1.0 + np.exp(-logits[:, 0]))
-            probabilities = np.stack([1.0 - positive, positive], axis=1)
-        else:
-            shifted_logits = logits - logits.max(axis=1, keepdims=True)
-            exp = np.exp(shifted_logits)
-            probabilities = exp / exp.sum(axis=1, keepdims=True)
+            positive = expit(logits[:, 0])
+            return self._with_prior(np.stack([1.0 - positive, positive], axis=1))
+        return self._with_prior(softmax(logits, axis=1))
+
+    def _with_prior(self, probabilities: np.ndarray) -> np.ndarray:
+        """The regression's probabilities shifted by `prior` and renormalised."""
         shifted = probabilities * self._weights
         result: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
         return result
@@ -135,9 +136,7 @@ class CueHead:
     def reference_proba(self, texts: Sequence[str], vectors: np.ndarray) -> np.ndarray:
         """scikit-learn's own answer for the same features and prior: what `predict_proba`
         must equal (the tests hold it to that)."""
-        shifted = self._regression.predict_proba(self._features(texts, vectors)) * self._weights
-        result: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
-        return result
+        return self._with_prior(self._regression.predict_proba(self._features(texts, vectors)))
 
     @property
     def cues(self) -> int:
