@@ -114,6 +114,14 @@ class _Liveness:
     async def now(self, request_id: str) -> bool:
         return await self._is_live(request_id)
 
+    def found_finished(self, request_id: str) -> bool:
+        """Whether this message has already found its request finished."""
+        asked = self._asked.get(request_id)
+        return (
+            asked is not None and asked.done() and not asked.cancelled()
+            and asked.exception() is None and not asked.result()
+        )  # fmt: skip
+
     def finished(self, request_id: str) -> None:
         """The request was found finished: every later `once` for this message says so, so
         its next phase does not start (nothing of it may land after the request's done)."""
@@ -329,7 +337,10 @@ async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = Fals
     def live() -> Awaitable[bool]:
         return still_live(event.request_id)
 
+    liveness = _LIVENESS.get()
     try:
+        if liveness is not None and liveness.found_finished(event.request_id):
+            raise PublishAbandoned(event.type)  # an earlier event of this message found so
         if ask_first and not await live():
             raise PublishAbandoned(event.type)
         await bus.emit(event, still_wanted=live)
@@ -337,7 +348,7 @@ async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = Fals
         _dropped(event)
         # A step that goes on after this one (generation's own critique, say) has asked
         # once at the message's start, when the request was live: it must not send either.
-        if (liveness := _LIVENESS.get()) is not None:
+        if liveness is not None:
             liveness.finished(event.request_id)
 
 

@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from contracts.commands import GenerateCommand
 from contracts.enums import Intent
 from contracts.events import TokenEvent
 from contracts.models import RetrievedChunk, ToolOutcome
+from infra.runtime.worker_runtime import RequestNotLive
 from tests.unit.fakes import BrokenEncoder, FakeEncoder, with_stored_vectors
 from workers.generate.extractive import candidates, extractive_answer, no_evidence_answer
 from workers.generate.streaming import TokenEmitter, pieces
@@ -116,7 +119,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.events: list[TokenEvent] = []
 
-    async def emit(self, event: TokenEvent) -> None:
+    async def emit(self, event: TokenEvent, still_wanted: object = None) -> None:
         self.events.append(event)
 
 
@@ -135,6 +138,24 @@ async def test_tokens_are_coalesced_a_few_times_a_second() -> None:
     texts = [e.data.text for e in bus.events]
     assert texts == ["The ", "answer comes word by word."]
     assert [e.data.index for e in bus.events] == [0, 1] and emitter.count == 2
+
+
+async def test_a_stream_whose_request_ended_stops_and_sends_nothing_more() -> None:
+    # a model streams on after its request timed out or was cancelled: nothing follows a done
+    live = [True]
+
+    async def is_live(request_id: str) -> bool:
+        return live[0]
+
+    bus = _Recorder()
+    cmd = GenerateCommand(request_id="r", query="q", intent=Intent.FACTUAL, contexts=[])
+    emitter = TokenEmitter(bus, cmd, is_live=is_live)  # type: ignore[arg-type]
+    await emitter.emit("The ")
+    live[0] = False
+    await emitter.emit("answer")
+    with pytest.raises(RequestNotLive):
+        await emitter.flush()
+    assert [e.data.text for e in bus.events] == ["The "]
 
 
 async def test_off_topic_contexts_give_the_honest_answer() -> None:

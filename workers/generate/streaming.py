@@ -11,11 +11,12 @@ the request's `answer` event carries it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from contracts.envelope import Envelope
 from contracts.events import MAX_TOKEN_CHARS, TokenData, TokenEvent
 from infra.runtime.bus import Bus
+from infra.runtime.worker_runtime import RequestNotLive, still_live
 
 FLUSH_S = 0.25
 """Held text goes out once this long has passed since the last event."""
@@ -35,13 +36,24 @@ def pieces(text: str, max_chars: int = MAX_TOKEN_CHARS) -> Iterator[str]:
 class TokenEmitter:
     """Sends `token` events for one request with consecutive indexes, however many sources
     (an LLM stream, then perhaps a fallback answer) contribute to them. `emit` gathers text,
-    `flush` sends what is held; a step calls `flush` when its text is complete."""
+    `flush` sends what is held; a step calls `flush` when its text is complete.
+
+    Each flush first asks whether the request is still live: a model can stream on after
+    its request timed out or was cancelled, and nothing may follow the request's `done`. A
+    flush that finds it finished raises `RequestNotLive`, which stops the step (the error
+    policy drops its command) and the model's now useless stream with it."""
 
     def __init__(
-        self, bus: Bus, cmd: Envelope, *, clock: Callable[[], float] = time.monotonic
+        self,
+        bus: Bus,
+        cmd: Envelope,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        is_live: Callable[[str], Awaitable[bool]] = still_live,
     ) -> None:
         self.bus = bus
         self.cmd = cmd
+        self._is_live = is_live
         self.count = 0
         """Events sent so far."""
         self._held = ""
@@ -57,13 +69,18 @@ class TokenEmitter:
 
     async def flush(self) -> None:
         held, self._held = self._held, ""
+        if not held:
+            return
+        request_id = self.cmd.request_id
+        if not await self._is_live(request_id):
+            raise RequestNotLive(request_id)
         for piece in pieces(held):
             await self.bus.emit(
                 TokenEvent(
                     **self.cmd.correlation(),
                     data=TokenData(text=piece, index=self.count),
-                )
+                ),
+                still_wanted=lambda: self._is_live(request_id),
             )
             self.count += 1
-        if held:
-            self._last = self._clock()
+        self._last = self._clock()
