@@ -38,7 +38,7 @@ from workers.classify.intent_model import ModelSlot
 from workers.critic.judge import critique
 from workers.fuse.bridge import bridge
 from workers.fuse.rerank import rerank
-from workers.fuse.rrf import channel_counts, channel_samples, effective_weights, fuse
+from workers.fuse.rrf import channel_counts, effective_weights, fuse
 from workers.generate.router import answer_for
 from workers.search import CHANNEL_FUNCTIONS, channels, ranked
 from workers.tool.router import run_tools
@@ -175,5 +175,4 @@ class Worker:
             chunks, _ = await rerank(reranker, query, chunks, settings.rerank_top_n)
             chunks = chunks[:top_k]
         channel_counts(results)
-        channel_samples(results)
         return chunks

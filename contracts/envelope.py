@@ -42,7 +42,11 @@ class TraceContext(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     traceparent: str | None = None
-    tracestate: str | None = None
+    tracestate: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="vendor trace state; left out of a message when there is none",
+    )
 
     @property
     def trace_id(self) -> str | None:

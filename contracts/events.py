@@ -19,7 +19,12 @@ class PhaseData(BaseModel):
     phase: Phase
     status: PhaseStatus
     started_at: datetime | None = None
-    ended_at: datetime | None = None
+    ended_at: datetime | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="set only where the phase did not end when its event was sent: a "
+        "finished phase's event goes out as it ends, so its `occurred_at` is the end",
+    )
     duration_ms: float | None = Field(default=None, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -169,3 +171,21 @@ class ChannelReport(BaseModel):
     count: int = 0
     duration_ms: float | None = None
     reason: str | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
+
+
+CONTEXTS_CLAIM = "contexts:"
+"""The claim field of a fused list as the steps that resolve it read it (`contexts_claim`)."""
+
+
+def contexts_claim(chunk_ids: Iterable[str]) -> str:
+    """The claim field of a fused list, named by its chunk ids in their order: a list that
+    changed since fusion claimed it names another field, and its command carries it whole."""
+    digest = hashlib.blake2b("\n".join(chunk_ids).encode(), digest_size=12).hexdigest()
+    return CONTEXTS_CLAIM + digest
+
+
+def to_resolve(chunks: Iterable[RetrievedChunk]) -> list[RetrievedChunk]:
+    """Passages for a step that resolves their claims first (generate, critic, plan): a
+    claimed chunk goes without its opening, which that step replaces with the whole passage
+    anyway, and without its channels' ranks, which only the answer's citations show."""
+    return [c.model_copy(update={"text": "", "channels": {}}) if c.claimed else c for c in chunks]

@@ -127,8 +127,11 @@ class Fused(BaseModel):
     chunks: list[RetrievedChunk] = Field(default_factory=list, max_length=MAX_CHUNKS)
     effective_weights: dict[Channel, float] = Field(default_factory=dict)
     channel_counts: dict[Channel, int] = Field(default_factory=dict)
-    channel_samples: dict[Channel, list[Annotated[str, Field(max_length=MAX_ID_CHARS)]]] = Field(
-        default_factory=dict
+    contexts_claim: str | None = Field(
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="where the list waits in the request's claim store as the steps that "
+        "resolve it read it: their commands carry this instead of the list",
     )
 
 

@@ -11,7 +11,7 @@ from contracts.events import AnswerData
 from contracts.limits import FUSED_OPENINGS, MAX_SNIPPET_CHARS
 from contracts.models import Citation, RetrievedChunk
 from contracts.sessions import MEMORY_PREFIX
-from orchestrator.state import RequestState
+from orchestrator.state import AttemptRecord, RequestState
 
 FALLBACK_PASSAGES = FUSED_OPENINGS
 """The fused list's first passages, the ones that carry their openings on the bus."""
@@ -51,11 +51,14 @@ def build_answer(state: RequestState, finished: datetime, critic_note: str | Non
         "intent_method": state.intent_method,
         "weights": {c.value: w for c, w in state.weights.items()},
         "effective_weights": {c.value: w for c, w in state.effective_weights.items()},
-        "channel_counts": {c.value: n for c, n in state.channel_counts.items()},
-        "channel_samples": {c.value: s for c, s in state.channel_samples.items()},
-        "channels": {c.value: r.model_dump(mode="json") for c, r in state.channel_reports.items()},
+        "channels": {  # keyed by channel, so without it, and without what is unknown
+            c.value: r.model_dump(mode="json", exclude={"channel"}, exclude_none=True)
+            for c, r in state.channel_reports.items()
+        },
         "attempts": state.attempt,
-        "attempt_history": [a.model_dump(mode="json") for a in state.attempts],
+        "attempt_history": [
+            _attempt(a, final=a is last, content=state.draft) for a in state.attempts
+        ],
         "confidence": last.confidence if last else None,
         "low_confidence": low_confidence,
         "generator": state.generator,
@@ -77,6 +80,14 @@ def build_answer(state: RequestState, finished: datetime, critic_note: str | Non
     if state.mode == "retrieve":
         metadata["retrieval"] = rankings(state)
     return AnswerData(content=state.draft or "", citations=citations, metadata=metadata)
+
+
+def _attempt(record: AttemptRecord, *, final: bool, content: str | None) -> dict[str, Any]:
+    """An attempt as the answer event lists it: the final one without its draft when that
+    draft is the event's `content` (the whole answer again, the event's largest field)."""
+    if final and record.answer == (content or ""):
+        return record.model_dump(mode="json", exclude={"answer"})
+    return record.model_dump(mode="json")
 
 
 def passages_draft(fused: list[RetrievedChunk]) -> tuple[str, dict[int, str]] | None:

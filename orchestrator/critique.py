@@ -52,7 +52,7 @@ def start_critic(saga: Saga, state: RequestState, clock: Clock) -> Transition:
         intent=state.intent or Intent.FACTUAL,
         answer=state.draft or "",
         citations=state.draft_citations,
-        contexts=saga._to_resolve(state.fused),
+        **saga._contexts(state),
         tool_results=state.tool_results,
         attempts_left=max(0, saga.settings.max_attempts - state.attempt),
         query_vector=state.query_vector,

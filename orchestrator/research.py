@@ -24,7 +24,7 @@ from contracts import subjects as sj
 from contracts.commands import PlanCommand
 from contracts.enums import Phase, PhaseStatus, RequestStatus, Step
 from contracts.events import AnswerData
-from contracts.models import Citation
+from contracts.models import Citation, to_resolve
 from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from orchestrator.state import ChildRecord, PendingStep, RequestState
 from orchestrator.store import Outgoing, Transition
@@ -47,7 +47,7 @@ def start_plan(saga: Saga, state: RequestState, clock: Clock) -> Transition:
     cmd = PlanCommand(
         **saga._corr(state),
         query=state.question,
-        contexts=saga._to_resolve(state.fused[:PLANNED_CONTEXTS]),
+        contexts=to_resolve(state.fused[:PLANNED_CONTEXTS]),
         max_questions=saga.settings.research_max_children,
     )
     state.status = RequestStatus.PLANNING

@@ -235,9 +235,9 @@ class Saga(SagaBase):
         """The fused list, from the fuse step or from a search worker that fused its own
         channels (`SearchResult.fused`)."""
         state.fused = res.chunks
+        state.fused_claim = res.contexts_claim
         state.effective_weights = dict(res.effective_weights)
         state.channel_counts = dict(res.channel_counts)
-        state.channel_samples = dict(res.channel_samples)
         if state.mode == "retrieve":
             return self._complete(state, [])
         if state.mode == "research":
@@ -334,7 +334,7 @@ class Saga(SagaBase):
             **self._corr(state),
             query=state.question,
             intent=state.intent or Intent.FACTUAL,
-            contexts=self._to_resolve(state.fused),
+            **self._contexts(state),
             tool_results=state.tool_results,
             tool_rounds_left=max(0, self.settings.max_tool_calls - state.tool_rounds),
             follow_ups=follow_ups,

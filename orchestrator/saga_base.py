@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from contracts import subjects as sj
 from contracts.enums import (
@@ -25,7 +26,7 @@ from contracts.events import (
     PhaseData,
     PhaseEvent,
 )
-from contracts.models import RetrievedChunk
+from contracts.models import contexts_claim, to_resolve
 from infra.settings import Settings
 from orchestrator import research
 from orchestrator.answer import build_answer, passages_draft
@@ -129,11 +130,15 @@ class SagaBase:
         return state.query_vectors.get(text)
 
     @staticmethod
-    def _to_resolve(chunks: list[RetrievedChunk]) -> list[RetrievedChunk]:
-        """Passages for a step that resolves their claims first (generate, critic, plan): a
-        claimed chunk goes without its opening, which that step replaces with the whole
-        passage anyway. The state keeps the openings, for citations and the fallback answer."""
-        return [c.model_copy(update={"text": ""}) if c.claimed else c for c in chunks]
+    def _contexts(state: RequestState) -> dict[str, Any]:
+        """The fused list for a command to a step that resolves its claims (generate,
+        critic): the claim fusion made of it while the list is still the one it claimed,
+        else the list itself (`to_resolve`). The state keeps the openings and the channels'
+        ranks, for citations and the fallback answer."""
+        ids = (chunk.chunk_id for chunk in state.fused)
+        if state.fused_claim is not None and state.fused_claim == contexts_claim(ids):
+            return {"contexts_claim": state.fused_claim}
+        return {"contexts": to_resolve(state.fused)}
 
     @staticmethod
     def _corr(state: RequestState) -> dict[str, object]:
@@ -168,11 +173,11 @@ class SagaBase:
         running = status is PhaseStatus.IN_PROGRESS  # a research child: it ends later
         event = PhaseEvent(
             **self._corr(state),
+            occurred_at=now,  # a finished phase's end (`PhaseData.ended_at`)
             data=PhaseData(
                 phase=phase,
                 status=status,
                 started_at=now,
-                ended_at=None if running else now,
                 duration_ms=None if running else 0.0,
                 metadata=dict(metadata),
             ),

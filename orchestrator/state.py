@@ -40,7 +40,11 @@ class AttemptRecord(BaseModel):
         default_factory=list, description="the attempt's fused documents, best first"
     )
     queries: list[str] = Field(default_factory=list, description="what the channels searched")
-    answer: str = Field(default="", description="the attempt's draft answer")
+    answer: str = Field(
+        default="",
+        description="the attempt's draft answer; the answer event leaves it out of the final "
+        "attempt when it is the event's `content`",
+    )
 
 
 class ChildRecord(BaseModel):
@@ -115,9 +119,13 @@ class RequestState(BaseModel):
         default_factory=list, description="the fused list a follow-up attempt adds to"
     )
     fused: list[RetrievedChunk] = Field(default_factory=list)
+    fused_claim: str | None = Field(
+        default=None,
+        description="where fusion claimed `fused` for the steps that resolve it "
+        "(`Fused.contexts_claim`): their commands name it while the list is unchanged",
+    )
     effective_weights: dict[Channel, float] = Field(default_factory=dict)
     channel_counts: dict[Channel, int] = Field(default_factory=dict)
-    channel_samples: dict[Channel, list[str]] = Field(default_factory=dict)
 
     tool_rounds: int = 0
     tool_results: list[ToolOutcome] = Field(default_factory=list)

@@ -28,8 +28,8 @@ from contracts.envelope import Envelope
 from contracts.events import DoneEvent, PhaseEvent
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
-from contracts.subjects import STREAM_EVENTS
 from infra.memory.sessions import SessionStore
+from infra.runtime.bus import wire_json
 from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
 from infra.settings import Settings
@@ -173,13 +173,7 @@ class Outgoing:
     message: Envelope
 
     def entry(self) -> OutboxEntry:
-        # work messages leave out what the model fills in anyway (their readers parse them
-        # with the same contract); a caller's event keeps every field, for callers that read
-        # the JSON without our models
-        if self.stream == STREAM_EVENTS:
-            body = self.message.model_dump_json()
-        else:
-            body = self.message.compact_json()
+        body = wire_json(self.message, self.stream)
         kind = PROGRESS if isinstance(self.message, PhaseEvent) else ""
         kind = DONE if isinstance(self.message, DoneEvent) else kind
         return OutboxEntry(self.message.event_id, self.subject, self.stream, body, (0, 0), kind)

@@ -130,7 +130,9 @@ export class AnswerView {
     const ranks = channelRanks(meta);
     for (const n of numbers) {
       const c = citations[n] || {};
-      const found = c.channels && typeof c.channels === "object" ? Object.entries(c.channels) : ranks(c.chunk_id);
+      const found = c.channels && typeof c.channels === "object"
+        ? orderChannels(Object.keys(c.channels)).map((ch) => [ch, c.channels[ch]])
+        : ranks(c.chunk_id);
       const quoted = c.snippet || c.text || citedFor(content, n);
       this.sourcesEl.append(
         el(
@@ -197,14 +199,13 @@ export class AnswerView {
     );
     const weights = meta.effective_weights || meta.weights;
     if (weights && typeof weights === "object") {
-      const counts = meta.channel_counts || {};
       const reports = meta.channels || {};
       const table = el("ul", { class: "weights", "data-testid": "weights" });
       for (const channel of orderChannels(Object.keys(weights))) {
         const w = Number(weights[channel]) || 0;
         const report = reports[channel] || {};
         const extra = [
-          counts[channel] !== undefined ? `${counts[channel]} hits` : null,
+          typeof report.count === "number" ? `${report.count} hits` : null,
           report.status && report.status !== "completed" ? report.status : null,
         ].filter(Boolean).join(", ");
         table.append(
@@ -330,7 +331,7 @@ export function citedFor(content, n) {
     .join(" … ");
 }
 
-/** chunk id -> [[channel, rank]]: from the full rankings (retrieve mode) or the samples. */
+/** chunk id -> [[channel, rank]]: from the full rankings (retrieve mode), for a citation without its own. */
 function channelRanks(meta) {
   const table = new Map();
   const note = (channel, ids) => {
@@ -343,7 +344,6 @@ function channelRanks(meta) {
   if (full && typeof full === "object") {
     for (const [channel, list] of Object.entries(full)) note(channel, (list || []).map((x) => x.chunk_id));
   }
-  for (const [channel, ids] of Object.entries(meta.channel_samples || {})) note(channel, ids || []);
   return (chunkId) => {
     const found = table.get(chunkId);
     return found ? orderChannels([...found.keys()]).map((ch) => [ch, found.get(ch)]) : [];

@@ -43,16 +43,18 @@ export class Timeline {
     const meta = data.metadata || {};
     const attempt = Number(event.attempt) || 1;
     const started = data.started_at || event.occurred_at;
+    // a finished phase's event is sent as it ends: its occurred_at is the end
+    const end = data.ended_at || (data.status === "in_progress" ? null : event.occurred_at);
     // a research child's step is one row from its start to its end, whatever their stamps
     const child = meta.child_id ? [attempt, data.phase, meta.child_id].join("|") : null;
     const key = child || [attempt, data.phase, meta.channel || "", meta.query || "", started].join("|");
     // The server's clock, not this one, times a running row: its latest stamp, advanced by
     // the time passed here since it arrived (a skewed client clock then does not matter).
-    const stamp = Date.parse(event.occurred_at || data.ended_at || started);
+    const stamp = Date.parse(event.occurred_at || end || started);
     if (Number.isFinite(stamp)) this.skew = stamp - Date.now();
     const unfinished = this.rows.has(key) ? null : this.#runEndedBySaga(attempt, data, meta);
     if (unfinished) {
-      const ended = Date.parse(data.ended_at || started);
+      const ended = Date.parse(end || started);
       unfinished.status = data.status;
       unfinished.meta = { ...unfinished.meta, ...meta };
       if (Number.isFinite(ended)) {
@@ -64,7 +66,7 @@ export class Timeline {
     }
     const row = this.rows.get(key) || { key, order: this.order++, attempt };
     const startedAt = child && Number.isFinite(row.startedAt) ? row.startedAt : Date.parse(started);
-    const endedAt = data.ended_at ? Date.parse(data.ended_at) : null;
+    const endedAt = end ? Date.parse(end) : null;
     Object.assign(row, {
       phase: data.phase,
       status: data.status,

@@ -33,6 +33,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from contracts import subjects as sj
 from contracts.enums import Channel, Step
+from contracts.envelope import Envelope
 from contracts.events import CallerEvent
 from infra.logging import get_logger
 from infra.settings import Settings
@@ -332,6 +333,19 @@ async def acked(
     )
 
 
+FULL_JSON_STREAMS = frozenset({sj.STREAM_EVENTS, sj.STREAM_INGEST_EVENTS, sj.STREAM_DLQ})
+"""Streams whose readers may read the JSON without our models (callers of the event streams,
+operators of the dead letters): their messages keep every field."""
+
+
+def wire_json(message: BaseModel, stream: str) -> str:
+    """A message's body for `stream`: the compact form between ragbus's own processes (fields
+    at their defaults left out, `Envelope.compact_json`), every field where others read it."""
+    if stream in FULL_JSON_STREAMS or not isinstance(message, Envelope):
+        return message.model_dump_json()
+    return message.compact_json()
+
+
 def json_headers(event_id: str | None) -> dict[str, str]:
     """`Nats-Msg-Id` for the broker's dedupe, and the content type FastStream decodes by."""
     headers = {CONTENT_TYPE_HEADER: JSON_CONTENT_TYPE}
@@ -375,7 +389,7 @@ class Bus:
         """Publish and wait for the stream's ack; `PubAck.duplicate` tells a dropped re-send."""
         event_id = getattr(message, "event_id", None)
         return await self.publish_raw(
-            message.model_dump_json().encode(),
+            wire_json(message, stream).encode(),
             subject,
             stream,
             str(event_id or "") or None,

@@ -30,7 +30,13 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from contracts.limits import FUSED_OPENINGS, MAX_CHUNK_CHARS
-from contracts.models import VECTOR_CLAIM, ChunkVectors, RetrievedChunk
+from contracts.models import (
+    VECTOR_CLAIM,
+    ChunkVectors,
+    RetrievedChunk,
+    contexts_claim,
+    to_resolve,
+)
 from infra.errors import PoisonMessage
 from infra.settings import Settings
 
@@ -43,6 +49,9 @@ class WithContexts(Protocol):
 
     @property
     def contexts(self) -> list[RetrievedChunk]: ...
+
+    @property
+    def contexts_claim(self) -> str | None: ...
 
     def model_copy(self, *, update: dict[str, object] | None = None) -> Self: ...
 
@@ -142,6 +151,32 @@ def opening(text: str) -> str:
     return text[:OPENING_CHARS].rsplit(" ", 1)[0]
 
 
+def _passages(chunks: Sequence[RetrievedChunk]) -> dict[str, str]:
+    """The claims of the chunks not claimed yet that have a passage: chunk id -> JSON."""
+    return {
+        chunk.chunk_id: Passage(text=chunk.text, vectors=chunk.vectors).model_dump_json()
+        for chunk in chunks
+        if not chunk.claimed and chunk.text
+    }
+
+
+def _as_claimed(chunks: Sequence[RetrievedChunk], fresh: Mapping[str, str]) -> list[RetrievedChunk]:
+    """The chunks as messages carry them once `fresh` is claimed: the first `FUSED_OPENINGS`
+    with their opening, the others with no text, none with vectors."""
+    return [
+        chunk.model_copy(
+            update={
+                "text": opening(chunk.text) if n < FUSED_OPENINGS else "",
+                "vectors": None,
+                "claimed": True,
+            }
+        )
+        if chunk.chunk_id in fresh
+        else chunk
+        for n, chunk in enumerate(chunks)
+    ]
+
+
 @dataclass(frozen=True)
 class Resolved:
     chunks: list[RetrievedChunk]
@@ -157,26 +192,23 @@ class Claims:
         """Claim the whole chunks' passages; the chunks as messages carry them (claimed ones
         come back as they are), the first `FUSED_OPENINGS` with their opening and the others
         with no text at all."""
-        fresh = {
-            chunk.chunk_id: Passage(text=chunk.text, vectors=chunk.vectors).model_dump_json()
-            for chunk in chunks
-            if not chunk.claimed and chunk.text
-        }
-        if not fresh:
-            return list(chunks)
-        await self._store(claims_key(request_id), fresh)
-        return [
-            chunk.model_copy(
-                update={
-                    "text": opening(chunk.text) if n < FUSED_OPENINGS else "",
-                    "vectors": None,
-                    "claimed": True,
-                }
-            )
-            if chunk.chunk_id in fresh
-            else chunk
-            for n, chunk in enumerate(chunks)
-        ]
+        fresh = _passages(chunks)
+        if fresh:
+            await self._store(claims_key(request_id), fresh)
+        return _as_claimed(chunks, fresh)
+
+    async def put_fused(
+        self, request_id: str, chunks: Sequence[RetrievedChunk]
+    ) -> tuple[list[RetrievedChunk], str]:
+        """`put`, and in the same write the list as the steps that resolve it read it
+        (`to_resolve`), under its `contexts_claim` field, which it returns: a command to
+        such a step carries that field instead of the list."""
+        fresh = _passages(chunks)
+        claimed = _as_claimed(chunks, fresh)
+        field = contexts_claim(chunk.chunk_id for chunk in claimed)
+        listed = _RANKING.dump_json(to_resolve(claimed), exclude_defaults=True).decode()
+        await self._store(claims_key(request_id), {**fresh, field: listed})
+        return claimed, field
 
     async def resolve(
         self, request_id: str, chunks: Sequence[RetrievedChunk], also: Sequence[str] = ()
@@ -238,11 +270,15 @@ class Claims:
 
     async def whole(self, cmd: CommandT) -> CommandT:
         """A command whose `contexts` (and query vectors) are claimed, whole again: one
-        read for both."""
+        read for both, after one for the list of a command that carries its claim."""
         refs = _vector_refs(cmd)
         fields = sorted(set(refs.values()))
-        contexts = await self.resolve(cmd.request_id, cmd.contexts, also=fields)
-        update: dict[str, Any] = {"contexts": contexts.chunks}
+        listed = cmd.contexts
+        if cmd.contexts_claim is not None:
+            [raw] = await self._claimed(cmd.request_id, [cmd.contexts_claim], "the contexts")
+            listed = _RANKING.validate_json(raw)
+        contexts = await self.resolve(cmd.request_id, listed, also=fields)
+        update: dict[str, Any] = {"contexts": contexts.chunks, "contexts_claim": None}
         if refs:
             update.update(_with_vectors(cmd, refs, contexts.also))
         return cmd.model_copy(update=update)

@@ -308,13 +308,12 @@ async def _phase_events(
         STEP_SECONDS.labels(phase=name.value).observe(run.duration_ms / 1000)
         log.info("phase_" + status.value, duration_ms=round(run.duration_ms, 2))
         await announced.settle()
-        end = PhaseEvent(
+        end = PhaseEvent(  # sent as it ends: its occurred_at is the end (`PhaseData`)
             **envelope.correlation(),
             data=PhaseData(
                 phase=name,
                 status=status,
                 started_at=started_at,
-                ended_at=utcnow(),
                 duration_ms=run.duration_ms,
                 metadata=run.metadata,
             ),

@@ -37,11 +37,12 @@ def phase(
         "seq": seq,
         "attempt": attempt,
         "request_id": "r1",
+        # as the bus sends it: a finished phase's end is its event's own time
+        "occurred_at": at(start if end is None else end),
         "data": {
             "phase": name,
             "status": status,
             "started_at": at(start),
-            "ended_at": None if end is None else at(end),
             "duration_ms": None if end is None else float(end - start),
             "metadata": meta,
         },
@@ -257,9 +258,8 @@ async def test_the_answer_renders_markers_as_buttons_and_text_as_text(
             view.answer({
                 content: "Built by **<b>Goethals</b>** [1] and *not* [9].\\n\\nSee `<i>x</i>` [1].",
                 citations: { 1: { chunk_id: "c1", document_id: "doc-1", title: "<em>T</em>",
-                                  score: 0.5 } },
-                metadata: { channel_samples: { vector: ["c0", "c1"], sparse: ["c1"] },
-                            confidence: 0.9, intent: "factual", trace_id: "ab12" },
+                                  score: 0.5, channels: { sparse: 1, vector: 2 } } },
+                metadata: { confidence: 0.9, intent: "factual", trace_id: "ab12" },
             });
         }"""
     )

@@ -21,6 +21,7 @@ import nats.js.errors
 import pytest
 import redis.asyncio as aioredis
 
+from contracts.ingest import IngestJobSealed
 from infra.runtime.ingest_jobs import JobTracker
 from tests.integration.conftest import own_services, running, serving_api
 from tests.integration.test_dead_letter import dead_letters
@@ -126,9 +127,8 @@ async def test_an_ingest_document_never_acknowledged_is_requeued_then_fails_in_i
                     (held,) = await dying_worker.fetch(1, timeout=10)
                     body = json.loads(held.data)
                     if body["type"] == "ingest.sealed":  # the seal is handled, and acked
-                        await JobTracker(redis, 600).seal(
-                            job_id, body["expected"], body["duplicates"]
-                        )
+                        seal = IngestJobSealed.model_validate_json(held.data)  # compact JSON
+                        await JobTracker(redis, 600).seal(job_id, seal.expected, seal.duplicates)
                         await held.ack()
                         continue
                     deliveries += 1  # ... and the document's worker dies without an ack

@@ -20,7 +20,7 @@ from contracts.commands import (
     SearchCommand,
     ToolCommand,
 )
-from contracts.enums import Channel, Intent, Step
+from contracts.enums import Channel, Intent, Step, StepStatus
 from contracts.envelope import Envelope
 from contracts.models import RetrievedChunk, ToolCall, ToolOutcome
 from contracts.results import (
@@ -28,7 +28,9 @@ from contracts.results import (
     CriticResult,
     FuseResult,
     GenerateResult,
+    StepFailure,
     ToolResult,
+    any_result_adapter,
 )
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import Bus
@@ -319,5 +321,7 @@ async def test_a_malformed_command_is_dead_lettered(
         assert letter["original_subject"] == subject
         assert letter["reason"] == "poison"
         assert letter["request_id"] == "req-bad"
-        [failure] = h.results  # the orchestrator hears at once that the step failed
-        assert (failure["status"], failure["command_id"]) == ("failed", "e-bad")
+        [raw] = h.results  # the orchestrator hears at once that the step failed
+        failure = any_result_adapter.validate_python(raw)  # read as the orchestrator reads it
+        assert isinstance(failure, StepFailure)
+        assert (failure.status, failure.command_id) == (StepStatus.FAILED, "e-bad")

@@ -52,8 +52,10 @@ async def test_a_fast_step_sends_only_its_end_which_carries_its_start() -> None:
     await run_step(bus, 0.01)
     assert bus.statuses() == ["completed"]
     (done,) = bus.sent
-    assert done.data.started_at is not None and done.data.ended_at is not None
+    # sent as it ends: the event's own time is the end, so the phase carries no second stamp
+    assert done.data.started_at is not None and done.data.ended_at is None
     assert done.data.duration_ms is not None and done.data.duration_ms >= 10
+    assert (done.occurred_at - done.data.started_at).total_seconds() * 1000 >= 10
 
 
 async def test_a_slow_step_announces_its_start_before_its_end() -> None:

@@ -195,10 +195,16 @@ def test_critic_retry_broadens_then_accepts_on_the_second_attempt() -> None:
     assert all(m.attempt == 2 for m in sent if isinstance(m, SearchCommand))
     run.search_all()
     run.fuse()
-    run.generate()
+    run.generate(answer="Sostratus of Cnidus built it [1].")
     sent = run.critic("accept")
     assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
-    assert sent[0].data.metadata["attempts"] == 2
+    answer = sent[0].data
+    assert answer.metadata["attempts"] == 2
+    # the rejected draft is kept; the final one is the event's content, not sent twice
+    first, final = answer.metadata["attempt_history"]
+    assert first["answer"] == "Sostratus built it [1]." and first["verdict"] == "retry"
+    assert "answer" not in final and final["verdict"] == "accept"
+    assert answer.content == "Sostratus of Cnidus built it [1]."
 
 
 def test_attempts_spent_answers_with_a_low_confidence_flag() -> None:

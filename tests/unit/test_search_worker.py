@@ -16,7 +16,7 @@ from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Intent, S
 from contracts.envelope import utcnow
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
-from contracts.results import CHANNEL_TIMED_OUT, SearchResult, StepResult
+from contracts.results import CHANNEL_TIMED_OUT, SearchResult, any_result_adapter
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
 from infra.retrieval.intent_profiles import PRIOR, weights_for
@@ -177,7 +177,7 @@ async def test_a_failing_channel_is_dead_lettered_and_reported(
     async with worker_harness(create_router, settings) as harness:
         cmd = _command(Channel.SPARSE, "anything")
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.SPARSE), sj.STREAM_CMD)
-        failure = StepResult.model_validate(harness.on("rag.res.search.sparse")[0])
+        failure = any_result_adapter.validate_python(harness.on("rag.res.search.sparse")[0])
         assert failure.status == "failed" and failure.command_id == cmd.event_id
         assert "index corrupted" in (failure.error.message if failure.error else "")
         assert harness.on("rag.dlq.rag.cmd.search.sparse")[0]["reason"] == "failed"

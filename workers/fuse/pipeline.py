@@ -39,7 +39,6 @@ from workers.fuse.rerank import rerank
 from workers.fuse.rrf import (
     Fusion,
     channel_counts,
-    channel_samples,
     effective_weights,
     fuse,
 )
@@ -115,11 +114,12 @@ async def fuse_rankings(resources: Resources, claims: Claims, job: FusionRequest
         counts={c.value: n for c, n in counts.items()},
         fused=len(chunks),
     )
+    claim = None
     if job.hydrate:  # the whole passages wait in the claim store; the message is small
-        chunks = await claims.put(job.request_id, chunks)
+        chunks, claim = await claims.put_fused(job.request_id, chunks)
     return Fused(
         chunks=chunks,
         effective_weights=weights,
         channel_counts=counts,
-        channel_samples=channel_samples(job.results),
+        contexts_claim=claim,
     )

@@ -24,7 +24,6 @@ from contracts.models import RetrievedChunk
 Weights = Mapping[Channel, float]
 ChannelResults = Mapping[Channel, Sequence[RetrievedChunk]]
 
-SAMPLES_PER_CHANNEL = 3
 
 Fusion = Literal["convex", "rrf"]
 Contributions = Callable[[Sequence[RetrievedChunk]], list[float]]
@@ -149,10 +148,3 @@ def weighted_fusion(
 
 def channel_counts(results: ChannelResults) -> dict[Channel, int]:
     return {channel: len(results.get(channel, ())) for channel in Channel}
-
-
-def channel_samples(
-    results: ChannelResults, n: int = SAMPLES_PER_CHANNEL
-) -> dict[Channel, list[str]]:
-    """The first chunk ids of each channel, so a caller can see what each one contributed."""
-    return {channel: [c.chunk_id for c in results.get(channel, ())[:n]] for channel in Channel}

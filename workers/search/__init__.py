@@ -141,11 +141,11 @@ def skipped(cmd: SearchCommand, channel: Channel) -> PhaseEvent:
     now = utcnow()
     return PhaseEvent(
         **cmd.correlation(),
+        occurred_at=now,
         data=PhaseData(
             phase=CHANNEL_PHASE[channel],
             status=PhaseStatus.SKIPPED,
             started_at=now,
-            ended_at=now,
             duration_ms=0.0,
             metadata={"reason": SKIPPED_BY_WEIGHT},
         ),
