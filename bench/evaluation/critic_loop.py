@@ -122,6 +122,17 @@ def summarise(run: LoopRun, beir: BeirSet) -> dict[str, Any]:
     }
 
 
+def attempts(answer: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """An answer event's attempts, each with its draft: the final attempt's is the event's
+    `content`, which the event does not repeat in its history."""
+    history = answer.get("metadata", {}).get("attempt_history")
+    if not history:
+        return None
+    if "answer" not in history[-1]:
+        history = [*history[:-1], {**history[-1], "answer": answer.get("content", "")}]
+    return list(history)
+
+
 async def run_loop(
     client: RagbusClient,
     beir: BeirSet,
@@ -141,7 +152,7 @@ async def run_loop(
                 history: list[dict[str, Any]] | None = None
                 async for message in client.stream_events(submitted["request_id"]):
                     if message.event == "answer":
-                        history = message.data["data"]["metadata"].get("attempt_history")
+                        history = attempts(message.data["data"])
                 if history:
                     elapsed = (time.perf_counter() - started) * 1000
                     run.outcomes[qid] = LoopOutcome(history, elapsed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.evaluation.beir import BeirSet
-from bench.evaluation.critic_loop import LoopOutcome, LoopRun, answer_hit, summarise
+from bench.evaluation.critic_loop import LoopOutcome, LoopRun, answer_hit, attempts, summarise
 
 BEIR = BeirSet(
     Path("."),
@@ -58,3 +58,19 @@ def test_retried_requests_are_compared_first_to_last_at_the_first_depth() -> Non
     assert set(report["by_strategy"]) == {"broaden", "decompose"}
     assert report["by_strategy"]["broaden"]["recall@first_depth"]["last"] == 0.0
     assert report["latency_ms"] == {"single_attempt_mean": 1000.0, "retried_mean": 2500.0}
+
+
+def test_the_final_attempt_reads_its_draft_from_the_answer_events_content() -> None:
+    event = {
+        "content": "Judith Viorst wrote it [1].",
+        "metadata": {
+            "attempt_history": [
+                {"attempt": 1, "answer": "Ray Cruz [1].", "verdict": "retry"},
+                {"attempt": 2, "verdict": "accept"},  # the event's content, not repeated
+            ]
+        },
+    }
+    history = attempts(event)
+    assert history is not None
+    assert [a["answer"] for a in history] == ["Ray Cruz [1].", "Judith Viorst wrote it [1]."]
+    assert attempts({"content": "x", "metadata": {}}) is None
