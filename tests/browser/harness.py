@@ -165,6 +165,8 @@ _REQUEST_LINE = re.compile(rb"^(GET|POST|DELETE|HEAD|PUT|PATCH|OPTIONS) (\S+) HT
 _LAST_EVENT_ID = re.compile(rb"(?im)^last-event-id: *(\d+)\r\n")
 _QUERY_EVENTS = re.compile(r"^/v1/queries/[^/?]+/events")
 _MESSAGE_END = re.compile(rb"\r?\n\r?\n")
+CUT_SETTLE_S = 1.0
+"""How long a cut stream stays open, silent, before it breaks: the page dispatches its events."""
 
 
 class CuttingProxy:
@@ -185,6 +187,7 @@ class CuttingProxy:
         self.armed = True
         self.cuts = 0
         self.last_event_ids: list[int] = []
+        self.streams = 0  # query event stream requests, the first and every resumed one
         self.errors: list[str] = []  # the proxy's own failures: a test must not pass over them
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -206,6 +209,8 @@ class CuttingProxy:
         head = _REQUEST_LINE.match(data)
         path = head.group(2).decode() if head else ""
         data = re.sub(rb"(?im)^connection: *keep-alive\r\n", b"Connection: close\r\n", data)
+        if head and _QUERY_EVENTS.match(path):
+            self.streams += 1
         if head and _QUERY_EVENTS.match(path) and (resume := _LAST_EVENT_ID.search(data)):
             seq = int(resume.group(1))
             self.last_event_ids.append(seq)
@@ -276,6 +281,10 @@ class CuttingProxy:
                 await client_w.wait_closed()
         else:
             if ended == ["cut"]:
+                # let the page dispatch what it was sent before the stream breaks: on a busy
+                # machine (make test's two workers) Chromium once reported the break before its
+                # renderer had parsed a single event, and resumed with no Last-Event-ID at all
+                await asyncio.sleep(CUT_SETTLE_S)
                 # end the stream mid-body with a FIN first, so the browser reads every byte that
                 # was sent before it sees the stream break: a bare reset can discard bytes still
                 # in its socket buffer, and then where the page resumes depends on timing

@@ -231,7 +231,7 @@ async def test_a_cut_stream_resumes_without_repeating_an_event(
     # arrives), but Chromium may report the broken body before its renderer has parsed the
     # last bytes, and then it resumes a few events earlier. Either way it resumes mid-stream,
     # far enough in that the proxy's rewind replays events the page already has
-    assert proxy.last_event_ids, "the page never resumed"
+    assert proxy.last_event_ids, f"no resume with a Last-Event-ID ({proxy.streams} streams)"
     assert proxy.rewind < proxy.last_event_ids[0] <= fusion
     resumed = page.get_by_test_id("resumed")
     await expect(resumed).to_be_visible()
