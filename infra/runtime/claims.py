@@ -11,6 +11,10 @@ request id and the chunk id. The orchestrator deletes the hash when the request 
 covers a request that never ends. Redis is a server in every deployment, so this holds
 however the stores are deployed.
 
+Fusion also claims the fused list itself, as the steps that resolve it read it
+(`Claims.put_fused`, `contracts.models.contexts_claim`): their commands carry that field, and
+the step reads the list before its passages.
+
 The query's embedding waits there too. Classify leaves it under a field of its own, and
 the messages that would carry it (the result, the dense search, generation, the critic:
 2 KB each) carry `claim:<field>` instead (`contracts.models.VECTOR_CLAIM`). A step resolves
