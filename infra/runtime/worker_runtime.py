@@ -320,18 +320,19 @@ async def _phase_events(
         )
         # A step that ran long enough to announce itself asks again whether its request is
         # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
-        # So does a redelivered message's step: the delivery before it may have finished the
-        # request meanwhile (its worker killed after sending the result, before the ack). A
-        # quicker first delivery sends at once (its request was live a moment ago).
-        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s or current_deliveries() > 1
+        # A quicker first delivery sends at once (its request was live a moment ago).
+        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s
         await send_while_live(bus, end, ask_first=ask_first)
 
 
 async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = False) -> None:
     """A step's event on its request's subject, or nothing once the request has finished:
-    asked first when `ask_first`, and before each re-send of a publish that has to wait out
-    JetStream (a stream electing a leader). The request's `done` may have gone out
-    meanwhile, and nothing follows a done."""
+    asked first when `ask_first` or when the message is a redelivery, and before each
+    re-send of a publish that has to wait out JetStream (a stream electing a leader). The
+    request's `done` may have gone out meanwhile, and nothing follows a done: a redelivery's
+    earlier delivery may have finished the request (its worker killed after sending the
+    result, before the ack), and a message that found its request finished sends nothing
+    more."""
 
     def live() -> Awaitable[bool]:
         return still_live(event.request_id)
@@ -340,7 +341,7 @@ async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = Fals
     try:
         if liveness is not None and liveness.found_finished(event.request_id):
             raise PublishAbandoned(event.type)  # an earlier event of this message found so
-        if ask_first and not await live():
+        if (ask_first or current_deliveries() > 1) and not await live():
             raise PublishAbandoned(event.type)
         await bus.emit(event, still_wanted=live)
     except PublishAbandoned:

@@ -42,7 +42,6 @@ from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import (
     RequestNotLive,
     ResultPublisher,
-    current_deliveries,
     describe_error,
     phase,
     send_while_live,
@@ -199,11 +198,7 @@ def create_router(resources: Resources) -> NatsRouter:
         searched = weighed(found.weights, cmd.channels)
         for channel in cmd.channels:
             if channel not in searched:
-                # a redelivery asks first, as a phase's end does: the delivery before it
-                # may have finished the request meanwhile, and nothing follows a done
-                await send_while_live(
-                    bus, skipped(cmd, channel), ask_first=current_deliveries() > 1
-                )
+                await send_while_live(bus, skipped(cmd, channel))  # a redelivery asks first
         return found, searched
 
     async def search_one(
