@@ -56,7 +56,12 @@ async def bench_bus(
     async with served_stack(["-m", "bench.instant"], env, ready_timeout_s=READY_TIMEOUT_S) as stack:
         profiling = (
             asyncio.create_task(
-                record(stack.pids["ragbus"], delay_s=warmup_s + 1, seconds=duration_s - 2)
+                record(
+                    stack.pids["ragbus"],
+                    delay_s=warmup_s + 1,
+                    seconds=duration_s - 2,
+                    subprocesses=True,
+                )
             )
             if profile
             else None
@@ -71,7 +76,7 @@ async def bench_bus(
         )
         if profiling is not None:
             cpu = (report.get("cpu") or {}).get("process_cpu_ms_per_request") or {}
-            report["ledger"] = ledger(await profiling, cpu.get("ragbus"))
+            report["ledger"] = ledger(await profiling, python_cpu_ms(cpu))
         traffic, sequential = await tapped_requests(
             stack.url, stack.nats_url, stack.redis_url, queries
         )
@@ -146,7 +151,7 @@ def ratio_to_floor(ragbus: dict[str, Any], floor: dict[str, Any]) -> dict[str, A
     Python process), throughput, and the messages and bytes per request."""
     ours = (ragbus.get("cpu") or {}).get("process_cpu_ms_per_request") or {}
     theirs = (floor.get("cpu") or {}).get("process_cpu_ms_per_request") or {}
-    python_ours = sum(v for k, v in ours.items() if k not in ("nats-server", "redis-server"))
+    python_ours = python_cpu_ms(ours)
     python_floor = theirs.get("floor")
     return {
         "python_cpu_ms_per_request": {"ragbus": round(python_ours, 2), "floor": python_floor},
@@ -156,6 +161,11 @@ def ratio_to_floor(ragbus: dict[str, Any], floor: dict[str, Any]) -> dict[str, A
         "messages_per_request": ragbus["traffic"]["messages_per_request"],
         "bytes_per_request": ragbus["traffic"]["bytes_per_request"],
     }
+
+
+def python_cpu_ms(per_process: dict[str, float]) -> float:
+    """The ms a request of the stack's Python processes (the parent and its worker child)."""
+    return sum(v or 0.0 for k, v in per_process.items() if k not in ("nats-server", "redis-server"))
 
 
 def _div(a: float | None, b: float | None) -> float | None:

@@ -12,6 +12,7 @@ stack until SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from importlib.resources import files
@@ -164,20 +165,40 @@ class InstantResources(Resources):
         return self._instant_store
 
 
-def main() -> None:
-    from launcher.runtime import serve
+CHILD_ENTRY = ("-m", "bench.instant", "worker")
+"""How the instant stack's worker child starts: this module, with the kinds it runs."""
 
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m bench.instant`: the stack laid out as `ragbus up` lays it out (the API, the
+    saga and `launcher.runtime.UP_PARENT` here, the other query workers in a child, or all in
+    one process when `RAGBUS_UP_PROCESSES=1`). `python -m bench.instant worker KIND...`: that
+    child."""
+    from launcher.runtime import serve, up_layout
+
+    args = list(sys.argv[1:] if argv is None else argv)
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
-    asyncio.run(
-        serve(
+    if args[:1] == ["worker"]:
+        running = serve(
+            settings,
+            api=False,
+            orchestrator=False,
+            workers=args[1:],
+            resources_factory=InstantResources,
+        )
+    else:
+        parent, child = up_layout(settings, QUERY_WORKERS)
+        running = serve(
             settings,
             api=True,
             orchestrator=True,
-            workers=QUERY_WORKERS,
+            workers=parent,
+            child_workers=child,
+            child_entry=CHILD_ENTRY,
             resources_factory=InstantResources,
         )
-    )
+    asyncio.run(running)
 
 
 if __name__ == "__main__":

@@ -104,8 +104,11 @@ def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, 
     return {"samples": total, "by_role": rows(by_role), "by_layer": rows(by_layer)}
 
 
-async def record(pid: int, *, delay_s: float, seconds: float, rate: int = 100) -> list[str]:
-    """py-spy's raw samples of `pid` for `seconds`, starting after `delay_s`."""
+async def record(
+    pid: int, *, delay_s: float, seconds: float, rate: int = 100, subprocesses: bool = False
+) -> list[str]:
+    """py-spy's raw samples of `pid` (and of its children, with `subprocesses`) for `seconds`,
+    starting after `delay_s`."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     await asyncio.sleep(delay_s)
     with tempfile.TemporaryDirectory(prefix="ragbus-ledger-") as tmp:
@@ -113,6 +116,7 @@ async def record(pid: int, *, delay_s: float, seconds: float, rate: int = 100) -
         child = await asyncio.create_subprocess_exec(
             spy, "record", "--format", "raw", "--nonblocking",
             "-r", str(rate), "-d", str(max(1, round(seconds))), "-p", str(pid), "-o", str(out),
+            *(["--subprocesses"] if subprocesses else []),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         _, err = await child.communicate()

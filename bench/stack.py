@@ -26,9 +26,29 @@ STOP_TIMEOUT_S = 30.0
 class Stack:
     url: str
     pids: dict[str, int]
-    """The stack's process, nats-server and redis-server, for `run_bench`'s CPU per process."""
+    """The stack's processes (`ragbus` and its worker child, `ragbus-child`), nats-server and
+    redis-server, for `run_bench`'s CPU per process."""
     nats_url: str = ""
     redis_url: str = ""
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started (`ragbus up`'s worker child), from /proc (none elsewhere)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found.extend(int(word) for word in task.read_text().split())
+        except OSError:
+            continue
+    return sorted(set(found))
+
+
+def stack_pids(pid: int) -> dict[str, int]:
+    """The stack's own processes by name: `ragbus`, then `ragbus-child` (and `-2`, ...)."""
+    pids = {"ragbus": pid}
+    for n, child in enumerate(child_pids(pid), start=1):
+        pids["ragbus-child" if n == 1 else f"ragbus-child-{n}"] = child
+    return pids
 
 
 def _tail(log_path: Path) -> str:
@@ -107,7 +127,7 @@ async def served_stack(
             yield Stack(
                 url,
                 {
-                    "ragbus": child.pid,
+                    **stack_pids(child.pid),
                     "nats-server": nats.process.pid,
                     "redis-server": redis.process.pid,
                 },

@@ -5,7 +5,6 @@ healthcheck for NATS."""
 from __future__ import annotations
 
 import asyncio
-import os
 from enum import StrEnum
 from typing import Annotated
 
@@ -14,7 +13,7 @@ import typer
 from cli.common import console, errors, server_logging
 from infra.errors import StartupError
 from infra.settings import Settings
-from launcher.runtime import UP_PARENT, WORKER_KINDS, embedded_layout_problem, serve
+from launcher.runtime import WORKER_KINDS, embedded_layout_problem, serve, up_layout
 
 WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
 
@@ -55,12 +54,8 @@ def up() -> None:
     """Run the API, the orchestrator and every worker kind: on two cores or more, the API,
     saga, classifier, generation and critic here and the other workers in a child process
     (RAGBUS_UP_PROCESSES)."""
-    processes = Settings().up_processes or (2 if (os.cpu_count() or 1) >= 2 else 1)
-    if processes == 1:
-        _serve(api=True, orchestrator=True, workers=WORKER_KINDS)
-        return
-    child = tuple(kind for kind in WORKER_KINDS if kind not in UP_PARENT)
-    _serve(api=True, orchestrator=True, workers=UP_PARENT, child_workers=child)
+    parent, child = up_layout(Settings())
+    _serve(api=True, orchestrator=True, workers=parent, child_workers=child)
 
 
 def api_command() -> None:

@@ -25,6 +25,8 @@ from infra.settings import Settings
 log = get_logger(__name__)
 
 STOP_TIMEOUT_S = 15.0
+CLI_WORKER = ("-m", "cli", "worker")
+"""How the child is started by default: `python -m cli worker <kinds>`."""
 
 
 class WorkerChild:
@@ -35,8 +37,12 @@ class WorkerChild:
         *,
         restarts: int,
         window_s: float,
+        entry: Sequence[str] = CLI_WORKER,
     ) -> None:
         self.settings = settings
+        self.entry = tuple(entry)
+        """The child's `python` arguments before its kinds (the bus benchmark's instant stack
+        starts its own module)."""
         self.kinds = list(kinds)
         self.restarts = restarts
         self.window_s = window_s
@@ -57,7 +63,7 @@ class WorkerChild:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cli", "worker", *self.kinds, env=self._env()
+            sys.executable, *self.entry, *self.kinds, env=self._env()
         )
         log.info("worker_process_started", pid=self.process.pid, workers=self.kinds)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +30,7 @@ from infra.settings import Settings
 from infra.telemetry import setup_tracing, shutdown_tracing
 from infra.tenancy.nats_auth import NatsAuthorizer, service_password
 from infra.tenancy.registry import bcrypt_hash
-from launcher.processes import WorkerChild
+from launcher.processes import CLI_WORKER, WorkerChild
 
 if TYPE_CHECKING:
     from orchestrator.service import Orchestrator
@@ -66,6 +67,19 @@ WORKER_KINDS: tuple[str, ...] = (
 
 
 STORE_READERS = frozenset({"search", "fuse", "tool"})
+
+
+def up_layout(
+    settings: Settings, kinds: Sequence[str] = WORKER_KINDS
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """How `ragbus up` places `kinds`: (those of the process that serves the API and the
+    saga, those of its worker child). One process when `RAGBUS_UP_PROCESSES` is 1, or when it
+    is 0 on a single core; else `UP_PARENT` in the first and the rest in the child."""
+    processes = settings.up_processes or (2 if (os.cpu_count() or 1) >= 2 else 1)
+    if processes == 1:
+        return tuple(kinds), ()
+    parent = tuple(kind for kind in kinds if kind in UP_PARENT)
+    return parent, tuple(kind for kind in kinds if kind not in UP_PARENT)
 
 
 def embedded_layout_problem(settings: Settings, kinds: Sequence[str]) -> str | None:
@@ -245,9 +259,11 @@ async def serve(
     ready: asyncio.Event | None = None,
     resources_factory: ResourcesFactory = Resources,
     child_workers: Sequence[str] = (),
+    child_entry: Sequence[str] = CLI_WORKER,
 ) -> None:
     """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
-    (`launcher.processes`) on the services this one found or started."""
+    (`launcher.processes`, started as `python <child_entry> <kinds>`) on the services this one
+    found or started."""
     setup_tracing(process_role(api=api, orchestrator=orchestrator, workers=workers))
     child: WorkerChild | None = None
 
@@ -256,7 +272,11 @@ async def serve(
         this process loads its own, instead of after them."""
         nonlocal child
         child = WorkerChild(
-            found, child_workers, restarts=CHILD_RESTARTS, window_s=CHILD_RESTART_WINDOW_S
+            found,
+            child_workers,
+            restarts=CHILD_RESTARTS,
+            window_s=CHILD_RESTART_WINDOW_S,
+            entry=child_entry,
         )
         await child.start()
 

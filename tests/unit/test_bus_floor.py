@@ -3,9 +3,16 @@ must follow the real path's traffic as it changes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
+from bench.bus import python_cpu_ms
 from bench.floor import Floor, Pattern
+from bench.stack import child_pids, stack_pids
 from bench.tap import RequestTraffic, Seen, header_bytes, traffic_report
 
 
@@ -71,3 +78,27 @@ def test_headers_are_counted_as_they_go_on_the_wire() -> None:
 class _NoRedis:
     def register_script(self, script: str) -> object:
         return object()
+
+
+def test_the_stack_counts_its_worker_child_among_its_processes() -> None:
+    """The instant stack runs as `ragbus up` does, a parent and its worker child: the CPU a
+    request costs is both processes' (`bench.stack.stack_pids`, `bench.bus.python_cpu_ms`)."""
+    code = (
+        "import subprocess, sys, time;"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']);"
+        "time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(pids := stack_pids(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(pids) == ["ragbus", "ragbus-child"]
+        assert pids["ragbus"] == parent.pid and pids["ragbus-child"] != parent.pid
+    finally:
+        for pid in child_pids(parent.pid):
+            os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+    per_process = {"ragbus": 8.5, "ragbus-child": 3.5, "nats-server": 2.0, "redis-server": 0.5}
+    assert python_cpu_ms(per_process) == 12.0

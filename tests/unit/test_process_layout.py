@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from infra.settings import Settings
-from launcher.runtime import embedded_layout_problem
+from launcher.runtime import STORE_READERS, embedded_layout_problem, up_layout
 
 
 def test_a_fuse_worker_of_its_own_is_refused_in_embedded_mode(
@@ -41,3 +41,22 @@ def test_which_layouts_are_refused(
 ) -> None:
     problem = embedded_layout_problem(Settings(**servers), kinds)  # type: ignore[arg-type]
     assert (problem is not None) is refused
+
+
+@pytest.mark.parametrize(
+    ("processes", "parent", "child"),
+    [
+        (1, ("classify", "search", "fuse", "generate", "critic"), ()),
+        (2, ("classify", "generate", "critic"), ("search", "fuse")),
+    ],
+)
+def test_up_and_the_bus_benchmark_lay_out_kinds_alike(
+    processes: int, parent: tuple[str, ...], child: tuple[str, ...]
+) -> None:
+    """`ragbus up` and the instant stack (`bench.instant`) share `up_layout`: the readers of
+    the stores always in the child, with the API and the saga's neighbours in the parent."""
+    settings = Settings(up_processes=processes)
+    kinds = ("classify", "search", "fuse", "generate", "critic")
+    assert up_layout(settings, kinds) == (parent, child)
+    if child:
+        assert not STORE_READERS.intersection(parent)
