@@ -82,15 +82,33 @@ async def _nack(msg: StreamMessage[Any], delay: float) -> None:
         await msg.nack()
 
 
-async def _keep_alive(msg: StreamMessage[Any], every_s: float) -> None:
-    """Tell JetStream the message is still being worked on, so a long step is not redelivered
-    to another replica; a dead process stops sending this, and redelivery follows."""
-    while True:
-        await asyncio.sleep(max(every_s, 0.2))
+class Heartbeat:
+    """Tells JetStream every `every_s` that a message is still being worked on, so a long
+    step is not redelivered to another replica; a dead process stops sending this, and
+    redelivery follows. A timer rather than a task: nearly every message is done long before
+    its first beat, and a timer is cancelled without a turn of the loop."""
+
+    def __init__(self, msg: StreamMessage[Any], every_s: float) -> None:
+        self._msg = msg
+        self._every_s = max(every_s, 0.2)
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(self._every_s, self._beat)
+        self._sending: asyncio.Task[None] | None = None
+
+    def _beat(self) -> None:
+        self._sending = asyncio.create_task(self._send())
+
+    async def _send(self) -> None:
         try:
-            await msg.in_progress()  # type: ignore[attr-defined]
+            await self._msg.in_progress()  # type: ignore[attr-defined]
         except Exception:
-            return
+            return  # the message or the connection is gone: nothing left to keep alive
+        self._timer = self._loop.call_later(self._every_s, self._beat)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self._sending is not None:
+            self._sending.cancel()
 
 
 class RequestNotLive(Exception):
@@ -176,24 +194,24 @@ def error_policy(
             subject = _subject(msg)
             deliveries = delivery_count(msg)
             structlog.contextvars.clear_contextvars()
-            heartbeat = asyncio.create_task(_keep_alive(msg, settings.ack_wait_s / 2))
+            heartbeat = Heartbeat(msg, settings.ack_wait_s / 2)
             liveness = _LIVENESS.set(_Liveness(is_live) if is_live else None)
             delivered = _DELIVERIES.set(deliveries)
             try:
                 result = await call_next(msg)
             except RequestNotLive as exc:
-                heartbeat.cancel()
+                heartbeat.stop()
                 UNKNOWN_REQUESTS.labels(kind="command").inc()
                 MESSAGES.labels(subject=subject, outcome="dropped").inc()
                 log.warning("command_for_unknown_request", subject=subject, request_id=str(exc))
                 await msg.ack()
                 return None
             except Exception as exc:
-                heartbeat.cancel()
+                heartbeat.stop()
                 await self._on_failure(msg, subject, deliveries, exc)
                 return None
             finally:
-                heartbeat.cancel()
+                heartbeat.stop()
                 _LIVENESS.reset(liveness)
                 _DELIVERIES.reset(delivered)
                 structlog.contextvars.clear_contextvars()
