@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import python_cpu_ms
 from bench.floor import Pattern
 from bench.ledger import ledger, record
 from bench.load import Outcome, run_bench, run_one, summarize
@@ -161,11 +162,6 @@ def ratio_to_floor(ragbus: dict[str, Any], floor: dict[str, Any]) -> dict[str, A
         "messages_per_request": ragbus["traffic"]["messages_per_request"],
         "bytes_per_request": ragbus["traffic"]["bytes_per_request"],
     }
-
-
-def python_cpu_ms(per_process: dict[str, float]) -> float:
-    """The ms a request of the stack's Python processes (the parent and its worker child)."""
-    return sum(v or 0.0 for k, v in per_process.items() if k not in ("nats-server", "redis-server"))
 
 
 def _div(a: float | None, b: float | None) -> float | None:

@@ -109,3 +109,12 @@ class CpuMeter:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+SERVERS = ("nats-server", "redis-server")
+
+
+def python_cpu_ms(per_process: dict[str, float | None]) -> float:
+    """The ms a request of a stack's own Python processes (`ragbus` and its worker child,
+    `ragbus-child`), from `process_cpu_ms_per_request`: every process but the servers."""
+    return sum(v or 0.0 for k, v in per_process.items() if k not in SERVERS)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import python_cpu_ms
+
 Report = dict[str, Any]
 
 README_MARKERS = ("<!-- benchmarks:begin -->", "<!-- benchmarks:end -->")
@@ -54,7 +56,7 @@ def _whole_stack(r: Report) -> str:
 
 
 def _bus(r: Report) -> str:
-    ragbus = r["cpu"]["process_cpu_ms_per_request"]["ragbus"]
+    ragbus = python_cpu_ms(r["cpu"]["process_cpu_ms_per_request"])
     text = (
         f"{_n(r['throughput_qps'])} q/s, {_ms(ragbus)} Python CPU a request, "
         f"{r['messages_per_request']:g} messages and {r['bytes_per_request'] / 1000:.0f} KB "

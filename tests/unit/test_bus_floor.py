@@ -10,7 +10,7 @@ import sys
 import time
 from collections import Counter
 
-from bench.bus import python_cpu_ms
+from bench.cpu import python_cpu_ms
 from bench.floor import Floor, Pattern
 from bench.stack import child_pids, stack_pids
 from bench.tap import RequestTraffic, Seen, header_bytes, traffic_report
