@@ -22,7 +22,11 @@ README_MARKERS = ("<!-- benchmarks:begin -->", "<!-- benchmarks:end -->")
 DOCS_MARKERS = ("<!-- latest-runs:begin -->", "<!-- latest-runs:end -->")
 CHANNEL_MARKERS = ("<!-- channels:begin -->", "<!-- channels:end -->")
 
-EVALUATIONS = (("MuSiQue train-100", "eval-musique.json"), ("NFCorpus test", "eval-nfcorpus.json"))
+EVALUATIONS = (
+    ("MuSiQue train-100", "eval-musique.json"),
+    ("NFCorpus test", "eval-nfcorpus.json"),
+    ("Cranfield", "eval-cranfield.json"),
+)
 """The `ragbus eval` reports whose channels are shown side by side."""
 CHANNEL_COLUMNS = ("vector", "sparse", "graph_local", "graph_global")
 EVAL_METRICS = (
@@ -225,6 +229,7 @@ ROWS = (
     Row("the same on one NATS server", "scaleout-one-node.json", _scaleout),
     Row("retrieval, NFCorpus", "eval-nfcorpus.json", _retrieval),
     Row("retrieval, MuSiQue", "eval-musique.json", _retrieval),
+    Row("retrieval, Cranfield (not tuned on)", "eval-cranfield.json", _retrieval),
     Row("intent", "intent.json", _intent),
     Row("intent, NF-CATS valid split", "intent-nfcats-valid-trained.json", _intent_real),
     Row(
