@@ -27,6 +27,7 @@ from bench.cpu import CpuMeter, CpuUsage
 from client import ApiError, RagbusClient
 
 REQUEST_TIMEOUT_S = 60.0
+RATE_LIMITED = 429
 
 
 @dataclass
@@ -37,6 +38,8 @@ class Outcome:
     latency_ms: float
     phases: list[tuple[str, float]] = field(default_factory=list)
     error: str | None = None
+    http_status: int | None = None
+    """The API's answer when it refused the request (429: the tenant's submission quota)."""
 
 
 def load_queries(path: Path) -> list[str]:
@@ -88,7 +91,9 @@ async def run_one(
                     return Outcome(str(data.get("status")), elapsed_ms(), phases)
     except TimeoutError:
         return Outcome("unfinished", elapsed_ms(), phases, f"no done within {timeout_s:g} s")
-    except (ApiError, httpx.HTTPError, ValueError) as exc:
+    except ApiError as exc:
+        return Outcome("error", elapsed_ms(), phases, f"ApiError: {exc}", exc.status)
+    except (httpx.HTTPError, ValueError) as exc:
         return Outcome("error", elapsed_ms(), phases, f"{type(exc).__name__}: {exc}")
     return Outcome("unfinished", elapsed_ms(), phases, "event stream ended before done")
 
@@ -158,6 +163,7 @@ def summarize(
         "completed": len(completed),
         "errors": sum(o.status not in ("completed", "unfinished") for o in outcomes),
         "unfinished": sum(o.status == "unfinished" for o in outcomes),
+        "rate_limited": sum(o.http_status == RATE_LIMITED for o in outcomes),
         "throughput_qps": round(len(completed) / elapsed_s, 3) if elapsed_s > 0 else 0.0,
         "latency_ms": {
             **{f"p{p}": _round(percentile(latencies, p)) for p in (50, 95, 99)},
@@ -219,3 +225,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     console.print(phases)
     for error in report["sample_errors"]:
         console.print(f"[red]error:[/red] {error}")
+    if report.get("rate_limited"):
+        console.print(
+            f"[yellow]{report['rate_limited']} requests were refused by the tenant's submission "
+            "quota (429):[/yellow] the load asks faster than it allows; start the stack with "
+            "RAGBUS_QUOTA_REQUESTS_PER_S=0 to measure above it"
+        )

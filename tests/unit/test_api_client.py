@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import Outcome, load_queries, percentile, summarize
+from bench.load import Outcome, load_queries, percentile, run_one, summarize
 from client import SSEMessage, parse_sse
+from client.http import ApiError
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:
@@ -64,15 +65,28 @@ def test_summarize_counts_outcomes_and_phases() -> None:
         Outcome("completed", 100.0, [("fusion", 2.0), ("generation", 40.0)]),
         Outcome("completed", 300.0, [("fusion", 4.0)]),
         Outcome("failed", 50.0),
-        Outcome("error", 1.0, error="ApiError: 503"),
+        Outcome("error", 1.0, error="ApiError: 503", http_status=503),
+        Outcome("error", 1.0, error="ApiError: 429 too_many_requests", http_status=429),
         Outcome("unfinished", 60_000.0, error="no done within 60 s"),
     ]
     report = summarize(outcomes, 10.0, concurrency=2, duration_s=10)
-    assert report["requests"] == 5
-    assert report["errors"] == 2
+    assert report["requests"] == 6
+    assert report["errors"] == 3
+    assert report["rate_limited"] == 1
     assert report["unfinished"] == 1
     assert report["throughput_qps"] == 0.2
     assert report["latency_ms"]["p50"] == 200.0
     assert report["phases"]["fusion"] == {"p50_ms": 3.0, "p95_ms": 3.9, "count": 2}
     assert report["phases"]["generation"] == {"p50_ms": 40.0, "p95_ms": 40.0, "count": 1}
     assert {"concurrency", "duration_s"} <= report.keys()
+
+
+async def test_a_refused_submission_keeps_the_status_the_api_answered() -> None:
+    class Refusing:
+        async def submit(self, query: str, namespaces: list[str] | None = None) -> dict[str, str]:
+            raise ApiError(429, "too_many_requests", "over 50 submissions per second")
+
+    outcome = await run_one(Refusing(), "q", 5.0)  # type: ignore[arg-type]
+    assert outcome.status == "error"
+    assert outcome.http_status == 429
+    assert outcome.error == "ApiError: 429 too_many_requests: over 50 submissions per second"
