@@ -252,8 +252,10 @@ class EventHub:
             while True:
                 try:
                     if queue.empty():
-                        timeout = FINAL_DRAIN_S if draining else idle_s
-                        seq, data = await asyncio.wait_for(queue.get(), timeout)
+                        # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` wraps the
+                        # get in a task of its own, for every event a reader waits for
+                        async with asyncio.timeout(FINAL_DRAIN_S if draining else idle_s):
+                            seq, data = await queue.get()
                     else:
                         seq, data = queue.get_nowait()
                 except TimeoutError:
