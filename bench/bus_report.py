@@ -81,3 +81,11 @@ def print_ledger(report: dict[str, Any], console: Console) -> None:
         if floor_ms:
             table.add_row("the floor, all of it", "", _fmt(floor_ms))
         console.print(table)
+    kernel = (report.get("cpu") or {}).get("process_kernel_share") or {}
+    ours = {name: share for name, share in kernel.items() if name.startswith("ragbus")}
+    if ours:
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in ours.items())
+        console.print(
+            f"in the kernel, by /proc: {shares} of each process's CPU (py-spy samples Python "
+            "frames, and files a thread inside a send or a wait under the frame that called it)"
+        )

@@ -30,13 +30,20 @@ def machine_busy_s() -> float | None:
     return sum(ticks[i] for i in BUSY_FIELDS if i < len(ticks)) / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """User + system seconds a process (its threads included) has spent, or None if gone."""
+def process_times_s(pid: int) -> tuple[float, float] | None:
+    """(user, system) seconds a process (its threads included) has spent, or None if gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system seconds a process (its threads included) has spent, or None if gone."""
+    times = process_times_s(pid)
+    return None if times is None else times[0] + times[1]
 
 
 def own_cpu_s() -> float:
@@ -51,6 +58,9 @@ class CpuUsage:
     client_s: float
     processes: dict[str, float] = field(default_factory=dict)
     """CPU seconds of named processes of the system under test, when their pids were given."""
+    kernel: dict[str, float] = field(default_factory=dict)
+    """Of those, the seconds each spent in the kernel (system time: its sockets' sends and
+    receives, its waits): a sampling profiler of Python frames cannot tell them apart."""
 
     @property
     def server_s(self) -> float | None:
@@ -65,6 +75,11 @@ class CpuUsage:
         }
         return {
             "process_cpu_ms_per_request": by_process,
+            "process_kernel_share": {
+                name: round(self.kernel[name] / seconds, 3)
+                for name, seconds in self.processes.items()
+                if seconds > 0 and name in self.kernel
+            },
             "server_cpu_s": _round(server),
             "client_cpu_s": round(self.client_s, 3),
             "server_cpu_ms_per_request": _round(None if server is None else server / per * 1000),
@@ -83,27 +98,30 @@ class CpuMeter:
         self._t0 = 0.0
         self._machine0: float | None = None
         self._own0 = 0.0
-        self._proc0: dict[str, float | None] = {}
+        self._proc0: dict[str, tuple[float, float] | None] = {}
 
     def start(self) -> None:
         self._t0 = time.perf_counter()
         self._machine0 = machine_busy_s()
         self._own0 = own_cpu_s()
-        self._proc0 = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
+        self._proc0 = {name: process_times_s(pid) for name, pid in self._pids.items()}
 
     def stop(self) -> CpuUsage:
         machine = machine_busy_s()
         spent = None if machine is None or self._machine0 is None else machine - self._machine0
         processes: dict[str, float] = {}
+        kernel: dict[str, float] = {}
         for name, pid in self._pids.items():
-            before, after = self._proc0.get(name), process_cpu_s(pid)
+            before, after = self._proc0.get(name), process_times_s(pid)
             if before is not None and after is not None:
-                processes[name] = after - before
+                processes[name] = (after[0] - before[0]) + (after[1] - before[1])
+                kernel[name] = after[1] - before[1]
         return CpuUsage(
             wall_s=time.perf_counter() - self._t0,
             machine_s=spent,
             client_s=own_cpu_s() - self._own0,
             processes=processes,
+            kernel=kernel,
         )
 
 

@@ -208,8 +208,10 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             f"{cpu['server_cpu_ms_per_request']:,.1f} ms/request "
             f"({cpu['server_cores_busy']:.2f} of {cpu['cores']} cores busy)",
         )
+        kernel = cpu.get("process_kernel_share") or {}
         for name, ms_each in (cpu.get("process_cpu_ms_per_request") or {}).items():
-            summary.add_row(f"  {name}", f"{ms_each:,.1f} ms/request")
+            in_kernel = f" ({kernel[name]:.0%} in the kernel)" if name in kernel else ""
+            summary.add_row(f"  {name}", f"{ms_each:,.1f} ms/request{in_kernel}")
         summary.add_row("client CPU", f"{cpu['client_cpu_ms_per_request']:,.1f} ms/request")
     summary.add_row("concurrency", str(report["concurrency"]))
     summary.add_row("duration", f"{report['duration_s']:g} s (ran {report['elapsed_s']:g} s)")

@@ -53,3 +53,19 @@ def test_the_ledger_gives_shares_and_milliseconds_a_request() -> None:
 def test_without_the_cpu_figure_only_shares_are_given() -> None:
     report = ledger([f"{SAGA} 3"], cpu_ms_per_request=None)
     assert "ms_per_request" not in report["by_role"][0]
+
+
+def test_the_ledger_says_how_much_of_each_process_was_in_the_kernel() -> None:
+    from rich.console import Console
+
+    from bench.bus_report import print_ledger
+
+    report = {
+        "ledger": {"samples": 10, "by_role": [], "by_layer": []},
+        "cpu": {"process_kernel_share": {"ragbus": 0.08, "ragbus-child": 0.1, "nats-server": 0.5}},
+    }
+    console = Console(record=True, width=200)
+    print_ledger(report, console)
+    text = console.export_text()
+    assert "in the kernel, by /proc: ragbus 8%, ragbus-child 10% of each process's CPU" in text
+    assert "nats-server" not in text
