@@ -34,9 +34,9 @@ from bench.provenance import run_record
 from bench.stack import served_stack
 from client import RagbusClient
 from contracts import subjects as sj
-from contracts.enums import Phase, PhaseStatus
+from contracts.enums import Phase, PhaseStatus, RequestStatus
 from contracts.envelope import utcnow
-from contracts.events import PhaseData, PhaseEvent
+from contracts.events import DoneData, DoneEvent, PhaseData, PhaseEvent
 from contracts.queries import QuerySubmitted
 from infra.settings import Settings
 from infra.telemetry import mint_trace
@@ -90,15 +90,13 @@ async def _one_stream(
         await js.publish(subject, event.model_dump_json().encode(), headers=headers)
         if pace:
             await asyncio.sleep(pace)
-    done = {
-        "type": "done",
-        "event_id": f"{request_id}-done",
-        "request_id": request_id,
-        "tenant": "default",
-        "trace": {"traceparent": submitted.trace.traceparent},
-        "data": {"status": "completed"},
-    }
-    await js.publish(subject, json.dumps(done).encode())
+    done = DoneEvent(
+        request_id=request_id,
+        tenant="default",
+        trace=submitted.trace,
+        data=DoneData(status=RequestStatus.COMPLETED),
+    )
+    await js.publish(subject, done.model_dump_json().encode())
     await asyncio.wait_for(reader, 120)
     return {
         "cpu_s": (process_cpu_s(pid) or 0.0) - cpu0,
