@@ -260,7 +260,7 @@ async def job_events(
     status is `completed` or `failed`. Events that expired are summed up by one from the
     job's record, with an id like every event."""
     await _owned_job(redis, caller, job_id)
-    after = resume_after(last_event_id)
+    after = resume_after(last_event_id).seq  # progress events are one a message
 
     async def finished() -> bool:
         job = await read_job(redis, job_id)

@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts import subjects as sj
+from contracts.events import phase_events
 from contracts.tenancy import DEFAULT_TENANT
 from infra.logging import get_logger
 from infra.runtime.bus import until_jetstream_answers
@@ -166,26 +167,33 @@ async def request_events(
     request_id: str,
     after_seq: int = 0,
     *,
+    after_part: int = 0,
     tenant: str = DEFAULT_TENANT,
     is_finished: Finished | None = None,
     idle_s: float = IDLE_CHECK_S,
     reader: SubjectReader | None = None,
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
-    """A request's caller events, each with `"seq"` added; ends after its `done` event. Read
+    """A request's caller events, each with `"seq"` (its stream sequence) added, after
+    `after_seq` (or after entry `after_part` of that message); ends after its `done` event. A
+    `phases` message is yielded as the phase events it carries, each with its `"part"`. Read
     with a consumer of their own unless a `reader` (the API's shared one) is given."""
     subject = sj.events_subject(tenant, request_id)
+    start = after_seq - 1 if after_part and after_seq > 0 else after_seq
     messages = (
         stream_messages(
-            js, subject, sj.STREAM_EVENTS, after_seq, is_finished=is_finished, idle_s=idle_s
+            js, subject, sj.STREAM_EVENTS, start, is_finished=is_finished, idle_s=idle_s
         )
         if reader is None
-        else reader(subject, after_seq, is_finished=is_finished, idle_s=idle_s)
+        else reader(subject, start, is_finished=is_finished, idle_s=idle_s)
     )
     async with aclosing(messages):
-        async for seq, event in messages:
-            event["seq"] = seq
-            yield seq, event
-            if event.get("type") == "done":
+        async for seq, body in messages:
+            for event in phase_events(body):
+                if seq == after_seq and event.get("part", 0) <= after_part:
+                    continue  # received before the stream was resumed
+                event["seq"] = seq
+                yield seq, event
+            if body.get("type") == "done":
                 return
 
 

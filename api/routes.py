@@ -43,7 +43,7 @@ from api.schemas import (
     RecentRequests,
     WhoAmI,
 )
-from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_request, resume_after
+from api.sse import SSE_DOC, SSE_PING_S, LastEventId, ResumePoint, relay_request, resume_after
 from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
@@ -327,7 +327,7 @@ async def chat(
         yield ServerSentEvent(
             data=json.dumps({"request_id": submitted.request_id}), event="submitted"
         )
-        relay = relay_request(js, store, caller.tenant, submitted.request_id, 0, hub)
+        relay = relay_request(js, store, caller.tenant, submitted.request_id, ResumePoint(), hub)
         async with aclosing(relay):
             async for message in relay:
                 yield message

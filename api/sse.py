@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from fastapi import Header
 from nats.js import JetStreamContext
@@ -25,19 +25,34 @@ LastEventId = Annotated[
     str | None,
     Header(
         alias="Last-Event-ID",
-        max_length=20,
-        pattern=r"^(\d+|null|)$",
-        description="Resume after this stream sequence (the `id` of the last event received); "
-        "empty or `null` starts from the beginning.",
+        max_length=24,
+        pattern=r"^(\d+(\.\d+)?|null|)$",
+        description="Resume after this event: the `id` of the last event received, its stream "
+        "sequence (`<seq>`, or `<seq>.<part>` for one of several phase events stored in one "
+        "message); empty or `null` starts from the beginning.",
     ),
 ]
+
+
+class ResumePoint(NamedTuple):
+    """Where a stream resumes (`Last-Event-ID`): after the stream message `seq`, or after its
+    entry `part` when the message carries several events (a `phases` message)."""
+
+    seq: int = 0
+    part: int = 0
+
+
+def event_id(seq: int, event: dict[str, Any]) -> str:
+    """An event's SSE `id`: its stream sequence, and its part when its message holds several."""
+    part = event.get("part")
+    return f"{seq}.{part}" if part else str(seq)
 
 
 def sse_message(seq: int, event: dict[str, Any], name: str | None = None) -> ServerSentEvent:
     return ServerSentEvent(
         data=json.dumps(event, separators=(",", ":")),
         event=name or str(event.get("type", "message")),
-        id=str(seq),
+        id=event_id(seq, event),
     )
 
 
@@ -46,7 +61,7 @@ async def relay_request(
     store: StateStore,
     tenant: str,
     request_id: str,
-    after_seq: int,
+    after: ResumePoint,
     hub: EventHub | None = None,
 ) -> AsyncGenerator[ServerSentEvent]:
     """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
@@ -77,7 +92,8 @@ async def relay_request(
     events = request_events(
         js,
         request_id,
-        after_seq,
+        after.seq,
+        after_part=after.part,
         tenant=tenant,
         is_finished=finished,
         reader=hub.messages if hub is not None else None,
@@ -86,7 +102,7 @@ async def relay_request(
     async for message in relay_to_end(
         events,
         ends=lambda event: event.get("type") == "done",
-        stream=(js, sj.STREAM_EVENTS, subject, after_seq),
+        stream=(js, sj.STREAM_EVENTS, subject, after.seq),
         summary=done_from_state,
     ):
         yield message
@@ -117,9 +133,12 @@ async def relay_to_end(
             yield sse_message(seq, closing, name)
 
 
-def resume_after(last_event_id: str | None) -> int:
-    """The stream sequence a `Last-Event-ID` resumes after (0: from the start)."""
-    return int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+def resume_after(last_event_id: str | None) -> ResumePoint:
+    """Where a `Last-Event-ID` resumes (`ResumePoint()`: from the start)."""
+    seq, _, part = (last_event_id or "").partition(".")
+    if not seq.isdigit():
+        return ResumePoint()
+    return ResumePoint(int(seq), int(part) if part.isdigit() else 0)
 
 
 SSE_DOC: dict[int | str, dict[str, Any]] = {

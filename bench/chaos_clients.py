@@ -28,7 +28,9 @@ class Tracked:
 
     request_id: str
     submitted_at: float
-    seqs: set[int] = field(default_factory=set)
+    seen: set[tuple[int, int]] = field(default_factory=set)
+    """The events it received, as (stream sequence, part): the part of one of several phase
+    events stored in one message, 0 for a message of one event."""
     status: str = "unfinished"
     latency_ms: float | None = None
     resumes: int = 0
@@ -63,15 +65,17 @@ class Clients:
 
     async def _follow(self, client: RagbusClient, tracked: Tracked) -> None:
         deadline = time.monotonic() + self.timeout_s + 60
-        last: int | None = None
+        last: str | None = None
         while time.monotonic() < deadline:
             try:
                 async for message in client.stream_events(tracked.request_id, last):
-                    if message.id is not None and message.id.isdigit():
-                        last = int(message.id)
-                        tracked.seqs.add(last)
+                    # `<seq>`, or `<seq>.<part>` for one of the phase events of one message
+                    seq, _, part = (message.id or "").partition(".")
+                    if seq.isdigit():
+                        last = message.id
+                        tracked.seen.add((int(seq), int(part) if part.isdigit() else 0))
                     if message.event == "done":
-                        tracked.done_seq = last
+                        tracked.done_seq = int(seq) if seq.isdigit() else None
                         tracked.status = str(message.data.get("data", {}).get("status"))
                         tracked.latency_ms = (time.monotonic() - tracked.submitted_at) * 1000
                         return

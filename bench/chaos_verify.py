@@ -23,6 +23,7 @@ from bench.chaos_cluster import Cluster
 from bench.chaos_ingest import CHAOS_NAMESPACE, chaos_documents
 from client import RagbusClient
 from contracts import subjects as sj
+from contracts.events import phase_events
 from infra.retrieval.chunking import chunk_document
 
 StoredEvents = Callable[[JetStreamContext, str], Awaitable[list[tuple[int, dict[str, Any]]]]]
@@ -35,10 +36,14 @@ MISSED_LISTED = 20
 """Requests whose client stream missed an event, listed by id in the report at most."""
 
 
-def _describe(seq: int, event: dict[str, Any], done_seq: int | None) -> dict[str, object]:
+def _describe(
+    key: tuple[int, int], event: dict[str, Any], done_seq: int | None
+) -> dict[str, object]:
+    seq, part = key
     data = event.get("data") or {}
     return {
         "seq": seq,
+        "part": part,
         "type": event.get("type"),
         "phase": data.get("phase"),
         "status": data.get("status"),
@@ -72,12 +77,17 @@ async def verify_requests(
             kinds = Counter(str(event.get("type", "")) for _, event in events)
             duplicates["answers"] += kinds["answer"] > 1
             duplicates["done"] += kinds["done"] > 1
-            stored = {seq for seq, _ in events}
-            lost = stored - request.seqs if request.status != "unfinished" else set()
+            # each event a caller is owed: a `phases` message's entries one by one
+            stored = {
+                (seq, event.get("part", 0)): event
+                for seq, body in events
+                for event in phase_events(body)
+            }
+            lost = set(stored) - request.seen if request.status != "unfinished" else set()
             # A stream ends at `done`: an event stored after it was published late (by a
             # step that outlived its request), which no reader of the stream is owed.
             done_seq = min((q for q, e in events if e.get("type") == "done"), default=None)
-            late = {q for q in lost if done_seq is not None and q > done_seq}
+            late = {k for k in lost if done_seq is not None and k[0] > done_seq}
             missing_streams += bool(lost - late)
             missing_events += len(lost - late)
             after_done += len(late)
@@ -86,10 +96,10 @@ async def verify_requests(
                     {
                         "request_id": request.request_id,
                         "resumes": request.resumes,
-                        "lost": [_describe(q, e, done_seq) for q, e in events if q in lost],
+                        "lost": [_describe(k, stored[k], done_seq) for k in sorted(lost)],
                         # what the client saw, to tell a reader that skipped an event from
                         # one that ended early on a `done` made from the record
-                        "seen": sorted(request.seqs),
+                        "seen": sorted(request.seen),
                         "done_seen": request.done_seq,
                         "stored": [[q, e.get("type")] for q, e in events],
                     }

@@ -67,6 +67,75 @@ class PhaseEvent(Envelope):
     data: PhaseData
 
 
+class PhaseEntry(BaseModel):
+    """One phase event inside a `phases` message: what it does not share with the others."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str = Field(min_length=1, max_length=128)
+    occurred_at: datetime
+    data: PhaseData
+
+
+MAX_PHASES_PER_MESSAGE = 64
+
+
+class PhasesData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[PhaseEntry] = Field(min_length=2, max_length=MAX_PHASES_PER_MESSAGE)
+
+
+class PhasesEvent(Envelope):
+    """Several phase events of one step's message in one bus message, in the order they
+    happened: the phases of a step that end within moments of each other (a search's
+    classification, its channels and their fusion) cost one publish, one ack and one store
+    instead of one each. They share the envelope's request, tenant, attempt and trace.
+
+    Callers never see this type: the SSE stream relays each entry as the `phase` event it
+    stands for (`phase_events`), with the id `<stream sequence>.<part>`. A direct NATS
+    subscriber of `rag.events.<tenant>.<request_id>` expands it the same way."""
+
+    type: Literal["phases"] = "phases"
+    data: PhasesData
+
+    @classmethod
+    def of(cls, events: list[PhaseEvent]) -> PhasesEvent:
+        """`events` (two or more, of one request and attempt) as one message."""
+        first = events[0]
+        return cls(
+            **first.correlation(),
+            data=PhasesData(
+                events=[
+                    PhaseEntry(event_id=e.event_id, occurred_at=e.occurred_at, data=e.data)
+                    for e in events
+                ]
+            ),
+        )
+
+
+def phase_events(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The caller events a stored message stands for, as JSON objects: a `phases` message's
+    entries, each the body its own `phase` event would have had, with `part` (from 1) for its
+    place; any other message as it is. Works on the JSON, as a relay reads it."""
+    if body.get("type") != "phases":
+        return [body]
+    shared = {k: v for k, v in body.items() if k not in ("event_id", "occurred_at", "data")}
+    shared["type"] = "phase"
+    entries = (body.get("data") or {}).get("events") or []
+    return [
+        {
+            "event_id": entry.get("event_id"),
+            **shared,
+            "occurred_at": entry.get("occurred_at"),
+            "data": entry.get("data"),
+            "part": part,
+        }
+        for part, entry in enumerate(entries, start=1)
+        if isinstance(entry, dict)
+    ]
+
+
 class TokenEvent(Envelope):
     type: Literal["token"] = "token"
     data: TokenData
@@ -88,6 +157,7 @@ class DoneEvent(Envelope):
 
 
 CallerEvent = Annotated[
-    PhaseEvent | TokenEvent | AnswerEvent | ErrorEvent | DoneEvent, Field(discriminator="type")
+    PhaseEvent | PhasesEvent | TokenEvent | AnswerEvent | ErrorEvent | DoneEvent,
+    Field(discriminator="type"),
 ]
 caller_event_adapter: TypeAdapter[CallerEvent] = TypeAdapter(CallerEvent)

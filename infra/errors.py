@@ -6,6 +6,7 @@ import asyncio
 
 import nats.errors
 import redis.exceptions
+from pydantic import ValidationError
 
 
 class TransientError(Exception):
@@ -36,3 +37,14 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
 
 def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception as one line for an error event or a dead letter."""
+    if isinstance(exc, ValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in err['loc']) or '<body>'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        ]
+        return "invalid message: " + "; ".join(parts)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,9 +1,10 @@
 // Following an SSE stream with the browser's EventSource.
 //
 // A dropped connection is resumed by EventSource itself, which sends the last `id` it saw as
-// Last-Event-ID (the API's ids are JetStream sequences). The follower still applies each
-// sequence once: an event whose seq is not above the last one applied is ignored, so a
-// server that replays a little too much never duplicates a token.
+// Last-Event-ID (the API's ids are JetStream sequences: `<seq>`, or `<seq>.<part>` for one of
+// several phase events stored in one message). The follower still applies each event once: an
+// event whose (seq, part) is not above the last one applied is ignored, so a server that
+// replays a little too much never duplicates a token.
 
 export class Follower {
   /**
@@ -16,6 +17,7 @@ export class Follower {
     this.url = url;
     this.handlers = handlers;
     this.lastSeq = 0;
+    this.lastPart = 0;
     this.opens = 0;
     this.resumes = 0;
     this.ignored = 0;
@@ -67,14 +69,20 @@ export class Follower {
       this.handlers.onBadData?.(name, event.data);
       return;
     }
-    const fromId = Number.parseInt(event.lastEventId, 10);
+    const [idSeq, idPart] = String(event.lastEventId ?? "").split(".");
+    const fromId = Number.parseInt(idSeq, 10);
     const seq = Number.isInteger(data?.seq) ? data.seq : Number.isInteger(fromId) ? fromId : 0;
-    if (seq > 0 && seq <= this.lastSeq) {
+    const fromPart = Number.parseInt(idPart, 10);
+    const part = Number.isInteger(data?.part) ? data.part : Number.isInteger(fromPart) ? fromPart : 0;
+    if (seq > 0 && (seq < this.lastSeq || (seq === this.lastSeq && part <= this.lastPart))) {
       this.ignored += 1;
       this.handlers.onIgnored?.(this.ignored, seq, name);
       return;
     }
-    if (seq > 0) this.lastSeq = seq;
+    if (seq > 0) {
+      this.lastSeq = seq;
+      this.lastPart = part;
+    }
     this.handlers.onEvent(name, data, seq);
   }
 

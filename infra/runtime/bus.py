@@ -20,8 +20,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -354,6 +355,28 @@ def json_headers(event_id: str | None) -> dict[str, str]:
     return headers
 
 
+class HeldEvents(Protocol):
+    """Caller events the message being handled holds back, to send together
+    (`phase_events.PhaseBatch`)."""
+
+    def waiting(self) -> bool: ...
+
+    async def flush(self) -> None: ...
+
+
+HELD_EVENTS: ContextVar[HeldEvents | None] = ContextVar("ragbus_held_events", default=None)
+"""The held events of the message being handled (set by the error policy for each message)."""
+
+
+async def send_held_first() -> None:
+    """Before any other message of the message being handled goes out: the caller events it
+    holds, so that none is overtaken by what follows it (a result the saga answers with its
+    done, a token after the phase it belongs to)."""
+    held = HELD_EVENTS.get()
+    if held is not None and held.waiting():
+        await held.flush()
+
+
 class Bus:
     """Publishes our messages: JSON bodies, `Nats-Msg-Id = event_id`, into the right stream.
     Bodies are serialised once, by pydantic, and handed to the broker as bytes."""
@@ -405,7 +428,9 @@ class Bus:
         still_wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> PubAck | None:
         """An already serialised JSON body (the orchestrator's outbox keeps bodies that way).
-        `still_wanted` is asked before each re-send (`acked`)."""
+        `still_wanted` is asked before each re-send (`acked`). Held caller events go first
+        (`send_held_first`)."""
+        await send_held_first()
         headers = json_headers(event_id)
         ack = await acked(
             lambda: self.broker.publish(body, subject, headers=headers, stream=stream),

@@ -1,4 +1,6 @@
-"""What every step worker shares: the ack / retry / dead-letter policy and phase events.
+"""What every step worker shares: the ack / retry / dead-letter policy, and where a step's result
+goes (`ResultPublisher`). A step's phase events are `phase_events`; what a handler knows of its
+message (deliveries, its request's liveness) is `step_context`.
 
 The policy is a FastStream router middleware with manual acks, so one place decides:
 success -> ack; transient failure with deliveries left -> nak with delay; anything
@@ -9,11 +11,7 @@ the reason, tell the orchestrator the step failed, and ack so the consumer moves
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -24,18 +22,18 @@ from faststream.nats.message import NatsMessage
 from pydantic import ValidationError
 
 from contracts import subjects as sj
-from contracts.enums import Channel, Phase, PhaseStatus, Step, StepStatus
-from contracts.envelope import Envelope, utcnow
-from contracts.events import PhaseData, PhaseEvent
+from contracts.enums import Channel, Step, StepStatus
+from contracts.envelope import Envelope
 from contracts.results import StepResult
-from infra.errors import PoisonMessage, is_transient
+from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
-from infra.metrics import MESSAGES, STEP_SECONDS, UNKNOWN_REQUESTS
-from infra.runtime.bus import Bus, PublishAbandoned, acked, json_headers
+from infra.metrics import MESSAGES, UNKNOWN_REQUESTS
+from infra.runtime.bus import Bus, acked, json_headers, send_held_first
 from infra.runtime.dead_letters import dead_letter, report_step_failure
+from infra.runtime.phase_events import PhaseBatch, PhaseRun, holding_phase_events
 from infra.runtime.resources import Resources
+from infra.runtime.step_context import RequestNotLive, message_context
 from infra.settings import Settings
-from infra.telemetry import tracer
 
 log = get_logger(__name__)
 
@@ -61,17 +59,6 @@ def _body_text(msg: StreamMessage[Any]) -> str:
 def _subject(msg: StreamMessage[Any]) -> str:
     raw = getattr(msg, "raw_message", None)
     return str(getattr(raw, "subject", "") or getattr(msg, "path", {}).get("subject", "") or "")
-
-
-def describe_error(exc: BaseException) -> str:
-    """An exception as one line for an error event or a dead letter."""
-    if isinstance(exc, ValidationError):
-        parts = [
-            f"{'.'.join(str(p) for p in err['loc']) or '<body>'}: {err['msg']}"
-            for err in exc.errors()[:5]
-        ]
-        return "invalid message: " + "; ".join(parts)
-    return f"{type(exc).__name__}: {exc}"
 
 
 async def _nack(msg: StreamMessage[Any], delay: float) -> None:
@@ -111,68 +98,14 @@ class Heartbeat:
             self._sending.cancel()
 
 
-class RequestNotLive(Exception):
-    """The command's request does not exist or has finished: drop the command unrun."""
-
-
-class _Liveness:
-    """One message's view of whether its request is live. `once` asks Redis once however
-    many phases the message runs (a search command runs one per channel, side by side: they
-    share the one answer); `now` asks again, for an event a long step is about to send."""
-
-    def __init__(self, is_live: Callable[[str], Awaitable[bool]]) -> None:
-        self._is_live = is_live
-        self._asked: dict[str, asyncio.Future[bool]] = {}
-
-    def once(self, request_id: str) -> Awaitable[bool]:
-        if request_id not in self._asked:
-            self._asked[request_id] = asyncio.ensure_future(self._is_live(request_id))
-        return self._asked[request_id]
-
-    async def now(self, request_id: str) -> bool:
-        return await self._is_live(request_id)
-
-    def found_finished(self, request_id: str) -> bool:
-        """Whether this message has already found its request finished."""
-        asked = self._asked.get(request_id)
-        return (
-            asked is not None and asked.done() and not asked.cancelled()
-            and asked.exception() is None and not asked.result()
-        )  # fmt: skip
-
-    def finished(self, request_id: str) -> None:
-        """The request was found finished: every later `once` for this message says so, so
-        its next phase does not start (nothing of it may land after the request's done)."""
-        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        ended.set_result(False)
-        self._asked[request_id] = ended
-
-
-_LIVENESS: ContextVar[_Liveness | None] = ContextVar("ragbus_liveness", default=None)
-"""How the message being handled asks whether its request is live (set by the error policy)."""
-
-
-_DELIVERIES: ContextVar[int] = ContextVar("ragbus_deliveries", default=1)
-"""How many times JetStream has delivered the message being handled (set by the policy)."""
-
-
-def current_deliveries() -> int:
-    """The delivery count of the message being handled: handlers take only their decoded
-    message (no dependency injection on the hot path), so the policy hands this over."""
-    return _DELIVERIES.get()
-
-
-async def require_live(request_id: str) -> None:
-    liveness = _LIVENESS.get()
-    if liveness is not None and not await liveness.once(request_id):
-        raise RequestNotLive(request_id)
-
-
-async def still_live(request_id: str) -> bool:
-    """Asked afresh before a long step sends an event: its request may have finished (timed
-    out, cancelled) while it ran, and nothing may follow a request's `done`."""
-    liveness = _LIVENESS.get()
-    return liveness is None or await liveness.now(request_id)
+async def _flush_failed_step(held: PhaseBatch) -> None:
+    """A failed step's held events (its `failed` phase says why) before its failure is
+    handled; when they cannot go out either, they are dropped: the failure goes on."""
+    try:
+        await held.flush()
+    except Exception as exc:
+        held.drop()
+        log.warning("phase_events_not_sent", error=describe_error(exc))
 
 
 def error_policy(
@@ -195,26 +128,29 @@ def error_policy(
             deliveries = delivery_count(msg)
             structlog.contextvars.clear_contextvars()
             heartbeat = Heartbeat(msg, settings.ack_wait_s / 2)
-            liveness = _LIVENESS.set(_Liveness(is_live) if is_live else None)
-            delivered = _DELIVERIES.set(deliveries)
-            try:
-                result = await call_next(msg)
-            except RequestNotLive as exc:
-                heartbeat.stop()
-                UNKNOWN_REQUESTS.labels(kind="command").inc()
-                MESSAGES.labels(subject=subject, outcome="dropped").inc()
-                log.warning("command_for_unknown_request", subject=subject, request_id=str(exc))
-                await msg.ack()
-                return None
-            except Exception as exc:
-                heartbeat.stop()
-                await self._on_failure(msg, subject, deliveries, exc)
-                return None
-            finally:
-                heartbeat.stop()
-                _LIVENESS.reset(liveness)
-                _DELIVERIES.reset(delivered)
-                structlog.contextvars.clear_contextvars()
+            with (
+                message_context(is_live, deliveries),
+                holding_phase_events(bus) as held,
+            ):
+                try:
+                    result = await call_next(msg)
+                    await held.flush()
+                except RequestNotLive as exc:
+                    heartbeat.stop()
+                    held.drop()
+                    UNKNOWN_REQUESTS.labels(kind="command").inc()
+                    MESSAGES.labels(subject=subject, outcome="dropped").inc()
+                    log.warning("command_for_unknown_request", subject=subject, request_id=str(exc))
+                    await msg.ack()
+                    return None
+                except Exception as exc:
+                    heartbeat.stop()
+                    await _flush_failed_step(held)
+                    await self._on_failure(msg, subject, deliveries, exc)
+                    return None
+                finally:
+                    heartbeat.stop()
+                    structlog.contextvars.clear_contextvars()
             await msg.ack()
             MESSAGES.labels(subject=subject, outcome="ok").inc()
             return result
@@ -259,150 +195,6 @@ def error_policy(
             await msg.ack()
 
     return StepErrorPolicy
-
-
-@dataclass
-class PhaseRun:
-    metadata: dict[str, Any] = field(default_factory=dict)
-    duration_ms: float = 0.0
-
-
-@asynccontextmanager
-async def phase(
-    bus: Bus, envelope: Envelope, name: Phase, **metadata: Any
-) -> AsyncIterator[PhaseRun]:
-    """Run the body and emit `completed` or `failed` with the measured time, and `in_progress`
-    first for a step that runs longer than `bus.phase_start_after_s`. A step of a request that
-    is not live does not start (`RequestNotLive`)."""
-    await require_live(envelope.request_id)
-    structlog.contextvars.bind_contextvars(
-        request_id=envelope.request_id, trace_id=envelope.trace.trace_id, phase=name.value
-    )
-    with tracer().start_as_current_span(
-        name.value,
-        attributes={
-            "ragbus.request_id": envelope.request_id,
-            "ragbus.attempt": envelope.attempt,
-            "ragbus.phase": name.value,
-        },
-    ) as span:
-        async with _phase_events(bus, envelope, name, metadata) as run:
-            yield run
-        span.set_attribute("ragbus.duration_ms", round(run.duration_ms, 2))
-
-
-@asynccontextmanager
-async def _phase_events(
-    bus: Bus, envelope: Envelope, name: Phase, metadata: dict[str, Any]
-) -> AsyncIterator[PhaseRun]:
-    """`in_progress` once the step has run `bus.phase_start_after_s` (at once when 0; never
-    for a step that ends sooner), then `completed` or `failed` with its start, end and
-    duration. The start event, when sent, is on the subject before the end event. A step that
-    runs that long sends each event only if its request is still live when it does."""
-    run = PhaseRun(metadata=dict(metadata))
-    started_at = utcnow()
-    t0 = time.perf_counter()
-    start = PhaseEvent(
-        **envelope.correlation(),
-        data=PhaseData(
-            phase=name,
-            status=PhaseStatus.IN_PROGRESS,
-            started_at=started_at,
-            metadata=dict(metadata),
-        ),
-    )
-    announced = _Announcement(bus, start)
-    await announced.schedule(bus.phase_start_after_s)
-    status = PhaseStatus.COMPLETED
-    try:
-        yield run
-    except Exception as exc:
-        status = PhaseStatus.FAILED
-        run.metadata["error"] = describe_error(exc)
-        raise
-    finally:
-        # to the microsecond: the float's other ten digits are noise, and bytes on every event
-        run.duration_ms = round((time.perf_counter() - t0) * 1000, 3)
-        STEP_SECONDS.labels(phase=name.value).observe(run.duration_ms / 1000)
-        log.info("phase_" + status.value, duration_ms=round(run.duration_ms, 2))
-        await announced.settle()
-        end = PhaseEvent(  # sent as it ends: its occurred_at is the end (`PhaseData`)
-            **envelope.correlation(),
-            data=PhaseData(
-                phase=name,
-                status=status,
-                started_at=started_at,
-                duration_ms=run.duration_ms,
-                metadata=run.metadata,
-            ),
-        )
-        # A step that ran long enough to announce itself asks again whether its request is
-        # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
-        # A quicker first delivery sends at once (its request was live a moment ago).
-        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s
-        await send_while_live(bus, end, ask_first=ask_first)
-
-
-async def send_while_live(bus: Bus, event: PhaseEvent, *, ask_first: bool = False) -> None:
-    """A step's event on its request's subject, or nothing once the request has finished:
-    asked first when `ask_first` or when the message is a redelivery, and before each
-    re-send of a publish that has to wait out JetStream (a stream electing a leader). The
-    request's `done` may have gone out meanwhile, and nothing follows a done: a redelivery's
-    earlier delivery may have finished the request (its worker killed after sending the
-    result, before the ack), and a message that found its request finished sends nothing
-    more."""
-
-    def live() -> Awaitable[bool]:
-        return still_live(event.request_id)
-
-    liveness = _LIVENESS.get()
-    try:
-        if liveness is not None and liveness.found_finished(event.request_id):
-            raise PublishAbandoned(event.type)  # an earlier event of this message found so
-        if (ask_first or current_deliveries() > 1) and not await live():
-            raise PublishAbandoned(event.type)
-        await bus.emit(event, still_wanted=live)
-    except PublishAbandoned:
-        _dropped(event)
-        # A step that goes on after this one (generation's own critique, say) has asked
-        # once at the message's start, when the request was live: it must not send either.
-        if liveness is not None:
-            liveness.finished(event.request_id)
-
-
-def _dropped(event: PhaseEvent) -> None:
-    UNKNOWN_REQUESTS.labels(kind="phase_event").inc()
-    log.info("phase_event_dropped", reason="request finished", status=event.data.status.value)
-
-
-class _Announcement:
-    """A step's `in_progress` event: sent now, later on a timer, or never."""
-
-    def __init__(self, bus: Bus, event: PhaseEvent) -> None:
-        self._bus = bus
-        self._event = event
-        self._timer: asyncio.TimerHandle | None = None
-        self._sending: asyncio.Task[None] | None = None
-
-    async def schedule(self, after_s: float) -> None:
-        if after_s <= 0:
-            await send_while_live(self._bus, self._event)
-            return
-        self._timer = asyncio.get_running_loop().call_later(after_s, self._send)
-
-    def _send(self) -> None:
-        """The timer's start event: only while the request is still live."""
-        self._sending = asyncio.create_task(send_while_live(self._bus, self._event, ask_first=True))
-
-    async def settle(self) -> None:
-        """Before the end event: cancel the timer, or let a start already on its way land."""
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._sending is not None:
-            try:
-                await self._sending
-            except Exception as exc:  # the end event still goes out; the start was a courtesy
-                log.warning("phase_start_not_sent", error=str(exc))
 
 
 def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:
@@ -454,6 +246,7 @@ class ResultPublisher:
         )
 
     async def publish(self, result: StepResult) -> None:
+        await send_held_first()  # the step's phase events before the result the saga answers
         body = result.compact_json().encode()
         headers = json_headers(result.event_id)
         await acked(lambda: self._publisher.publish(body, headers=headers))

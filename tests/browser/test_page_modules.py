@@ -52,7 +52,8 @@ def phase(
 def sse(events: list[dict[str, Any]], retry_ms: int = 50) -> str:
     frames = [f"retry: {retry_ms}\n\n"]
     for event in events:
-        frames.append(f"id: {event['seq']}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n")
+        sse_id = f"{event['seq']}.{event['part']}" if event.get("part") else str(event["seq"])
+        frames.append(f"id: {sse_id}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n")
     return "".join(frames)
 
 
@@ -71,7 +72,21 @@ class Site:
                 "data": {"text": f"t{n} ", "index": n - 1},
             }
             for n in range(1, 5)
-        ] + [
+        ]
+        # seq 2 is a message of two phase events, relayed as 2.1 and 2.2: the first
+        # connection ends between them
+        self.events[1:2] = [
+            {
+                "type": "phase",
+                "seq": 2,
+                "part": part,
+                "attempt": 1,
+                "request_id": "r1",
+                "data": {"phase": phase_name, "status": "completed"},
+            }
+            for part, phase_name in ((1, "vector_search"), (2, "sparse_search"))
+        ]
+        self.events += [
             {
                 "type": "done",
                 "seq": 5,
@@ -215,9 +230,9 @@ async def test_a_resumed_stream_applies_each_sequence_once(
             return await new Promise((resolve) => {
                 const applied = [];
                 let ignored = 0, resumes = 0;
-                const follower = new Follower("/stream", ["token", "done"], {
+                const follower = new Follower("/stream", ["token", "phase", "done"], {
                     onEvent: (name, data, seq) => {
-                        applied.push([name, seq]);
+                        applied.push([name, seq, data.part ?? 0]);
                         if (name === "done") {
                             follower.close();
                             resolve({ applied, ignored, resumes });
@@ -232,7 +247,14 @@ async def test_a_resumed_stream_applies_each_sequence_once(
     )
     assert site.stream_requests == 2
     assert outcome == {
-        "applied": [["token", 1], ["token", 2], ["token", 3], ["token", 4], ["done", 5]],
+        "applied": [
+            ["token", 1, 0],
+            ["phase", 2, 1],
+            ["phase", 2, 2],
+            ["token", 3, 0],
+            ["token", 4, 0],
+            ["done", 5, 0],
+        ],
         "ignored": 2,
         "resumes": 1,
     }

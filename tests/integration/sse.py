@@ -12,14 +12,21 @@ import httpx
 @dataclass
 class SseEvent:
     event: str
-    id: int | None
+    id: str | None
     data: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The id as (stream sequence, part): `<seq>`, or `<seq>.<part>` for one of several
+        phase events stored in one message."""
+        seq, _, part = (self.id or "0").partition(".")
+        return int(seq), int(part or 0)
 
 
 async def read_events(
     client: httpx.AsyncClient,
     path: str,
-    last_event_id: int | None = None,
+    last_event_id: str | int | None = None,
     *,
     method: str = "GET",
     json_body: dict[str, Any] | None = None,
@@ -43,7 +50,7 @@ async def read_events(
                     events.append(
                         SseEvent(
                             event=fields.get("event", "message"),
-                            id=int(fields["id"]) if fields.get("id") else None,
+                            id=fields.get("id") or None,
                             data=json.loads(fields["data"]),
                         )
                     )

@@ -92,10 +92,13 @@ async def test_query_streams_phases_in_causal_order_then_a_cited_answer(
         if event.event == "phase" and data["status"] == "completed" and data["phase"] != "retry":
             assert data["duration_ms"] is not None and data["duration_ms"] >= 0
 
-    # SSE ids are the stream sequence: strictly increasing, mirrored in the payload.
-    seqs = [e.id for e in events]
-    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-    assert all(e.data["seq"] == e.id for e in events)
+    # SSE ids are the stream sequence (and the part, for one of several phase events stored
+    # in one message): strictly increasing, mirrored in the payload.
+    keys = [e.key for e in events]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert all((e.data["seq"], e.data.get("part", 0)) == e.key for e in events)
+    # the search step's phases ended side by side: they travelled together
+    assert any(part > 1 for _, part in keys), keys
 
     answer_data = events[answer].data["data"]
     settings = stack.settings
@@ -123,6 +126,12 @@ async def test_late_subscriber_gets_full_replay_and_last_event_id_resumes(
     assert [(e.id, e.event) for e in replay] == [(e.id, e.event) for e in live]
 
     cut = len(replay) // 2
+    resumed = await read_events(
+        http, f"/v1/queries/{request_id}/events", last_event_id=replay[cut].id
+    )
+    assert [e.id for e in resumed] == [e.id for e in replay[cut + 1 :]]
+    # resumed between two phase events of one message: the rest of it, then the others
+    cut = next(n for n, e in enumerate(replay) if e.key[1] == 1)
     resumed = await read_events(
         http, f"/v1/queries/{request_id}/events", last_event_id=replay[cut].id
     )

@@ -16,6 +16,7 @@ from faststream.nats import JStream, NatsBroker, NatsRouter, TestNatsBroker
 from faststream.nats.annotations import NatsMessage
 
 from contracts import subjects as sj
+from contracts.events import phase_events
 from infra.llm import LLMClient
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
@@ -42,7 +43,18 @@ class WorkerHarness:
     received: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
 
     def on(self, prefix: str) -> list[dict[str, Any]]:
-        """Every message received on subjects starting with `prefix`, in arrival order."""
+        """Every message received on subjects starting with `prefix`, in arrival order; a
+        `phases` message as the phase events it carries, as a caller sees them."""
+        return [
+            event
+            for subject, bodies in self.received.items()
+            if subject.startswith(prefix)
+            for body in bodies
+            for event in phase_events(body)
+        ]
+
+    def messages(self, prefix: str) -> list[dict[str, Any]]:
+        """Every message received on subjects starting with `prefix`, as it was published."""
         return [
             body
             for subject, bodies in self.received.items()

@@ -51,7 +51,8 @@ async def test_a_step_event_waiting_out_an_election_is_dropped_once_its_request_
     asks first, finds the request finished, and the event never lands after the done."""
     from contracts.enums import Phase, PhaseStatus
     from contracts.events import PhaseData, PhaseEvent
-    from infra.runtime import worker_runtime
+    from infra.runtime.phase_events import send_while_live
+    from infra.runtime.step_context import message_context
 
     broker = FlakyBroker(failures=1, error=nats.js.errors.NoStreamResponseError)
     live = {"r1": False}
@@ -63,20 +64,14 @@ async def test_a_step_event_waiting_out_an_election_is_dropped_once_its_request_
         request_id="r1",
         data=PhaseData(phase=Phase.CRITIC, status=PhaseStatus.COMPLETED),
     )
-    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(is_live))
-    try:
-        await worker_runtime.send_while_live(Bus(broker), event)  # type: ignore[arg-type]
+    with message_context(is_live):
+        await send_while_live(Bus(broker), event)  # type: ignore[arg-type]
         assert len(broker.calls) == 1  # the first try only: no re-send after the done
-    finally:
-        worker_runtime._LIVENESS.reset(token)
     # another message, whose request is still live: re-sent once the leader answers
     live["r1"], broker.calls = True, []
-    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(is_live))
-    try:
-        await worker_runtime.send_while_live(Bus(broker), event)  # type: ignore[arg-type]
+    with message_context(is_live):
+        await send_while_live(Bus(broker), event)  # type: ignore[arg-type]
         assert len(broker.calls) == 2
-    finally:
-        worker_runtime._LIVENESS.reset(token)
 
 
 async def test_the_error_surfaces_when_the_retry_budget_is_spent() -> None:

@@ -13,9 +13,10 @@ from faststream.nats import NatsBroker
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase, PhaseStatus
 from contracts.events import CallerEvent, PhaseData, PhaseEvent
-from infra.runtime import worker_runtime
+from infra.runtime import phase_events
 from infra.runtime.bus import Bus
-from infra.runtime.worker_runtime import phase
+from infra.runtime.phase_events import phase
+from infra.runtime.step_context import RequestNotLive, message_context, require_live
 
 
 class RecordingBus(Bus):
@@ -92,16 +93,11 @@ async def run_step_while(
     request: Request, bus: Bus, seconds: float, *, finish: bool, deliveries: int = 1
 ) -> None:
     """Run a step under a message's liveness; the request finishes midway when `finish`."""
-    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(request.is_live))
-    delivered = worker_runtime._DELIVERIES.set(deliveries)
-    try:
+    with message_context(request.is_live, deliveries):
         async with phase(bus, CMD, Phase.CRITIC):
             await asyncio.sleep(seconds / 2)
             request.live = not finish
             await asyncio.sleep(seconds / 2)
-    finally:
-        worker_runtime._DELIVERIES.reset(delivered)
-        worker_runtime._LIVENESS.reset(token)
 
 
 async def test_a_slow_step_of_a_request_that_finished_meanwhile_sends_nothing_more() -> None:
@@ -143,22 +139,19 @@ async def test_once_an_event_is_dropped_the_message_starts_no_further_phase() ->
     # finished and was dropped; the same message then ran its own critique, whose start asked
     # the message's first answer (live) and whose quick end went out after the done.
     request = Request()
-    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(request.is_live))
-    try:
-        await worker_runtime.require_live(CMD.request_id)  # the message's start: live
+    with message_context(request.is_live):
+        await require_live(CMD.request_id)  # the message's start: live
         request.live = False
         ended = PhaseEvent(
             **CMD.correlation(),
             data=PhaseData(phase=Phase.GENERATION, status=PhaseStatus.COMPLETED),
         )
         bus = RecordingBus(after_s=0.5)
-        await worker_runtime.send_while_live(bus, ended, ask_first=True)
-        with pytest.raises(worker_runtime.RequestNotLive):
+        await phase_events.send_while_live(bus, ended, ask_first=True)
+        with pytest.raises(RequestNotLive):
             async with phase(bus, CMD, Phase.CRITIC):
                 pass
         assert bus.statuses() == []
-    finally:
-        worker_runtime._LIVENESS.reset(token)
 
 
 async def test_once_an_event_is_dropped_the_message_sends_no_other_event() -> None:
@@ -166,9 +159,8 @@ async def test_once_an_event_is_dropped_the_message_sends_no_other_event() -> No
     # request's done and was dropped; the skipped channels' events that follow it in the same
     # message, sent without asking, went out after the done.
     request = Request()
-    token = worker_runtime._LIVENESS.set(worker_runtime._Liveness(request.is_live))
-    try:
-        await worker_runtime.require_live(CMD.request_id)
+    with message_context(request.is_live):
+        await require_live(CMD.request_id)
         request.live = False
         bus = RecordingBus(after_s=0.5)
 
@@ -176,10 +168,8 @@ async def test_once_an_event_is_dropped_the_message_sends_no_other_event() -> No
             return PhaseEvent(**CMD.correlation(), data=PhaseData(phase=name, status=status))
 
         ended = event(Phase.INTENT_CLASSIFICATION, PhaseStatus.COMPLETED)
-        await worker_runtime.send_while_live(bus, ended, ask_first=True)
+        await phase_events.send_while_live(bus, ended, ask_first=True)
         asked = request.asked
         skipped = event(Phase.GRAPH_GLOBAL_SEARCH, PhaseStatus.SKIPPED)
-        await worker_runtime.send_while_live(bus, skipped)
+        await phase_events.send_while_live(bus, skipped)
         assert bus.statuses() == [] and request.asked == asked  # known: no second read
-    finally:
-        worker_runtime._LIVENESS.reset(token)

@@ -216,6 +216,8 @@ async def test_one_command_searches_several_channels_and_answers_for_each(
 ) -> None:
     async with worker_harness(create_router, settings, encoder) as harness:
         await _index(harness.resources)
+        # no step announces itself (an announcement sends what is held at once)
+        harness.resources.bus.phase_start_after_s = 60.0
         cmd = _command(
             Channel.VECTOR,
             "statin cholesterol",
@@ -241,6 +243,9 @@ async def test_one_command_searches_several_channels_and_answers_for_each(
         phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
         ended = {p["phase"] for p in phases if p["status"] == "completed"}
         assert ended == {CHANNEL_PHASE[c].value for c in cmd.channels}
+        # ended side by side, they went out as one message, before the result
+        [sent] = harness.messages(sj.events_subject("default", "req-1"))
+        assert sent["type"] == "phases" and len(sent["data"]["events"]) == 3
 
 
 async def test_a_failing_channel_inside_a_command_is_reported_beside_the_others(

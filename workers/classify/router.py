@@ -16,13 +16,9 @@ from infra.llm import describe
 from infra.logging import get_logger
 from infra.memory.sessions import SessionStore
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import (
-    ResultPublisher,
-    phase,
-    step_result_fields,
-    step_router,
-)
+from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from workers.classify.classifier import IntentClassifier, described
 from workers.classify.llm_rewrite import llm_rewrite
 from workers.classify.model_meta import model_dir

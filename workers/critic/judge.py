@@ -15,8 +15,8 @@ from infra.logging import get_logger
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import Bus
 from infra.runtime.claims import Claims
+from infra.runtime.phase_events import PhaseRun, phase
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import PhaseRun, phase
 from workers.critic.decompose import sub_queries
 from workers.critic.llm_decompose import llm_sub_queries
 from workers.critic.scoring import Entailment, score_answer

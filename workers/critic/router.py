@@ -19,13 +19,9 @@ from contracts.enums import Phase, Step
 from contracts.results import CriticResult, PlanResult
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import (
-    ResultPublisher,
-    phase,
-    step_result_fields,
-    step_router,
-)
+from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from workers.critic.judge import judge
 from workers.critic.llm_decompose import llm_plan
 from workers.critic.plan import has_parts, plan

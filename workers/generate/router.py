@@ -29,14 +29,9 @@ from infra.logging import get_logger
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.claims import opening
+from infra.runtime.phase_events import PhaseRun, phase
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import (
-    PhaseRun,
-    ResultPublisher,
-    phase,
-    step_result_fields,
-    step_router,
-)
+from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from workers.generate.extractive import Answer, extractive_answer, no_evidence_answer
 from workers.generate.llm import EmptyAnswer, llm_answer
 from workers.generate.self_critique import self_critique, wants_critique

@@ -20,10 +20,11 @@ from typing import Any
 from contracts.commands import CriticCommand, GenerateCommand
 from contracts.models import ToolCall
 from contracts.results import Critique
+from infra.errors import describe_error
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import RequestNotLive, describe_error
+from infra.runtime.step_context import RequestNotLive
 from workers.critic.judge import judge
 from workers.generate.extractive import Answer
 

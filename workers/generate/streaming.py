@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contracts.envelope import Envelope
 from contracts.events import MAX_TOKEN_CHARS, TokenData, TokenEvent
 from infra.runtime.bus import Bus
-from infra.runtime.worker_runtime import RequestNotLive, still_live
+from infra.runtime.step_context import RequestNotLive, still_live
 
 FLUSH_S = 0.25
 """Held text goes out once this long has passed since the last event."""

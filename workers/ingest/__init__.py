@@ -30,7 +30,8 @@ from infra.runtime.dead_letters import report_document_failure
 from infra.runtime.ingest_jobs import JobTracker
 from infra.runtime.ingest_jobs import publish_progress as publish_job_progress
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import current_deliveries, step_router
+from infra.runtime.step_context import current_deliveries
+from infra.runtime.worker_runtime import step_router
 from workers.ingest.indexer import index_document, remove_document
 
 __all__ = ["create_router"]

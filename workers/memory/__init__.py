@@ -30,13 +30,9 @@ from infra.memory.semantic import Memory, MemoryIndex, new_memory, scope_of
 from infra.memory.sessions import SessionStore, forgotten_key
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import (
-    ResultPublisher,
-    phase,
-    step_result_fields,
-    step_router,
-)
+from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from workers.search import SHOWN_QUERY_CHARS, result_event_id
 
 log = get_logger(__name__)

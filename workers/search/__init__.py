@@ -35,18 +35,13 @@ from contracts.envelope import utcnow
 from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk
 from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Classified, Fused, SearchResult
-from infra.errors import PoisonMessage, is_transient
+from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.phase_events import phase, send_while_live
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import (
-    RequestNotLive,
-    ResultPublisher,
-    describe_error,
-    phase,
-    send_while_live,
-    step_router,
-)
+from infra.runtime.step_context import RequestNotLive
+from infra.runtime.worker_runtime import ResultPublisher, step_router
 from workers.classify.classifier import Classification, IntentClassifier, described
 from workers.classify.model_meta import model_dir
 from workers.fuse.pipeline import FusionRequest, fuse_rankings

@@ -10,13 +10,9 @@ from contracts.models import ToolOutcome
 from contracts.results import ToolResult
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
+from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
-from infra.runtime.worker_runtime import (
-    ResultPublisher,
-    phase,
-    step_result_fields,
-    step_router,
-)
+from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from infra.settings import Settings
 from workers.tool.calculator import register_calculator
 from workers.tool.planner import plan_calls
