@@ -256,11 +256,13 @@ function logEvent(name, event, seq) {
   else if (name === "done") what = data.status;
   else if (name === "error") what = `${data.code}: ${short(data.message, 80)}`;
   else if (name === "answer") what = `${Object.keys(data.citations || {}).length} citations`;
+  // the SSE id: `<seq>`, or `<seq>.<part>` for one of several phase events stored in one message
+  const id = Number.isInteger(event.part) ? `${seq}.${event.part}` : String(seq);
   log.append(
     el(
       "li",
-      { dataset: { seq, type: name, index: name === "token" ? data.index : undefined } },
-      el("span", { class: "seq", text: String(seq) }),
+      { dataset: { id, seq, type: name, index: name === "token" ? data.index : undefined } },
+      el("span", { class: "seq", text: id }),
       el("span", { class: "etype", text: name }),
       el("span", { class: "muted", text: what }),
     ),

@@ -77,9 +77,10 @@ class Stack:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
-    def events(self, request_id: str) -> list[tuple[int, str, dict[str, Any]]]:
-        """The request's whole stream from the start: (id, event, data)."""
-        out: list[tuple[int, str, dict[str, Any]]] = []
+    def events(self, request_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """The request's whole stream from the start: (id, event, data); an id is the stream
+        sequence, or `<seq>.<part>` for one of several phase events stored in one message."""
+        out: list[tuple[str, str, dict[str, Any]]] = []
         fields: dict[str, str] = {}
         with httpx.stream(
             "GET",
@@ -95,7 +96,7 @@ class Stack:
                     fields[name] = value.removeprefix(" ")
                     continue
                 if "data" in fields:
-                    out.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
+                    out.append((fields["id"], fields["event"], json.loads(fields["data"])))
                 fields = {}
         return out
 
@@ -162,7 +163,8 @@ def plain(text: str) -> str:
 # -- the proxy that cuts a stream ------------------------------------------------------------
 
 _REQUEST_LINE = re.compile(rb"^(GET|POST|DELETE|HEAD|PUT|PATCH|OPTIONS) (\S+) HTTP/1\.[01]\r\n")
-_LAST_EVENT_ID = re.compile(rb"(?im)^last-event-id: *(\d+)\r\n")
+_LAST_EVENT_ID = re.compile(rb"(?im)^last-event-id: *((\d+)(?:\.\d+)?)\r\n")
+"""The whole id (group 1) and its stream sequence (group 2)."""
 _QUERY_EVENTS = re.compile(r"^/v1/queries/[^/?]+/events")
 _MESSAGE_END = re.compile(rb"\r?\n\r?\n")
 CUT_SETTLE_S = 1.0
@@ -175,7 +177,8 @@ class CuttingProxy:
     is cut right after the end of its first message that matches `cut_after` (by default
     the `fusion` phase's: generation, the critic, the answer and `done` are still to come):
     what the API sent after it is dropped and the socket reset, mid-stream. Each resumed
-    request's Last-Event-ID is recorded, then moved `rewind` events back, so the API replays
+    request's Last-Event-ID is recorded (its stream sequence), then moved `rewind` stream
+    messages back, so the API replays
     events the page already applied and the page has to ignore them."""
 
     def __init__(
@@ -212,9 +215,9 @@ class CuttingProxy:
         if head and _QUERY_EVENTS.match(path):
             self.streams += 1
         if head and _QUERY_EVENTS.match(path) and (resume := _LAST_EVENT_ID.search(data)):
-            seq = int(resume.group(1))
+            seq = int(resume.group(2))
             self.last_event_ids.append(seq)
-            earlier = str(max(1, seq - self.rewind)).encode()
+            earlier = str(max(1, seq - self.rewind)).encode()  # a whole message, part or not
             data = data[: resume.start(1)] + earlier + data[resume.end(1) :]
         return data, path
 

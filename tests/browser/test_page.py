@@ -97,11 +97,12 @@ async def ask(page: Page, question: str, namespace: str) -> str:
     return request_id
 
 
-async def logged_seqs(page: Page) -> list[int]:
-    seqs: list[str] = await page.locator("#event-log li").evaluate_all(
-        "items => items.map(li => li.dataset.seq)"
+async def logged_ids(page: Page) -> list[str]:
+    """The ids of the events the page applied, as its event log lists them."""
+    ids: list[str] = await page.locator("#event-log li").evaluate_all(
+        "items => items.map(li => li.dataset.id)"
     )
-    return [int(s) for s in seqs]
+    return ids
 
 
 async def wait_ingested(page: Page, jobs: int) -> None:
@@ -190,12 +191,12 @@ async def test_upload_ask_cite_and_replay(stack: Stack, browser: Browser, tmp_pa
     assert width <= 375, "no sideways scrolling at 375 px"
 
     # history: opening the request replays its stream from the first event
-    stream = [seq for seq, *_ in stack.events(request_id)]
-    assert await logged_seqs(page) == stream
+    stream = [event_id for event_id, *_ in stack.events(request_id)]
+    assert await logged_ids(page) == stream
     entry = page.locator(f'[data-testid=history-item][data-request="{request_id}"] button')
     await entry.click()
     await expect(page.locator("#run")).to_have_attribute("data-status", "completed")
-    assert await logged_seqs(page) == stream
+    assert await logged_ids(page) == stream
     assert plain(await answer.inner_text()) == plain(view["answer"]["content"])
 
     # and a document can be deleted from the list
@@ -224,7 +225,9 @@ async def test_a_cut_stream_resumes_without_repeating_an_event(
 
     stream = stack.events(request_id)
     fusion = next(
-        seq for seq, event, data in stream if event == "phase" and data["data"]["phase"] == "fusion"
+        data["seq"]
+        for _, event, data in stream
+        if event == "phase" and data["data"]["phase"] == "fusion"
     )
     # the browser resumed after the last event it had dispatched: the fusion phase's as a rule
     # (the proxy ends the cut stream with a FIN before its reset, so every byte it sent
@@ -240,7 +243,7 @@ async def test_a_cut_stream_resumes_without_repeating_an_event(
     assert ignored >= 1, "the events replayed after the rewound Last-Event-ID were ignored"
 
     # every event applied once, in order: none twice
-    assert await logged_seqs(page) == [seq for seq, *_ in stream]
+    assert await logged_ids(page) == [event_id for event_id, *_ in stream]
     view = stack.view(request_id)
     answer = plain(await page.get_by_test_id("answer").inner_text())
     assert answer == plain(view["answer"]["content"])
