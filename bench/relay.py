@@ -5,7 +5,8 @@ each to the request's reader, which turns it into an SSE event and writes it to 
 response (`api.event_hub`, `api.sse`). This measures that path and nothing else. It starts the
 instant stack (`bench.instant`) on its own servers, records a request the saga never hears of,
 opens its event stream with the real client, and publishes `--events` phase events on its
-subject, `--pace` seconds apart (0: as fast as they go, so the API handles them in bursts),
+subject, `--batch` to a message (a `phases` message above 1, as a step sends its phases), the
+messages `--pace` seconds apart (0: as fast as they go, so the API handles them in bursts),
 then a `done`. The API process's CPU over that window, less what it spends idle in as long, is
 divided by the events:
 
@@ -36,7 +37,7 @@ from client import RagbusClient
 from contracts import subjects as sj
 from contracts.enums import Phase, PhaseStatus, RequestStatus
 from contracts.envelope import utcnow
-from contracts.events import DoneData, DoneEvent, PhaseData, PhaseEvent
+from contracts.events import DoneData, DoneEvent, PhaseData, PhaseEvent, PhasesEvent
 from contracts.queries import QuerySubmitted
 from infra.settings import Settings
 from infra.telemetry import mint_trace
@@ -52,11 +53,34 @@ async def _idle_cpu_per_s(pid: int) -> float:
     return ((process_cpu_s(pid) or 0.0) - before) / IDLE_S
 
 
+def _phase(request_id: str, submitted: QuerySubmitted) -> PhaseEvent:
+    return PhaseEvent(
+        request_id=request_id,
+        tenant="default",
+        trace=submitted.trace,
+        data=PhaseData(
+            phase=Phase.VECTOR_SEARCH,
+            status=PhaseStatus.COMPLETED,
+            started_at=utcnow(),
+            duration_ms=1.0,
+            metadata={"count": 20},
+        ),
+    )
+
+
 async def _one_stream(
-    api_url: str, js: Any, store: StateStore, pid: int, request_id: str, events: int, pace: float
+    api_url: str,
+    js: Any,
+    store: StateStore,
+    pid: int,
+    request_id: str,
+    events: int,
+    pace: float,
+    batch: int = 1,
 ) -> dict[str, float]:
     """Publish `events` phase events and a `done` on a fresh request's subject while one reader
-    follows it through the API; the API process's CPU and the wall time it took."""
+    follows it through the API, `batch` to a message (a `phases` message when more than one, as
+    a step sends them); the API process's CPU and the wall time it took."""
     submitted = QuerySubmitted(
         request_id=request_id, tenant="default", query="relay", trace=mint_trace()
     )
@@ -73,21 +97,11 @@ async def _one_stream(
     reader = asyncio.create_task(read())
     await asyncio.sleep(0.5)  # the reader is registered with the hub
     cpu0, wall0 = process_cpu_s(pid) or 0.0, time.perf_counter()
-    for n in range(events):
-        event = PhaseEvent(
-            request_id=request_id,
-            tenant="default",
-            trace=submitted.trace,
-            data=PhaseData(
-                phase=Phase.VECTOR_SEARCH,
-                status=PhaseStatus.COMPLETED,
-                started_at=utcnow(),
-                duration_ms=1.0,
-                metadata={"count": 20},
-            ),
-        )
+    for n in range(0, events, batch):
+        phases = [_phase(request_id, submitted) for _ in range(min(batch, events - n))]
+        message = phases[0] if len(phases) == 1 else PhasesEvent.of(phases)
         headers = {"Nats-Msg-Id": f"{request_id}-{n}"}
-        await js.publish(subject, event.model_dump_json().encode(), headers=headers)
+        await js.publish(subject, message.model_dump_json().encode(), headers=headers)
         if pace:
             await asyncio.sleep(pace)
     done = DoneEvent(
@@ -105,7 +119,7 @@ async def _one_stream(
     }
 
 
-async def bench_relay(events: int, pace: float) -> dict[str, Any]:
+async def bench_relay(events: int, pace: float, batch: int = 1) -> dict[str, Any]:
     env = {"RAGBUS_QUOTA_REQUESTS_PER_S": "0", "RAGBUS_REQUEST_TIMEOUT_S": "600"}
     async with served_stack(["-m", "bench.instant"], env, ready_timeout_s=READY_TIMEOUT_S) as stack:
         redis = aioredis.from_url(stack.redis_url)
@@ -118,7 +132,7 @@ async def bench_relay(events: int, pace: float) -> dict[str, Any]:
             for name in ("warm-up", "measured"):
                 request_id = f"relay{name.replace('-', '')}{int(time.time() * 1000)}"
                 rounds[name] = await _one_stream(
-                    stack.url, nc.jetstream(), store, pid, request_id, events, pace
+                    stack.url, nc.jetstream(), store, pid, request_id, events, pace, batch
                 )
         finally:
             await nc.close()
@@ -128,6 +142,7 @@ async def bench_relay(events: int, pace: float) -> dict[str, Any]:
     return {
         "events": events,
         "pace_s": pace,
+        "batch": batch,
         "received": measured["received"],
         "api_cpu_us_per_event": round(busy_s / events * 1e6, 1),
         "idle_cpu_ms_per_s": round(idle * 1000, 2),
@@ -139,12 +154,15 @@ async def bench_relay(events: int, pace: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000)
-    parser.add_argument("--pace", type=float, default=0.002, help="seconds between events")
+    parser.add_argument("--pace", type=float, default=0.002, help="seconds between messages")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="phase events a message (a `phases` message above 1)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    report = asyncio.run(bench_relay(args.events, args.pace))
+    report = asyncio.run(bench_relay(args.events, args.pace, args.batch))
     print(
-        f"{report['received'] - 1} events relayed, {args.pace:g} s apart: "
+        f"{report['received'] - 1} events relayed, {args.batch} a message {args.pace:g} s apart: "
         f"{report['api_cpu_us_per_event']} µs of the API's CPU an event "
         f"(idle {report['idle_cpu_ms_per_s']} ms a second subtracted)"
     )
