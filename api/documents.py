@@ -38,7 +38,7 @@ from api.schemas import (
     NamespaceCount,
     Namespaces,
 )
-from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
+from api.sse import SSE_DOC, SSE_PING_S, LastEventId, one_each, relay_to_end, resume_after
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, IngestProgress, JobCounts
@@ -275,7 +275,7 @@ async def job_events(
         return progress.model_dump(mode="json")
 
     relay = relay_to_end(
-        ingest_events(js, job_id, after, is_finished=finished),
+        one_each(ingest_events(js, job_id, after, is_finished=finished)),
         ends=lambda event: (event.get("data") or {}).get("status") in INGEST_TERMINAL,
         stream=(js, sj.STREAM_INGEST_EVENTS, sj.ingest_events_subject(job_id), after),
         summary=progress_from_job,

@@ -149,7 +149,7 @@ async def stream_messages(
 
 
 class SubjectReader(Protocol):
-    """What reads a subject's messages for `request_events`: `stream_messages` bound to a
+    """What reads a subject's messages for `request_messages`: `stream_messages` bound to a
     stream, or an API process's shared consumer (`api.event_hub.EventHub.messages`)."""
 
     def __call__(
@@ -160,6 +160,44 @@ class SubjectReader(Protocol):
         is_finished: Finished | None = None,
         idle_s: float = IDLE_CHECK_S,
     ) -> AsyncGenerator[tuple[int, dict[str, Any]]]: ...
+
+
+async def request_messages(
+    js: JetStreamContext,
+    request_id: str,
+    after_seq: int = 0,
+    *,
+    after_part: int = 0,
+    tenant: str = DEFAULT_TENANT,
+    is_finished: Finished | None = None,
+    idle_s: float = IDLE_CHECK_S,
+    reader: SubjectReader | None = None,
+) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
+    """A request's caller events message by message, after `after_seq` (or after entry
+    `after_part` of that message), each event with `"seq"` (its stream sequence) added; ends
+    after its `done` event. A `phases` message gives the phase events it carries, each with its
+    `"part"`. Read with a consumer of their own unless a `reader` (the API's shared one) is
+    given."""
+    subject = sj.events_subject(tenant, request_id)
+    start = after_seq - 1 if after_part and after_seq > 0 else after_seq
+    messages = (
+        stream_messages(
+            js, subject, sj.STREAM_EVENTS, start, is_finished=is_finished, idle_s=idle_s
+        )
+        if reader is None
+        else reader(subject, start, is_finished=is_finished, idle_s=idle_s)
+    )
+    async with aclosing(messages):
+        async for seq, body in messages:
+            events = phase_events(body)
+            if seq == after_seq:  # received in part before the stream was resumed
+                events = [e for e in events if e.get("part", 0) > after_part]
+            for event in events:
+                event["seq"] = seq
+            if events:
+                yield seq, events
+            if body.get("type") == "done":
+                return
 
 
 async def request_events(
@@ -173,28 +211,21 @@ async def request_events(
     idle_s: float = IDLE_CHECK_S,
     reader: SubjectReader | None = None,
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
-    """A request's caller events, each with `"seq"` (its stream sequence) added, after
-    `after_seq` (or after entry `after_part` of that message); ends after its `done` event. A
-    `phases` message is yielded as the phase events it carries, each with its `"part"`. Read
-    with a consumer of their own unless a `reader` (the API's shared one) is given."""
-    subject = sj.events_subject(tenant, request_id)
-    start = after_seq - 1 if after_part and after_seq > 0 else after_seq
-    messages = (
-        stream_messages(
-            js, subject, sj.STREAM_EVENTS, start, is_finished=is_finished, idle_s=idle_s
-        )
-        if reader is None
-        else reader(subject, start, is_finished=is_finished, idle_s=idle_s)
+    """`request_messages`, one event at a time."""
+    messages = request_messages(
+        js,
+        request_id,
+        after_seq,
+        after_part=after_part,
+        tenant=tenant,
+        is_finished=is_finished,
+        idle_s=idle_s,
+        reader=reader,
     )
     async with aclosing(messages):
-        async for seq, body in messages:
-            for event in phase_events(body):
-                if seq == after_seq and event.get("part", 0) <= after_part:
-                    continue  # received before the stream was resumed
-                event["seq"] = seq
+        async for seq, events in messages:
+            for event in events:
                 yield seq, event
-            if body.get("type") == "done":
-                return
 
 
 async def stored_events(

@@ -323,7 +323,7 @@ async def chat(
         body, caller, store, bus, settings, idempotency, idempotency_key
     )
 
-    async def stream() -> AsyncIterator[ServerSentEvent]:
+    async def stream() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(
             data=json.dumps({"request_id": submitted.request_id}), event="submitted"
         )

@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from sse_starlette import ServerSentEvent
 
 from api.event_hub import EventHub
-from api.event_stream import last_sequence, request_events
+from api.event_stream import last_sequence, request_messages
 from contracts import subjects as sj
 from orchestrator.store import StateStore
 
@@ -63,7 +63,7 @@ async def relay_request(
     request_id: str,
     after: ResumePoint,
     hub: EventHub | None = None,
-) -> AsyncGenerator[ServerSentEvent]:
+) -> AsyncGenerator[ServerSentEvent | bytes]:
     """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
     `done` from the state (with an id, like every event). Read through the process's shared
     consumer (`hub`) when it has one."""
@@ -89,7 +89,7 @@ async def relay_request(
             "data": {"status": state.status.value},
         }
 
-    events = request_events(
+    messages = request_messages(
         js,
         request_id,
         after.seq,
@@ -100,7 +100,7 @@ async def relay_request(
     )
     subject = sj.events_subject(tenant, request_id)
     async for message in relay_to_end(
-        events,
+        messages,
         ends=lambda event: event.get("type") == "done",
         stream=(js, sj.STREAM_EVENTS, subject, after.seq),
         summary=done_from_state,
@@ -109,28 +109,41 @@ async def relay_request(
 
 
 async def relay_to_end(
-    events: AsyncGenerator[tuple[int, dict[str, Any]]],
+    messages: AsyncGenerator[tuple[int, list[dict[str, Any]]]],
     *,
     ends: Callable[[dict[str, Any]], bool],
     stream: tuple[JetStreamContext, str, str, int],
     summary: Callable[[int], Awaitable[dict[str, Any] | None]],
     name: str | None = None,
-) -> AsyncIterator[ServerSentEvent]:
-    """A stream's events as SSE, up to its terminal one. If none of those it held was terminal
-    (they expired), `summary` makes the end from the record, with an id a resuming client can
-    send back: the stream's last sequence for the subject (`stream` = JetStream, stream name,
-    subject, and the sequence the reader resumed after)."""
+) -> AsyncIterator[ServerSentEvent | bytes]:
+    """A stream's events as SSE, up to its terminal one: the events of one stored message in
+    one write (a `phases` message's several phase events cost the response one send). If none
+    of those it held was terminal (they expired), `summary` makes the end from the record, with
+    an id a resuming client can send back: the stream's last sequence for the subject
+    (`stream` = JetStream, stream name, subject, and the sequence the reader resumed after)."""
     ended = False
-    async with aclosing(events):
-        async for seq, event in events:
-            ended = ends(event)
-            yield sse_message(seq, event, name)
+    async with aclosing(messages):
+        async for seq, events in messages:
+            ended = ends(events[-1])
+            if len(events) == 1:
+                yield sse_message(seq, events[0], name)
+            else:
+                yield b"".join(sse_message(seq, event, name).encode() for event in events)
     if not ended:
         js, stream_name, subject, after_seq = stream
         seq = max(after_seq, await last_sequence(js, stream_name, subject))
         closing = await summary(seq)
         if closing is not None:
             yield sse_message(seq, closing, name)
+
+
+async def one_each(
+    events: AsyncGenerator[tuple[int, dict[str, Any]]],
+) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
+    """A stream of one event a message (an ingest job's progress) as `relay_to_end` takes it."""
+    async with aclosing(events):
+        async for seq, event in events:
+            yield seq, [event]
 
 
 def resume_after(last_event_id: str | None) -> ResumePoint:
