@@ -16,7 +16,7 @@ from sse_starlette import EventSourceResponse
 
 from api.auth import Caller, CallerDep, authenticate
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
-from api.event_stream import INGEST_TERMINAL, ingest_events
+from api.event_stream import INGEST_TERMINAL, ingest_events, one_each
 from api.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
@@ -38,7 +38,7 @@ from api.schemas import (
     NamespaceCount,
     Namespaces,
 )
-from api.sse import SSE_DOC, SSE_PING_S, LastEventId, one_each, relay_to_end, resume_after
+from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, IngestProgress, JobCounts

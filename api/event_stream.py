@@ -200,32 +200,24 @@ async def request_messages(
                 return
 
 
-async def request_events(
-    js: JetStreamContext,
-    request_id: str,
-    after_seq: int = 0,
-    *,
-    after_part: int = 0,
-    tenant: str = DEFAULT_TENANT,
-    is_finished: Finished | None = None,
-    idle_s: float = IDLE_CHECK_S,
-    reader: SubjectReader | None = None,
+async def each_event(
+    messages: AsyncGenerator[tuple[int, list[dict[str, Any]]]],
 ) -> AsyncGenerator[tuple[int, dict[str, Any]]]:
-    """`request_messages`, one event at a time."""
-    messages = request_messages(
-        js,
-        request_id,
-        after_seq,
-        after_part=after_part,
-        tenant=tenant,
-        is_finished=is_finished,
-        idle_s=idle_s,
-        reader=reader,
-    )
+    """`request_messages`'s events one at a time."""
     async with aclosing(messages):
         async for seq, events in messages:
             for event in events:
                 yield seq, event
+
+
+async def one_each(
+    events: AsyncGenerator[tuple[int, dict[str, Any]]],
+) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
+    """A stream of one event a message (an ingest job's progress) message by message, as
+    `api.sse.relay_to_end` takes it."""
+    async with aclosing(events):
+        async for seq, event in events:
+            yield seq, [event]
 
 
 async def stored_events(

@@ -137,15 +137,6 @@ async def relay_to_end(
             yield sse_message(seq, closing, name)
 
 
-async def one_each(
-    events: AsyncGenerator[tuple[int, dict[str, Any]]],
-) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
-    """A stream of one event a message (an ingest job's progress) as `relay_to_end` takes it."""
-    async with aclosing(events):
-        async for seq, event in events:
-            yield seq, [event]
-
-
 def resume_after(last_event_id: str | None) -> ResumePoint:
     """Where a `Last-Event-ID` resumes (`ResumePoint()`: from the start)."""
     seq, _, part = (last_event_id or "").partition(".")

@@ -19,7 +19,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from api.event_hub import EventHub
-from api.event_stream import request_events
+from api.event_stream import each_event, request_messages
 from contracts import subjects as sj
 from infra.runtime.bus import declare_streams
 from infra.runtime.services import LocalService
@@ -87,7 +87,7 @@ async def test_a_reader_gets_its_events_in_order_once_each_wherever_they_were(
             await _publish(jetstream, other, "phase", n)
         await asyncio.sleep(0.2)  # the hub has passed them on, to no reader of the request
         reads = _count_reads(hub)
-        reader = request_events(jetstream, request, reader=hub.messages)
+        reader = each_event(request_messages(jetstream, request, reader=hub.messages))
         first = await anext(reader)
 
         async def rest() -> None:
@@ -116,7 +116,7 @@ async def test_a_reader_resumes_after_the_sequence_it_was_given(
     seqs = [await _publish(jetstream, request, "phase", n) for n in range(3)]
     async with EventHub(jetstream) as hub:
         await _following(hub)
-        reader = request_events(jetstream, request, seqs[1], reader=hub.messages)
+        reader = each_event(request_messages(jetstream, request, seqs[1], reader=hub.messages))
         await _publish(jetstream, request, "done", 3)
         got = await _until_done(reader)
     assert [e["n"] for e in got] == [2, 3]
@@ -149,7 +149,7 @@ async def test_until_the_hub_follows_a_reader_reads_alone(tmp_path: Path) -> Non
             await declare_streams(js, Settings(nats_url=nats_server.server.url))
             await _publish(js, request, "phase", 0)
             assert not hub.following
-            reader = request_events(js, request, reader=hub.messages)
+            reader = each_event(request_messages(js, request, reader=hub.messages))
             await _publish(js, request, "done", 1)
             got = await _until_done(reader)
         assert [e["n"] for e in got] == [0, 1]
@@ -166,7 +166,9 @@ async def test_the_hub_follows_again_after_a_nats_server_restart(tmp_path: Path)
 
         async with EventHub(js, watch_s=0.5) as hub:
             await _following(hub)
-            events = request_events(js, request, is_finished=running, reader=hub.messages)
+            events = each_event(
+                request_messages(js, request, is_finished=running, reader=hub.messages)
+            )
             await _publish(js, request, "phase", 0)
             got = [(await anext(events))[1]]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from api.event_stream import request_events
+from api.event_stream import each_event, request_messages
 from contracts import subjects as sj
 from tests.integration.restartable_nats import publish_when_ready, restartable_nats
 
@@ -42,7 +42,7 @@ async def test_the_reader_delivers_every_event_across_a_nats_server_restart(
             return True  # the saga already finished: only the stream says what is left
 
         got: list[dict[str, Any]] = []
-        reader = request_events(js, REQUEST, is_finished=finished, idle_s=1.0)
+        reader = each_event(request_messages(js, REQUEST, is_finished=finished, idle_s=1.0))
         async with aclosing(reader):
             for _ in range(3):
                 got.append((await anext(reader))[1])

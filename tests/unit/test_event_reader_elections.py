@@ -14,7 +14,7 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
-from api.event_stream import request_events
+from api.event_stream import each_event, request_messages
 
 
 class Subscription:
@@ -70,11 +70,13 @@ async def test_the_reader_waits_for_a_leader_and_misses_nothing() -> None:
 
     seen = [
         (seq, event["type"])
-        async for seq, event in request_events(
-            js,  # type: ignore[arg-type]
-            "r1",
-            is_finished=finished,
-            idle_s=0.01,
+        async for seq, event in each_event(
+            request_messages(
+                js,  # type: ignore[arg-type]
+                "r1",
+                is_finished=finished,
+                idle_s=0.01,
+            )
         )
     ]
     assert seen == [(1, "phase"), (2, "answer")]
