@@ -228,7 +228,9 @@ class Orchestrator:
                     log.info("late_progress_dropped", events=1)
 
         await asyncio.gather(*(in_order(queue) for queue in by_subject.values()))
-        await self.store.outbox_sent(request_id, [e.event_id for e in entries])
+        await self.store.published(
+            request_id, [e.event_id for e in entries], ended=any(e.kind == DONE for e in entries)
+        )
 
     async def _live(self, request_id: str) -> bool:
         return await is_live(self.store.redis, request_id)

@@ -10,6 +10,12 @@ wrong state.
 
 An entry is taken out while a transition uses it (the saga decides by changing the state it
 is given) and put back only after a commit that wrote it; a finished request leaves.
+
+An entry also carries the outbox entries its request has published since (`sent`): the next
+commit deletes them in its own script, which spares each transition the round trip of a
+separate delete. An entry that leaves (taken, evicted) before they were noted is no place to
+note them, so `note_sent` says whether it kept them, and the caller deletes them itself when
+it did not.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from orchestrator.state import RequestState
 class Committed:
     state: RequestState
     version: int
+    sent: tuple[str, ...] = ()
+    """Outbox entries (event ids) published since the commit: the next commit deletes them."""
 
 
 class StateCache:
@@ -36,14 +44,27 @@ class StateCache:
     def take(self, request_id: str) -> Committed | None:
         return self._entries.pop(request_id, None)
 
-    def put(self, request_id: str, state: RequestState, version: int) -> None:
+    def put(
+        self, request_id: str, state: RequestState, version: int, sent: tuple[str, ...] = ()
+    ) -> None:
         if self.size <= 0 or state.status.is_terminal:
             self._entries.pop(request_id, None)
             return
-        self._entries[request_id] = Committed(state, version)
+        self._entries[request_id] = Committed(state, version, sent)
         self._entries.move_to_end(request_id)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
+
+    def note_sent(self, request_id: str, event_ids: list[str]) -> bool:
+        """Keep published outbox entries for the request's next commit to delete; False when
+        the request has no entry here to keep them with."""
+        entry = self._entries.get(request_id)
+        if entry is None:
+            return False
+        self._entries[request_id] = Committed(
+            entry.state, entry.version, entry.sent + tuple(event_ids)
+        )
+        return True
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -7,10 +7,12 @@ version is still the one read (optimistic concurrency: when another replica got 
 we read and decide again), writes the new state and bumps the version, remembers the inbound
 `event_id` (so a redelivered event changes nothing), queues the outbound messages in an
 outbox, and moves the request's next deadline. Messages are published after the commit and
-then removed from the outbox; if the process dies in between, the redelivered inbound event
-finds its id already seen and publishes what is still in the outbox (the broker drops the
-copies that did go out, by `Nats-Msg-Id`). Three round trips a transition, where WATCH/MULTI
-took five.
+then removed from the outbox: by the request's next commit in this process (its script
+deletes them too), or by a delete of their own; when a request's `done` is out, its whole
+outbox goes. If the process dies in between, the redelivered inbound event finds its id
+already seen and publishes what is still in the outbox (the broker drops the copies that did
+go out, by `Nats-Msg-Id`). One round trip a transition while this process drives its request
+(the commit), where WATCH/MULTI took five.
 
 Keys are hash-tagged by request (`{id}`), so on Redis Cluster a request's keys share a slot.
 """
@@ -96,10 +98,15 @@ if ARGV[5] == '-' then
 elseif ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[6])
 end
+local sent = tonumber(ARGV[9])
+for i = 1, sent do
+  redis.call('HDEL', KEYS[4], ARGV[9 + i])
+end
+local first = 10 + sent
 local entries = tonumber(ARGV[8])
 if entries > 0 then
   for i = 0, entries - 1 do
-    redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i])
+    redis.call('HSET', KEYS[4], ARGV[first + 2 * i], ARGV[first + 1 + 2 * i])
   end
   redis.call('EXPIRE', KEYS[4], ARGV[7])
 end
@@ -107,10 +114,11 @@ return 1
 """
 """KEYS: state, version, seen, outbox, deadlines, claims (deleted when the request ends).
 ARGV: the version read, the inbound event id (or ''), the new state (or ''), its TTL, the next
-deadline ('' keep, '-' none), the request id, the bookkeeping TTL, the outbox entry count,
-then (event id, entry) pairs. Returns 1 when committed, 0 when the version moved, -1 when the
-event was applied meanwhile. A state saved before versions had a key of their own has no
-version key: it is taken as read."""
+deadline ('' keep, '-' none), the request id, the bookkeeping TTL, the outbox entry count, the
+count of published outbox entries to delete, their event ids, then the new entries' (event id,
+entry) pairs. Returns 1 when committed, 0 when the version moved, -1 when the event was
+applied meanwhile. A state saved before versions had a key of their own has no version key: it
+is taken as read."""
 
 
 PROGRESS = "progress"
@@ -303,6 +311,7 @@ class StateStore:
         """Run `decide` on the current state and commit its outcome atomically."""
         skey, vkey, dkey = state_key(request_id), version_key(request_id), seen_key(request_id)
         cached = self._cache.take(request_id)
+        sent = cached.sent if cached is not None else ()
         current: RequestState | None
         while True:
             if cached is not None:  # what this process committed last (`state_cache`)
@@ -314,21 +323,27 @@ class StateStore:
                     pipe.sismember(dkey, event_id or "")
                     raw, stored_version, seen = await pipe.execute()
                 if event_id is not None and seen:
-                    return Applied(None, await self.pending_outbox(request_id), duplicate=True)
+                    return await self._duplicate(request_id, sent)
                 current = RequestState.model_validate_json(raw) if raw else None
                 version = int(stored_version) if stored_version is not None else _version(current)
             transition = decide(current)
             entries = [m.entry() for m in transition.messages]
             outcome = await self._commit(
-                request_id, event_id, version, current, transition.state, entries
+                request_id, event_id, version, current, transition.state, entries, sent
             )
             if outcome == 1:
                 if transition.state is not None:
                     self._cache.put(request_id, transition.state, version + 1)
                 return Applied(transition, entries)
             if outcome == -1:  # another replica applied this very event first
-                return Applied(None, await self.pending_outbox(request_id), duplicate=True)
+                return await self._duplicate(request_id, sent)
             # another replica changed this request first: read and decide again
+
+    async def _duplicate(self, request_id: str, sent: tuple[str, ...]) -> Applied:
+        """An event applied already: the messages its transition left unpublished (those this
+        process has published since are deleted, not sent again)."""
+        await self.outbox_sent(request_id, list(sent))
+        return Applied(None, await self.pending_outbox(request_id), duplicate=True)
 
     async def _commit(
         self,
@@ -338,6 +353,7 @@ class StateStore:
         current: RequestState | None,
         new: RequestState | None,
         entries: list[OutboxEntry],
+        sent: tuple[str, ...] = (),
     ) -> int:
         state_json, due = "", ""
         if new is not None:
@@ -365,6 +381,8 @@ class StateStore:
             request_id,
             self.settings.state_ttl_s,
             len(entries),
+            len(sent),
+            *sent,
         ]
         for index, entry in enumerate(entries):
             placed = OutboxEntry(
@@ -379,8 +397,20 @@ class StateStore:
         return int(await self._commit_script(keys=keys, args=args))
 
     async def outbox_sent(self, request_id: str, event_ids: list[str]) -> None:
+        """Delete outbox entries that went out."""
         if event_ids:
             await self.redis.hdel(outbox_key(request_id), *event_ids)
+
+    async def published(self, request_id: str, event_ids: list[str], *, ended: bool) -> None:
+        """A transition's messages went out. Once a request's `done` is out nothing more of it
+        may be sent, so its whole outbox goes (entries still waiting there belong to
+        transitions whose process died before publishing them; they are moot now). Otherwise
+        the request's next commit in this process deletes them with its own script
+        (`StateCache.note_sent`), or they are deleted now when it has no cached state."""
+        if ended:
+            await self.redis.delete(outbox_key(request_id))
+        elif event_ids and not self._cache.note_sent(request_id, event_ids):
+            await self.outbox_sent(request_id, event_ids)
 
     async def outbox_pending(self, request_id: str) -> bool:
         """Whether a committed transition's messages are still to be published (its process

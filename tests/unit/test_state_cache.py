@@ -10,13 +10,22 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from contracts import subjects as sj
 from contracts.enums import RequestStatus
+from contracts.events import DoneData, DoneEvent
 from contracts.queries import QuerySubmitted
 from infra.runtime.services import LocalService
 from infra.settings import Settings
 from orchestrator.state import RequestState
 from orchestrator.state_cache import StateCache
-from orchestrator.store import StateStore, Transition, initial_state, state_key
+from orchestrator.store import (
+    Outgoing,
+    StateStore,
+    Transition,
+    initial_state,
+    outbox_key,
+    state_key,
+)
 
 
 @pytest.fixture
@@ -115,6 +124,73 @@ async def test_finished_requests_and_the_bound_leave_the_cache(redis: aioredis.R
     await store.apply("cache-b2", "e2", finish)
     assert store._cache.take("cache-b2") is None
     assert await redis.exists(state_key("cache-b2"))
+
+
+def sending(request_id: str, *, finish: bool = False) -> Any:
+    """A transition that queues one message: a command's stand-in, or the request's `done`."""
+
+    def decide(state: RequestState | None) -> Transition:
+        assert state is not None
+        if finish:
+            state.status = RequestStatus.COMPLETED
+        done = DoneEvent(request_id=request_id, data=DoneData(status=state.status))
+        return Transition(state, [Outgoing(sj.QUERY_SUBMITTED, sj.STREAM_QUERIES, done)])
+
+    return decide
+
+
+class CountingDeletes:
+    """Counts the outbox deletes sent on their own (not inside a commit's script)."""
+
+    def __init__(self, store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.deletes = 0
+        real = store.redis.hdel
+
+        async def hdel(*args: Any) -> Any:
+            self.deletes += 1
+            return await real(*args)
+
+        monkeypatch.setattr(store.redis, "hdel", hdel)
+
+
+async def test_published_messages_leave_the_outbox_with_the_next_commit(
+    redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = StateStore(redis, Settings())
+    await store.create(QuerySubmitted(request_id="cache-o1", query="q"))
+    counting = CountingDeletes(store, monkeypatch)
+    first = await store.apply("cache-o1", "e1", sending("cache-o1"))
+    await store.published("cache-o1", [e.event_id for e in first.outbox], ended=False)
+    assert await redis.hlen(outbox_key("cache-o1")) == 1  # still there, noted for the next
+    second = await store.apply("cache-o1", "e2", sending("cache-o1"))
+    kept = await redis.hkeys(outbox_key("cache-o1"))
+    assert kept == [second.outbox[0].event_id]  # the first went with the second's commit
+    await store.published("cache-o1", kept, ended=False)
+    last = await store.apply("cache-o1", "e3", sending("cache-o1", finish=True))
+    await store.published("cache-o1", [e.event_id for e in last.outbox], ended=True)
+    assert not await redis.exists(outbox_key("cache-o1"))  # a done empties it
+    assert counting.deletes == 0
+
+
+async def test_a_duplicate_does_not_send_again_what_went_out(redis: aioredis.Redis) -> None:
+    store = StateStore(redis, Settings())
+    await store.create(QuerySubmitted(request_id="cache-o2", query="q"))
+    first = await store.apply("cache-o2", "e1", sending("cache-o2"))
+    await store.published("cache-o2", [e.event_id for e in first.outbox], ended=False)
+    again = await store.apply("cache-o2", "e1", sending("cache-o2"))
+    assert again.duplicate and again.outbox == []
+    assert not await redis.exists(outbox_key("cache-o2"))
+
+
+async def test_without_a_cached_state_published_messages_are_deleted_at_once(
+    redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = StateStore(redis, Settings(saga_state_cache=0))
+    await store.create(QuerySubmitted(request_id="cache-o3", query="q"))
+    counting = CountingDeletes(store, monkeypatch)
+    first = await store.apply("cache-o3", "e1", sending("cache-o3"))
+    await store.published("cache-o3", [e.event_id for e in first.outbox], ended=False)
+    assert counting.deletes == 1 and not await redis.exists(outbox_key("cache-o3"))
 
 
 def test_a_cache_of_size_zero_keeps_nothing() -> None:
