@@ -13,7 +13,8 @@ however the stores are deployed.
 
 Fusion also claims the fused list itself, as the steps that resolve it read it
 (`Claims.put_fused`, `contracts.models.contexts_claim`): their commands carry that field, and
-the step reads the list before its passages.
+the step reads the list and its passages in one round trip (a script that finds the list's
+claimed chunk ids in it: `RESOLVE_LISTED`).
 
 The query's embedding waits there too. Classify leaves it under a field of its own, and
 the messages that would carry it (the result, the dense search, generation, the critic:
@@ -98,6 +99,23 @@ class Passage(BaseModel):
 
 
 _RANKING: TypeAdapter[list[RetrievedChunk]] = TypeAdapter(list[RetrievedChunk])
+
+RESOLVE_LISTED = """
+local listed = redis.call('HGET', KEYS[1], ARGV[1])
+if not listed then return {false} end
+local wanted = {}
+for _, chunk in ipairs(cjson.decode(listed)) do
+  if chunk['claimed'] == true then wanted[#wanted + 1] = chunk['chunk_id'] end
+end
+for i = 2, #ARGV do wanted[#wanted + 1] = ARGV[i] end
+local found = {}
+if #wanted > 0 then found = redis.call('HMGET', KEYS[1], unpack(wanted)) end
+table.insert(found, 1, listed)
+return found
+"""
+"""A claimed list and what it needs, in one round trip: KEYS the claims hash; ARGV the list's
+field, then the other fields wanted with it. Returns the list (nil when it is gone), then the
+passages of its claimed chunks in their order, then the other fields (each nil when gone)."""
 
 
 class ClaimMissing(PoisonMessage):
@@ -187,10 +205,40 @@ class Resolved:
     also: dict[str, bytes | str | None] = default(default_factory=dict)
 
 
+def _resolved(
+    chunks: Sequence[RetrievedChunk],
+    wanted: Sequence[str],
+    loaded: Sequence[bytes | str | None],
+    also: Sequence[str],
+) -> Resolved:
+    """The chunks with the passages `loaded` for `wanted` (their claimed chunks' ids, in
+    order) in place, and the `also` fields read after them."""
+    extra = dict(zip(also, loaded[len(wanted) :], strict=True))
+    passages: dict[str, Passage] = {}
+    for chunk_id, raw in zip(wanted, loaded[: len(wanted)], strict=True):
+        if raw is None:
+            raise ClaimMissing(f"the passage of {chunk_id} is no longer claimed")
+        passages[chunk_id] = Passage.model_validate_json(raw)
+    whole = [
+        chunk.model_copy(
+            update={
+                "text": passages[chunk.chunk_id].text[:MAX_CHUNK_CHARS],
+                "vectors": passages[chunk.chunk_id].vectors,
+                "claimed": False,
+            }
+        )
+        if chunk.claimed
+        else chunk
+        for chunk in chunks
+    ]
+    return Resolved(whole, extra)
+
+
 class Claims:
     def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        self._resolve_listed: Any = None
 
     async def put(self, request_id: str, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
         """Claim the whole chunks' passages; the chunks as messages carry them (claimed ones
@@ -223,25 +271,18 @@ class Claims:
         if not wanted and not also:
             return Resolved(list(chunks))
         loaded = await self._load(claims_key(request_id), [*wanted, *also])
-        extra = dict(zip(also, loaded[len(wanted) :], strict=True))
-        passages: dict[str, Passage] = {}
-        for chunk_id, raw in zip(wanted, loaded[: len(wanted)], strict=True):
-            if raw is None:
-                raise ClaimMissing(f"the passage of {chunk_id} is no longer claimed")
-            passages[chunk_id] = Passage.model_validate_json(raw)
-        whole = [
-            chunk.model_copy(
-                update={
-                    "text": passages[chunk.chunk_id].text[:MAX_CHUNK_CHARS],
-                    "vectors": passages[chunk.chunk_id].vectors,
-                    "claimed": False,
-                }
-            )
-            if chunk.claimed
-            else chunk
-            for chunk in chunks
-        ]
-        return Resolved(whole, extra)
+        return _resolved(chunks, wanted, loaded, also)
+
+    async def resolve_listed(
+        self, request_id: str, claim: str, also: Sequence[str] = ()
+    ) -> Resolved:
+        """`resolve` of the list claimed under `claim` (`put_fused`), read with its passages
+        in one round trip (`RESOLVE_LISTED`)."""
+        raw, *loaded = await self._load_listed(claims_key(request_id), claim, list(also))
+        if raw is None:
+            raise ClaimMissing(f"the contexts {claim} is no longer claimed")
+        chunks = _RANKING.validate_json(raw)
+        return _resolved(chunks, [c.chunk_id for c in chunks if c.claimed], loaded, also)
 
     async def put_ranking(
         self, request_id: str, command_id: str, chunks: Sequence[RetrievedChunk]
@@ -277,11 +318,10 @@ class Claims:
         read for both, after one for the list of a command that carries its claim."""
         refs = _vector_refs(cmd)
         fields = sorted(set(refs.values()))
-        listed = cmd.contexts
         if cmd.contexts_claim is not None:
-            [raw] = await self._claimed(cmd.request_id, [cmd.contexts_claim], "the contexts")
-            listed = _RANKING.validate_json(raw)
-        contexts = await self.resolve(cmd.request_id, listed, also=fields)
+            contexts = await self.resolve_listed(cmd.request_id, cmd.contexts_claim, fields)
+        else:
+            contexts = await self.resolve(cmd.request_id, cmd.contexts, also=fields)
         update: dict[str, Any] = {"contexts": contexts.chunks, "contexts_claim": None}
         if refs:
             update.update(_with_vectors(cmd, refs, contexts.also))
@@ -321,3 +361,8 @@ class Claims:
 
     async def _load(self, key: str, chunk_ids: list[str]) -> list[bytes | str | None]:
         return list(await self.redis.hmget(key, chunk_ids))
+
+    async def _load_listed(self, key: str, field: str, also: list[str]) -> list[bytes | str | None]:
+        if self._resolve_listed is None:
+            self._resolve_listed = self.redis.register_script(RESOLVE_LISTED)
+        return list(await self._resolve_listed(keys=[key], args=[field, *also]))

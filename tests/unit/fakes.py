@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 
 import numpy as np
 
@@ -84,3 +85,12 @@ class MemoryClaims(Claims):
     async def _load(self, key: str, chunk_ids: list[str]) -> list[bytes | str | None]:
         stored = self.hashes.get(key, {})
         return [stored.get(chunk_id) for chunk_id in chunk_ids]
+
+    async def _load_listed(self, key: str, field: str, also: list[str]) -> list[bytes | str | None]:
+        """What the `RESOLVE_LISTED` script returns: the list, its claimed chunks'
+        passages, then `also`."""
+        listed = self.hashes.get(key, {}).get(field)
+        if listed is None:
+            return [None]
+        wanted = [c["chunk_id"] for c in json.loads(listed) if c.get("claimed") is True]
+        return [listed, *await self._load(key, [*wanted, *also])]

@@ -4,14 +4,19 @@ while the saga's list is the one fusion claimed, and the list itself once it is 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 import pytest
+import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from contracts.commands import CriticCommand, GenerateCommand
 from contracts.enums import Intent
 from contracts.models import RetrievedChunk, contexts_claim, to_resolve
 from contracts.results import ChannelOutcome, Fused, SearchResult
-from infra.runtime.claims import ClaimMissing
+from infra.runtime.claims import ClaimMissing, Claims, claims_key
+from infra.runtime.services import LocalService
 from tests.unit.fakes import MemoryClaims
 from tests.unit.saga_support import Run
 from tests.unit.test_saga_fuse_with_search import searches
@@ -76,6 +81,52 @@ async def test_a_list_no_longer_claimed_fails_its_step() -> None:
     )
     with pytest.raises(ClaimMissing, match="contexts"):
         await MemoryClaims().whole(cmd)
+
+
+@pytest.fixture
+async def redis(redis_service: LocalService) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(redis_service.url)
+    yield client
+    await client.aclose()
+
+
+async def test_redis_resolves_a_claimed_list_in_one_round_trip_as_the_fake_does(
+    redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script that reads the list and its passages together (`RESOLVE_LISTED`) gives
+    what the unit tests' dict gives: claimed chunks whole, one that came unclaimed as it was,
+    and the query vector claimed beside them."""
+    rid = "req-contexts-redis"
+    chunks = [*PASSAGES[:3], PASSAGES[3].model_copy(update={"text": ""})]  # the last: unclaimed
+    fake, real = MemoryClaims(), Claims(redis, ttl_s=60)
+    sent: list[tuple[Any, ...]] = []
+    for claims in (fake, real):
+        _, claim = await claims.put_fused(rid, chunks)
+        vector = await claims.put_vector(rid, "q", "packed-vector")
+    cmd = GenerateCommand(
+        request_id=rid, query="q", intent=Intent.FACTUAL, contexts_claim=claim,
+        query_vectors={"q": vector},
+    )  # fmt: skip
+    await real.whole(cmd)  # the first call loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA)
+    execute = redis.execute_command
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        sent.append(args)
+        return await execute(*args, **kwargs)
+
+    monkeypatch.setattr(redis, "execute_command", counted)
+    whole = await real.whole(cmd)
+    assert [args[0] for args in sent] == ["EVALSHA"]
+    assert whole == await fake.whole(cmd)
+    assert [c.text for c in whole.contexts[:3]] == [p.text for p in PASSAGES[:3]]
+    assert whole.contexts[3].text == "" and whole.query_vectors == {"q": "packed-vector"}
+
+    await redis.hdel(claims_key(rid), "c2")
+    with pytest.raises(ClaimMissing, match="c2"):
+        await real.whole(cmd)
+    await redis.delete(claims_key(rid))
+    with pytest.raises(ClaimMissing, match="contexts"):
+        await real.whole(cmd)
 
 
 def _fused(run: Run, chunks: list[RetrievedChunk], claim: str | None) -> SearchResult:
