@@ -55,23 +55,24 @@ async def ask_question(
     session_id: str | None = None,
     mode: str | None = None,
 ) -> str | None:
-    """Submit, print phases and answer tokens live, then the sources; returns the final status.
-    In a session, a follow-up's standalone question is shown when it differs from the asked."""
-    accepted = await client.submit(
+    """Ask (one request that submits and streams), print phases and answer tokens live, then
+    the sources; returns the final status. In a session, a follow-up's standalone question is
+    shown when it differs from the asked."""
+    streaming = streamed = False
+    answer: dict[str, Any] | None = None
+    status: str | None = None
+    async for message in client.ask(
         question,
         intent=intent,
         top_k=top_k,
         namespaces=namespaces,
         session_id=session_id,
         mode=mode if mode != "answer" else None,
-    )
-    request_id = accepted["request_id"]
-    console.print(f"[dim]request {request_id}[/dim]")
-    streaming = streamed = False
-    answer: dict[str, Any] | None = None
-    status: str | None = None
-    async for message in client.stream_events(request_id):
+    ):
         data = message.data.get("data") or {}
+        if message.event == "submitted":
+            console.print(f"[dim]request {message.data.get('request_id')}[/dim]")
+            continue
         if message.event != "token" and streaming:
             console.print()
             streaming = False

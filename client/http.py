@@ -68,6 +68,28 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEMessage]:
         yield SSEMessage(event, event_id, json.loads("\n".join(data)))
 
 
+def _query_body(
+    query: str,
+    intent: str | None,
+    top_k: int | None,
+    namespaces: Iterable[str] | None,
+    session_id: str | None,
+    mode: str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": query}
+    if mode:
+        body["mode"] = mode
+    if intent:
+        body["intent"] = intent
+    if top_k:
+        body["top_k"] = top_k
+    if namespaces:
+        body["namespaces"] = list(namespaces)
+    if session_id:
+        body["session_id"] = session_id
+    return body
+
+
 class RagbusClient:
     def __init__(
         self,
@@ -121,19 +143,34 @@ class RagbusClient:
     ) -> dict[str, Any]:
         """`{request_id, status_url, events_url}`. With `idempotency_key`, retrying after an
         error is safe: the same key gives the same request, never a second one."""
-        body: dict[str, Any] = {"query": query}
-        if mode:
-            body["mode"] = mode
-        if intent:
-            body["intent"] = intent
-        if top_k:
-            body["top_k"] = top_k
-        if namespaces:
-            body["namespaces"] = list(namespaces)
-        if session_id:
-            body["session_id"] = session_id
+        body = _query_body(query, intent, top_k, namespaces, session_id, mode)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return await self._json("POST", "/v1/queries", json=body, headers=headers)
+
+    async def ask(
+        self,
+        query: str,
+        *,
+        intent: str | None = None,
+        top_k: int | None = None,
+        namespaces: Iterable[str] | None = None,
+        session_id: str | None = None,
+        mode: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncIterator[SSEMessage]:
+        """Submit and follow in one request (`POST /v1/chat`): a `submitted` message with the
+        request id, then the request's events until `done`, as `stream_events` gives them (a
+        client cut off resumes with `stream_events(request_id, last_event_id)`)."""
+        body = _query_body(query, intent, top_k, namespaces, session_id, mode)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        async with self._http.stream(
+            "POST", "/v1/chat", json=body, headers=headers, timeout=STREAM_TIMEOUT
+        ) as resp:
+            await _raise_for_error(resp)
+            async for message in parse_sse(resp.aiter_lines()):
+                yield message
+                if message.event == "done":
+                    return
 
     async def status(self, request_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/queries/{request_id}")

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from client import RagbusClient
 from contracts.enums import Channel
 from infra.retrieval.chunking import chunk_document
 from launcher.runtime import Runtime
@@ -136,6 +137,21 @@ async def test_late_subscriber_gets_full_replay_and_last_event_id_resumes(
         http, f"/v1/queries/{request_id}/events", last_event_id=replay[cut].id
     )
     assert [e.id for e in resumed] == [e.id for e in replay[cut + 1 :]]
+
+
+async def test_one_request_asks_and_streams_as_the_events_url_does(api_url: str) -> None:
+    """`POST /v1/chat` (the client's `ask`): a `submitted` message naming the request, then
+    the very events its events URL gives, ids included, so a client cut off resumes there."""
+    async with RagbusClient(api_url) as client:
+        asked = [m async for m in client.ask(QUESTION)]
+        assert asked[0].event == "submitted" and asked[-1].event == "done"
+        request_id = asked[0].data["request_id"]
+        assert [m.event for m in asked].count("answer") == 1
+        replay = [m async for m in client.stream_events(request_id)]
+        assert [(m.id, m.event) for m in asked[1:]] == [(m.id, m.event) for m in replay]
+        cut = len(replay) // 2
+        resumed = [m async for m in client.stream_events(request_id, replay[cut].id)]
+        assert [m.id for m in resumed] == [m.id for m in replay[cut + 1 :]]
 
 
 async def test_a_multi_hop_question_is_decomposed_and_followed_up_through_the_bus(

@@ -81,12 +81,19 @@ def test_summarize_counts_outcomes_and_phases() -> None:
     assert {"concurrency", "duration_s"} <= report.keys()
 
 
-async def test_a_refused_submission_keeps_the_status_the_api_answered() -> None:
+@pytest.mark.parametrize("ask", ["chat", "submit"])
+async def test_a_refused_submission_keeps_the_status_the_api_answered(ask: str) -> None:
     class Refusing:
         async def submit(self, query: str, namespaces: list[str] | None = None) -> dict[str, str]:
             raise ApiError(429, "too_many_requests", "over 50 submissions per second")
 
-    outcome = await run_one(Refusing(), "q", 5.0)  # type: ignore[arg-type]
+        async def ask(
+            self, query: str, namespaces: list[str] | None = None
+        ) -> AsyncIterator[SSEMessage]:
+            raise ApiError(429, "too_many_requests", "over 50 submissions per second")
+            yield  # an async generator, as the client's
+
+    outcome = await run_one(Refusing(), "q", 5.0, ask=ask)  # type: ignore[arg-type]
     assert outcome.status == "error"
     assert outcome.http_status == 429
     assert outcome.error == "ApiError: 429 too_many_requests: over 50 submissions per second"
