@@ -44,6 +44,7 @@ async def bench_bus(
     extra_env: dict[str, str] | None = None,
     floor: bool = True,
     profile: bool = False,
+    ask: str = "chat",
 ) -> dict[str, Any]:
     env = {
         # The instant vectors are random, so the real critic would send every request round
@@ -74,12 +75,13 @@ async def bench_bus(
             duration_s=duration_s,
             warmup_s=warmup_s,
             pids=stack.pids,
+            ask=ask,
         )
         if profiling is not None:
             cpu = (report.get("cpu") or {}).get("process_cpu_ms_per_request") or {}
             report["ledger"] = ledger(await profiling, python_cpu_ms(cpu))
         traffic, sequential = await tapped_requests(
-            stack.url, stack.nats_url, stack.redis_url, queries
+            stack.url, stack.nats_url, stack.redis_url, queries, ask=ask
         )
     report["stack"] = "instant engines: real API, orchestrator, workers, nats-server, redis-server"
     report["traffic"] = traffic
@@ -97,7 +99,7 @@ async def bench_bus(
 
 
 async def tapped_requests(
-    api_url: str, nats_url: str, redis_url: str, queries: Sequence[str]
+    api_url: str, nats_url: str, redis_url: str, queries: Sequence[str], *, ask: str = "chat"
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`ONE_AT_A_TIME` requests one after another, for their latency at c = 1; then
     `TAPPED_REQUESTS` more under the tap (which costs time of its own), for the traffic."""
@@ -106,11 +108,11 @@ async def tapped_requests(
     async with RagbusClient(api_url) as client:
         started = time.monotonic()
         for n in range(ONE_AT_A_TIME):
-            latencies.append(await run_one(client, queries[n % len(queries)], 30.0))
+            latencies.append(await run_one(client, queries[n % len(queries)], 30.0, ask=ask))
         elapsed = time.monotonic() - started
         async with BusTap(nats_url) as tap, RedisTap(redis_url) as redis_tap:
             for n in range(TAPPED_REQUESTS):
-                outcomes.append(await run_one(client, queries[n % len(queries)], 30.0))
+                outcomes.append(await run_one(client, queries[n % len(queries)], 30.0, ask=ask))
             await asyncio.sleep(0.2)  # the last request's trailing messages reach the tap
     traffic = traffic_report(
         dict(tap.requests), redis_tap.calls, redis_tap.inside_lua, len(outcomes)

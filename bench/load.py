@@ -1,10 +1,12 @@
 """`ragbus bench`: closed-loop load on a running API, measured end to end.
 
-C loops each submit a query, stream its events to `done`, and go again until S seconds
-have passed, after W seconds of warm-up whose requests are not counted. Latency is
-submit-to-`done` as the caller sees it; phase durations are the ones the workers measured and
-reported in their `phase` events; CPU is what the machine spent during the measured seconds,
-less the load generator's own (`bench.cpu`).
+C loops each ask a query, stream its events to `done`, and go again until S seconds
+have passed, after W seconds of warm-up whose requests are not counted. A loop asks as a
+client does (`ASK_PATHS`): by default in one request that submits and streams
+(`POST /v1/chat`), or by submitting and then following the events URL, as the web page does.
+Latency is submit-to-`done` as the caller sees it; phase durations are the ones the workers
+measured and reported in their `phase` events; CPU is what the machine spent during the
+measured seconds, less the load generator's own (`bench.cpu`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from client import ApiError, RagbusClient
 
 REQUEST_TIMEOUT_S = 60.0
 RATE_LIMITED = 429
+ASK_PATHS = ("chat", "submit")
+"""How a loop asks: `chat`, one HTTP request that submits and streams the events
+(`POST /v1/chat`); `submit`, `POST /v1/queries`, then `GET` its events URL (what the web page
+does: a browser's `EventSource` only GETs)."""
 
 
 @dataclass
@@ -70,7 +76,12 @@ def percentile(values: Sequence[float], pct: float) -> float | None:
 
 
 async def run_one(
-    client: RagbusClient, query: str, timeout_s: float, namespace: str | None = None
+    client: RagbusClient,
+    query: str,
+    timeout_s: float,
+    namespace: str | None = None,
+    *,
+    ask: str = "chat",
 ) -> Outcome:
     started = time.perf_counter()
     phases: list[tuple[str, float]] = []
@@ -81,8 +92,12 @@ async def run_one(
     try:
         async with asyncio.timeout(timeout_s):
             namespaces = [namespace] if namespace else None
-            request_id = (await client.submit(query, namespaces=namespaces))["request_id"]
-            async for message in client.stream_events(request_id):
+            if ask == "chat":
+                messages = client.ask(query, namespaces=namespaces)
+            else:
+                request_id = (await client.submit(query, namespaces=namespaces))["request_id"]
+                messages = client.stream_events(request_id)
+            async for message in messages:
                 data = message.data.get("data") or {}
                 if message.event == "phase" and data.get("status") == "completed":
                     if data.get("duration_ms") is not None:
@@ -109,9 +124,10 @@ async def run_bench(
     timeout_s: float = REQUEST_TIMEOUT_S,
     pids: dict[str, int] | None = None,
     namespace: str | None = None,
+    ask: str = "chat",
 ) -> dict[str, Any]:
     """`pids`: processes of the system under test whose CPU is reported one by one;
-    `namespace`: where the queries search (default: the API's)."""
+    `namespace`: where the queries search (default: the API's); `ask`: one of `ASK_PATHS`."""
     limits = httpx.Limits(max_connections=concurrency * 2 + 4)
     transport = httpx.AsyncHTTPTransport(limits=limits)
     async with RagbusClient(api_url, token=token, transport=transport) as client:
@@ -124,7 +140,7 @@ async def run_bench(
                 n = worker
                 while time.monotonic() < stop_at:
                     query = queries[n % len(queries)]
-                    outcomes.append(await run_one(client, query, timeout_s, namespace))
+                    outcomes.append(await run_one(client, query, timeout_s, namespace, ask=ask))
                     n += concurrency
 
             await asyncio.gather(*(loop(i) for i in range(concurrency)))
@@ -140,6 +156,7 @@ async def run_bench(
         cpu = meter.stop()
     report = summarize(outcomes, elapsed, concurrency=concurrency, duration_s=duration_s, cpu=cpu)
     report["warmup_s"] = warmup_s
+    report["ask"] = ask
     return report
 
 

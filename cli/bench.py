@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,6 +29,22 @@ from cli.common import (
     store_namespace,
 )
 from infra.settings import Settings
+
+
+class AskPath(StrEnum):
+    """`bench.load.ASK_PATHS`."""
+
+    CHAT = "chat"
+    SUBMIT = "submit"
+
+
+Ask = Annotated[
+    AskPath,
+    typer.Option(
+        help="How each loop asks: `chat`, one request that submits and streams the events "
+        "(POST /v1/chat); `submit`, POST /v1/queries then GET its events (the web page's way).",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -62,6 +79,7 @@ def bench(
         ),
     ] = True,
     peer_threads: Annotated[int, typer.Option(min=1, help="Each peer's threads.")] = 8,
+    ask: Ask = AskPath.CHAT,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
@@ -86,6 +104,7 @@ def bench(
             token=token,
             timeout_s=timeout,
             namespace=namespace,
+            ask=ask.value,
         )
     )
     report["namespace"] = namespace or "default"
@@ -171,6 +190,7 @@ def bench_bus(
         bool,
         typer.Option(help="Sample the stack with py-spy under load: where a request's CPU goes."),
     ] = False,
+    ask: Ask = AskPath.CHAT,
 ) -> None:
     """The broker path's own cost: the real API, saga, workers, nats-server and Redis, with
     instant engines (no model, no store), started on free ports and stopped afterwards; then
@@ -188,6 +208,7 @@ def bench_bus(
             warmup_s=warmup,
             floor=floor,
             profile=profile,
+            ask=ask.value,
         )
     )
     save_json(report, out)
