@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts import subjects as sj
-from contracts.events import phase_events
+from contracts.events import caller_events
 from contracts.tenancy import DEFAULT_TENANT
 from infra.logging import get_logger
 from infra.runtime.bus import until_jetstream_answers
@@ -189,7 +189,7 @@ async def request_messages(
     )
     async with aclosing(messages):
         async for seq, body in messages:
-            events = phase_events(body)
+            events = caller_events(body)
             if seq == after_seq:  # received in part before the stream was resumed
                 events = [e for e in events if e.get("part", 0) > after_part]
             for event in events:

@@ -23,7 +23,7 @@ from bench.chaos_cluster import Cluster
 from bench.chaos_ingest import CHAOS_NAMESPACE, chaos_documents
 from client import RagbusClient
 from contracts import subjects as sj
-from contracts.events import phase_events
+from contracts.events import caller_events
 from infra.retrieval.chunking import chunk_document
 
 StoredEvents = Callable[[JetStreamContext, str], Awaitable[list[tuple[int, dict[str, Any]]]]]
@@ -74,14 +74,17 @@ async def verify_requests(
             if state["status"] != "completed":
                 error = state.get("error") or {}
                 why_not[f"{state['status']}: {error.get('code')} in {error.get('phase')}"] += 1
-            kinds = Counter(str(event.get("type", "")) for _, event in events)
+            # each event a caller is owed: a message's entries one by one (a `phases`
+            # message's phase events, a `done` and the answer or error it carries)
+            kinds = Counter(
+                str(event.get("type", "")) for _, body in events for event in caller_events(body)
+            )
             duplicates["answers"] += kinds["answer"] > 1
             duplicates["done"] += kinds["done"] > 1
-            # each event a caller is owed: a `phases` message's entries one by one
             stored = {
                 (seq, event.get("part", 0)): event
                 for seq, body in events
-                for event in phase_events(body)
+                for event in caller_events(body)
             }
             lost = set(stored) - request.seen if request.status != "unfinished" else set()
             # A stream ends at `done`: an event stored after it was published late (by a

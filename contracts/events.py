@@ -56,10 +56,41 @@ class ErrorData(BaseModel):
     phase: Phase | None = None
 
 
+class AnswerEntry(BaseModel):
+    """A request's `answer` event, carried in its `done` message (`DoneData.ending`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["answer"] = "answer"
+    event_id: str = Field(min_length=1, max_length=128)
+    occurred_at: datetime
+    data: AnswerData
+
+
+class ErrorEntry(BaseModel):
+    """A request's `error` event, carried in its `done` message (`DoneData.ending`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["error"] = "error"
+    event_id: str = Field(min_length=1, max_length=128)
+    occurred_at: datetime
+    data: ErrorData
+
+
+Ending = Annotated[AnswerEntry | ErrorEntry, Field(discriminator="type")]
+
+
 class DoneData(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: RequestStatus
+    ending: Ending | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the event the request ends with, its answer or its error, carried in "
+        "the same message: callers receive it as its own event just before the `done`",
+    )
 
 
 class PhaseEvent(Envelope):
@@ -93,7 +124,7 @@ class PhasesEvent(Envelope):
     instead of one each. They share the envelope's request, tenant, attempt and trace.
 
     Callers never see this type: the SSE stream relays each entry as the `phase` event it
-    stands for (`phase_events`), with the id `<stream sequence>.<part>`. A direct NATS
+    stands for (`caller_events`), with the id `<stream sequence>.<part>`. A direct NATS
     subscriber of `rag.events.<tenant>.<request_id>` expands it the same way."""
 
     type: Literal["phases"] = "phases"
@@ -114,11 +145,16 @@ class PhasesEvent(Envelope):
         )
 
 
-def phase_events(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The caller events a stored message stands for, as JSON objects: a `phases` message's
-    entries, each the body its own `phase` event would have had, with `part` (from 1) for its
-    place; any other message as it is. Works on the JSON, as a relay reads it."""
-    if body.get("type") != "phases":
+def caller_events(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The caller events a stored message stands for, as JSON objects, each with `part` (from
+    1) for its place when the message stands for several: a `phases` message's entries, each
+    the body its own `phase` event would have had; a `done` that carries its request's ending
+    (`DoneData.ending`), that `answer` or `error` event and then the `done` without it; any
+    other message as it is. Works on the JSON, as a relay reads it."""
+    kind = body.get("type")
+    if kind == "done":
+        return _ended(body)
+    if kind != "phases":
         return [body]
     shared = {k: v for k, v in body.items() if k not in ("event_id", "occurred_at", "data")}
     shared["type"] = "phase"
@@ -134,6 +170,17 @@ def phase_events(body: dict[str, Any]) -> list[dict[str, Any]]:
         for part, entry in enumerate(entries, start=1)
         if isinstance(entry, dict)
     ]
+
+
+def _ended(body: dict[str, Any]) -> list[dict[str, Any]]:
+    data = body.get("data") or {}
+    ending = data.get("ending") if isinstance(data, dict) else None
+    if not isinstance(ending, dict):
+        return [body]
+    own = {"type", "event_id", "occurred_at", "data"}
+    first = {k: ending.get(k) if k in own else v for k, v in body.items()}
+    done = {**body, "data": {k: v for k, v in data.items() if k != "ending"}}
+    return [{**first, "part": 1}, {**done, "part": 2}]
 
 
 class TokenEvent(Envelope):
@@ -152,8 +199,41 @@ class ErrorEvent(Envelope):
 
 
 class DoneEvent(Envelope):
+    """A request's last event. It carries the event the request ends with (its answer or its
+    error, `DoneData.ending`), so the two cost one publish, one ack and one store; callers
+    receive them as two events (`caller_events`), with the ids `<seq>.1` and `<seq>.2`."""
+
     type: Literal["done"] = "done"
     data: DoneData
+
+    @classmethod
+    def ending_with(cls, last: AnswerEvent | ErrorEvent, status: RequestStatus) -> DoneEvent:
+        entry: AnswerEntry | ErrorEntry
+        if isinstance(last, AnswerEvent):
+            entry = AnswerEntry(
+                event_id=last.event_id, occurred_at=last.occurred_at, data=last.data
+            )
+        else:
+            entry = ErrorEntry(event_id=last.event_id, occurred_at=last.occurred_at, data=last.data)
+        return cls(**last.correlation(), data=DoneData(status=status, ending=entry))
+
+    def split(self) -> list[AnswerEvent | ErrorEvent | DoneEvent]:
+        """The events callers receive for this message, as models (`caller_events` on JSON):
+        the ending it carries, then the done without it."""
+        ending = self.data.ending
+        if ending is None:
+            return [self]
+        shared = {
+            **self.correlation(),
+            "event_id": ending.event_id,
+            "occurred_at": ending.occurred_at,
+        }
+        last: AnswerEvent | ErrorEvent = (
+            AnswerEvent(**shared, data=ending.data)
+            if isinstance(ending, AnswerEntry)
+            else ErrorEvent(**shared, data=ending.data)
+        )
+        return [last, self.model_copy(update={"data": DoneData(status=self.data.status)})]
 
 
 CallerEvent = Annotated[

@@ -19,7 +19,6 @@ from contracts.enums import (
 from contracts.envelope import Envelope, utcnow
 from contracts.events import (
     AnswerEvent,
-    DoneData,
     DoneEvent,
     ErrorData,
     ErrorEvent,
@@ -61,11 +60,9 @@ class SagaBase:
         state.pending = None
         state.finished_at = finished
         answer = AnswerEvent(**self._corr(state), data=state.answer)
-        done = DoneEvent(**self._corr(state), data=DoneData(status=RequestStatus.COMPLETED))
         ending = [
             *messages,
-            self._event(answer),
-            self._event(done),
+            self._event(DoneEvent.ending_with(answer, RequestStatus.COMPLETED)),
             *self._remember(state),
             *research.child_finished(state),
         ]
@@ -99,10 +96,8 @@ class SagaBase:
         state.pending = None
         state.finished_at = utcnow()
         error = ErrorEvent(**self._corr(state), data=state.error)
-        done = DoneEvent(**self._corr(state), data=DoneData(status=status))
         ending = [
-            self._event(error),
-            self._event(done),
+            self._event(DoneEvent.ending_with(error, status)),
             *self._remember(state),
             *research.child_finished(state),
         ]

@@ -18,7 +18,7 @@ import pytest
 from api.event_stream import stored_events
 from api.sse import event_id
 from contracts import subjects as sj
-from contracts.events import phase_events
+from contracts.events import caller_events
 from infra.runtime.bus import stream_specs
 from infra.runtime.nats_cluster import NatsCluster, stream_leader, until_streams_current
 from infra.runtime.services import LocalService, free_port, start_redis
@@ -153,7 +153,7 @@ async def test_questions_reach_one_terminal_event_while_stream_leaders_die(
             owed = [
                 (event_id(seq, event), event.get("type"), (event.get("data") or {}).get("phase"))
                 for seq, body in stored
-                for event in phase_events(body)
+                for event in caller_events(body)
             ]
             unseen = [item for item in owed if item[0] not in seen]
             assert seen == [item[0] for item in owed], (request_id, kinds, unseen)

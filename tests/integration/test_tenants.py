@@ -26,7 +26,7 @@ import nats.errors
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from contracts.events import phase_events
+from contracts.events import caller_events
 from infra.runtime.services import free_port
 from tests.up_process import ROOT, ragbus_up
 
@@ -423,7 +423,7 @@ async def test_a_tenant_follows_its_own_events_over_nats(stack: TenantStack, bet
             assert msg.subject == f"rag.events.beta.{view['request_id']}"
             assert event["tenant"] == "beta"
             # a `phases` message carries several phase events: expanded as the API does
-            kinds.extend(e["type"] for e in phase_events(event))
+            kinds.extend(e["type"] for e in caller_events(event))
             if event["type"] == "done":
                 break
         assert "phase" in kinds

@@ -16,7 +16,7 @@ from faststream.nats import JStream, NatsBroker, NatsRouter, TestNatsBroker
 from faststream.nats.annotations import NatsMessage
 
 from contracts import subjects as sj
-from contracts.events import phase_events
+from contracts.events import caller_events
 from infra.llm import LLMClient
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
@@ -50,7 +50,7 @@ class WorkerHarness:
             for subject, bodies in self.received.items()
             if subject.startswith(prefix)
             for body in bodies
-            for event in phase_events(body)
+            for event in caller_events(body)
         ]
 
     def messages(self, prefix: str) -> list[dict[str, Any]]:

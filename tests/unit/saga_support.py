@@ -13,6 +13,7 @@ from contracts.commands import (
     SearchCommand,
 )
 from contracts.enums import Channel, Intent
+from contracts.events import DoneEvent
 from contracts.models import RetrievedChunk
 from contracts.queries import QuerySubmitted
 from contracts.results import (
@@ -50,11 +51,19 @@ class Run:
         self.now = 1_000.0
         self.state: RequestState | None = None
         self.sent: list[Any] = []
+        """What the saga sent, as callers receive it (a `done` and what it carries: two)."""
+        self.published: list[Any] = []
+        """What the saga sent, as messages."""
 
     def _take(self, transition: Transition) -> list[Any]:
         if transition.state is not None:
             self.state = transition.state.model_copy(deep=True)
-        messages = [m.message for m in transition.messages]
+        self.published.extend(m.message for m in transition.messages)
+        messages = [
+            event
+            for m in transition.messages
+            for event in (m.message.split() if isinstance(m.message, DoneEvent) else [m.message])
+        ]
         self.sent.extend(messages)
         return messages
 

@@ -22,7 +22,7 @@ from contracts.commands import (
 )
 from contracts.enums import Channel, Intent, Step, StepStatus
 from contracts.envelope import Envelope
-from contracts.events import phase_events
+from contracts.events import caller_events
 from contracts.models import RetrievedChunk, ToolCall, ToolOutcome
 from contracts.results import (
     ClassifyResult,
@@ -95,7 +95,7 @@ def harness_for(tmp_path: Path) -> Callable[[RouterFactory], AbstractAsyncContex
 
         @broker.subscriber("rag.events.>", stream=JStream(sj.STREAM_EVENTS, declare=False))
         async def on_event(body: dict[str, Any]) -> None:
-            harness.events.extend(phase_events(body))  # a `phases` message: its entries
+            harness.events.extend(caller_events(body))  # a `phases` message: its entries
 
         async with TestNatsBroker(broker) as test_broker:
             harness.broker = test_broker

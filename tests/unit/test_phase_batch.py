@@ -7,6 +7,7 @@ the phase events it stands for, and `Last-Event-ID` resumes between them."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -14,8 +15,20 @@ from faststream.nats import NatsBroker
 
 from api.sse import ResumePoint, event_id, resume_after
 from contracts.commands import ClassifyCommand
-from contracts.enums import Phase, PhaseStatus
-from contracts.events import CallerEvent, PhaseData, PhaseEvent, PhasesEvent, phase_events
+from contracts.enums import Phase, PhaseStatus, RequestStatus
+from contracts.events import (
+    AnswerData,
+    AnswerEvent,
+    CallerEvent,
+    DoneData,
+    DoneEvent,
+    ErrorData,
+    ErrorEvent,
+    PhaseData,
+    PhaseEvent,
+    PhasesEvent,
+    caller_events,
+)
 from infra.runtime import phase_events as pe
 from infra.runtime.bus import Bus
 from infra.runtime.step_context import message_context
@@ -168,12 +181,38 @@ async def test_without_a_batch_an_event_goes_out_at_once() -> None:
 def test_a_phases_message_expands_into_the_phase_events_it_stands_for() -> None:
     events = [ended(Phase.VECTOR_SEARCH), ended(Phase.SPARSE_SEARCH)]
     body = PhasesEvent.of(events).model_dump(mode="json")
-    expanded = phase_events(body)
+    expanded = caller_events(body)
     for part, (event, alone) in enumerate(zip(expanded, events, strict=True), start=1):
         assert event.pop("part") == part
         assert event == alone.model_dump(mode="json")  # as it would have gone out alone
     lone = ended(Phase.FUSION).model_dump(mode="json")
-    assert phase_events(lone) == [lone]
+    assert caller_events(lone) == [lone]
+
+
+@pytest.mark.parametrize("ending", ["answer", "error"])
+def test_a_done_carries_the_event_it_ends_with_and_expands_into_both(ending: str) -> None:
+    """The saga's closing pair is one message: callers get the `answer` (or `error`) as it
+    would have gone out alone, then the `done` as it always was."""
+    last: AnswerEvent | ErrorEvent = (
+        AnswerEvent(request_id="r1", attempt=2, data=AnswerData(content="It is [1]."))
+        if ending == "answer"
+        else ErrorEvent(request_id="r1", attempt=2, data=ErrorData(code="cancelled", message="x"))
+    )
+    status = RequestStatus.COMPLETED if ending == "answer" else RequestStatus.CANCELLED
+    done = DoneEvent.ending_with(last, status)
+    expanded = caller_events(json.loads(done.model_dump_json()))
+    assert [event.pop("part") for event in expanded] == [1, 2]
+    assert expanded[0] == json.loads(last.model_dump_json())
+    alone = DoneEvent(**done.correlation(), data=DoneData(status=status))
+    assert expanded[1] == {
+        **json.loads(alone.model_dump_json()),
+        "event_id": done.event_id,
+        "occurred_at": expanded[1]["occurred_at"],
+    }
+    assert "ending" not in expanded[1]["data"]
+    assert caller_events(json.loads(alone.model_dump_json())) == [
+        json.loads(alone.model_dump_json())
+    ]  # a done that carries nothing is itself
 
 
 def test_an_event_id_names_its_part_and_resumes_there() -> None:

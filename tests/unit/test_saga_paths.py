@@ -12,7 +12,7 @@ from contracts.commands import (
     ToolCommand,
 )
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, RequestStatus
-from contracts.events import AnswerEvent, PhaseEvent
+from contracts.events import AnswerEvent, DoneEvent, PhaseEvent
 from contracts.models import RetrievedChunk, ToolOutcome
 from contracts.queries import QuerySubmitted
 from contracts.results import (
@@ -44,6 +44,10 @@ def test_happy_path_reaches_completed_with_one_answer_and_one_done() -> None:
     assert kinds(run.generate()) == ["CriticCommand"]
     sent = run.critic()
     assert kinds(sent) == ["AnswerEvent", "DoneEvent"]
+    # published as one message: the done carries the answer, and callers get both
+    closing = run.published[-1]
+    assert isinstance(closing, DoneEvent) and closing.split() == sent
+    assert kinds(run.published).count("AnswerEvent") == 0
     answer: AnswerEvent = sent[0]
     assert answer.data.citations[1].chunk_id == "c1"
     assert answer.data.citations[1].snippet == "Pharos light."  # the passage, for its card
