@@ -12,6 +12,7 @@ import pytest
 from nats.js.api import DeliverPolicy
 
 from contracts import subjects as sj
+from contracts.events import caller_events
 from contracts.tenancy import DEFAULT_TENANT
 from infra.runtime.services import free_port, start_nats, start_redis
 from launcher.runtime import WORKER_KINDS
@@ -32,14 +33,14 @@ async def count_events(js: nats.js.JetStreamContext, request_id: str) -> Counter
     try:
         while True:
             msg = await sub.next_msg(timeout=60)
-            kind = json.loads(msg.data)["type"]
-            kinds[kind] += 1
-            if kind == "done":
+            body = json.loads(msg.data)
+            kinds.update(event["type"] for event in caller_events(body))  # as callers get them
+            if body["type"] == "done":
                 # Anything after `done` would be a second terminal: look briefly for it.
                 try:
                     while True:
                         extra = await sub.next_msg(timeout=0.3)
-                        kinds[json.loads(extra.data)["type"]] += 1
+                        kinds.update(e["type"] for e in caller_events(json.loads(extra.data)))
                 except nats.errors.TimeoutError:
                     return kinds
     finally:
