@@ -52,6 +52,12 @@ def parse_frames(stack: str) -> list[tuple[str, str]]:
     return frames
 
 
+ENGINES_IN_THREADS = "engines in their threads (the encoder, the stores)"
+"""A real stack's models and stores run off the event loop, in thread pools that no worker's
+frame is on: the query's encoding, mostly. Only a real stack's profile has them (`record`
+pointed at `ragbus up` under `ragbus bench`); the instant stack of `bench-bus` has none."""
+
+
 def role(frames: list[tuple[str, str]]) -> str:
     """The outermost part of ragbus on the stack."""
     found = "runtime (consume paths, Redis replies, the event loop)"
@@ -62,6 +68,8 @@ def role(frames: list[tuple[str, str]]) -> str:
             return "saga"
         if path.startswith("workers/"):
             return f"worker: {path.split('/')[1].removesuffix('.py')}"
+        if path.startswith("infra/retrieval/"):  # a model or store run in its thread pool
+            return ENGINES_IN_THREADS
         if path.startswith(("uvicorn/", "starlette/", "fastapi/")):
             found = "API (submission, SSE relay)"
         elif path.startswith("nats/aio/client.py") and found.startswith("runtime"):

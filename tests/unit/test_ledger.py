@@ -37,6 +37,13 @@ def test_roles_are_the_outermost_part_of_ragbus_on_the_stack() -> None:
     assert role(parse_frames(API)) == "API (submission, SSE relay)"
     assert role(parse_frames(NATS_LOOP)) == "nats-py read and flush loops"
     assert role(parse_frames(LOOP)).startswith("runtime")
+    encoding = (
+        "_bootstrap (threading.py:1002);Thread.run (threading.py:982);"
+        "_worker (concurrent/futures/thread.py:83);_WorkItem.run (concurrent/futures/thread.py:58);"
+        "Encoder.encode (infra/retrieval/encoder.py:120);"
+        "OnnxEncoder._run (infra/retrieval/onnx_encoder.py:90)"
+    )
+    assert role(parse_frames(encoding)).startswith("engines in their threads")
 
 
 def test_the_ledger_gives_shares_and_milliseconds_a_request() -> None:
