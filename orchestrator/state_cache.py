@@ -44,13 +44,11 @@ class StateCache:
     def take(self, request_id: str) -> Committed | None:
         return self._entries.pop(request_id, None)
 
-    def put(
-        self, request_id: str, state: RequestState, version: int, sent: tuple[str, ...] = ()
-    ) -> None:
+    def put(self, request_id: str, state: RequestState, version: int) -> None:
         if self.size <= 0 or state.status.is_terminal:
             self._entries.pop(request_id, None)
             return
-        self._entries[request_id] = Committed(state, version, sent)
+        self._entries[request_id] = Committed(state, version)
         self._entries.move_to_end(request_id)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
