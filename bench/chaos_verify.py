@@ -76,16 +76,14 @@ async def verify_requests(
                 why_not[f"{state['status']}: {error.get('code')} in {error.get('phase')}"] += 1
             # each event a caller is owed: a message's entries one by one (a `phases`
             # message's phase events, a `done` and the answer or error it carries)
-            kinds = Counter(
-                str(event.get("type", "")) for _, body in events for event in caller_events(body)
-            )
-            duplicates["answers"] += kinds["answer"] > 1
-            duplicates["done"] += kinds["done"] > 1
             stored = {
                 (seq, event.get("part", 0)): event
                 for seq, body in events
                 for event in caller_events(body)
             }
+            kinds = Counter(str(event.get("type", "")) for event in stored.values())
+            duplicates["answers"] += kinds["answer"] > 1
+            duplicates["done"] += kinds["done"] > 1
             lost = set(stored) - request.seen if request.status != "unfinished" else set()
             # A stream ends at `done`: an event stored after it was published late (by a
             # step that outlived its request), which no reader of the stream is owed.
