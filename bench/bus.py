@@ -24,7 +24,7 @@ from typing import Any
 from bench.cpu import python_cpu_ms
 from bench.floor import Pattern
 from bench.ledger import ledger, record
-from bench.load import Outcome, run_bench, run_one, summarize
+from bench.load import AskPath, Outcome, run_bench, run_one, summarize
 from bench.stack import ROOT, served_stack
 from bench.tap import BusTap, RedisTap, traffic_report
 from client import RagbusClient
@@ -44,7 +44,7 @@ async def bench_bus(
     extra_env: dict[str, str] | None = None,
     floor: bool = True,
     profile: bool = False,
-    ask: str = "chat",
+    ask: AskPath = AskPath.CHAT,
 ) -> dict[str, Any]:
     env = {
         # The instant vectors are random, so the real critic would send every request round
@@ -99,7 +99,12 @@ async def bench_bus(
 
 
 async def tapped_requests(
-    api_url: str, nats_url: str, redis_url: str, queries: Sequence[str], *, ask: str = "chat"
+    api_url: str,
+    nats_url: str,
+    redis_url: str,
+    queries: Sequence[str],
+    *,
+    ask: AskPath = AskPath.CHAT,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`ONE_AT_A_TIME` requests one after another, for their latency at c = 1; then
     `TAPPED_REQUESTS` more under the tap (which costs time of its own), for the traffic."""

@@ -2,7 +2,7 @@
 
 C loops each ask a query, stream its events to `done`, and go again until S seconds
 have passed, after W seconds of warm-up whose requests are not counted. A loop asks as a
-client does (`ASK_PATHS`): by default in one request that submits and streams
+client does (`AskPath`): by default in one request that submits and streams
 (`POST /v1/chat`), or by submitting and then following the events URL, as the web page does.
 Latency is submit-to-`done` as the caller sees it; phase durations are the ones the workers
 measured and reported in their `phase` events; CPU is what the machine spent during the
@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,15 @@ from client import ApiError, RagbusClient
 
 REQUEST_TIMEOUT_S = 60.0
 RATE_LIMITED = 429
-ASK_PATHS = ("chat", "submit")
-"""How a loop asks: `chat`, one HTTP request that submits and streams the events
-(`POST /v1/chat`); `submit`, `POST /v1/queries`, then `GET` its events URL (what the web page
-does: a browser's `EventSource` only GETs)."""
+
+
+class AskPath(StrEnum):
+    """How a loop asks: `chat`, one HTTP request that submits and streams the events
+    (`POST /v1/chat`); `submit`, `POST /v1/queries`, then `GET` its events URL (what the web
+    page does: a browser's `EventSource` only GETs)."""
+
+    CHAT = "chat"
+    SUBMIT = "submit"
 
 
 @dataclass
@@ -81,7 +87,7 @@ async def run_one(
     timeout_s: float,
     namespace: str | None = None,
     *,
-    ask: str = "chat",
+    ask: AskPath = AskPath.CHAT,
 ) -> Outcome:
     started = time.perf_counter()
     phases: list[tuple[str, float]] = []
@@ -92,7 +98,7 @@ async def run_one(
     try:
         async with asyncio.timeout(timeout_s):
             namespaces = [namespace] if namespace else None
-            if ask == "chat":
+            if ask is AskPath.CHAT:
                 messages = client.ask(query, namespaces=namespaces)
             else:
                 request_id = (await client.submit(query, namespaces=namespaces))["request_id"]
@@ -124,10 +130,10 @@ async def run_bench(
     timeout_s: float = REQUEST_TIMEOUT_S,
     pids: dict[str, int] | None = None,
     namespace: str | None = None,
-    ask: str = "chat",
+    ask: AskPath = AskPath.CHAT,
 ) -> dict[str, Any]:
     """`pids`: processes of the system under test whose CPU is reported one by one;
-    `namespace`: where the queries search (default: the API's); `ask`: one of `ASK_PATHS`."""
+    `namespace`: where the queries search (default: the API's); `ask`: how each loop asks."""
     limits = httpx.Limits(max_connections=concurrency * 2 + 4)
     transport = httpx.AsyncHTTPTransport(limits=limits)
     async with RagbusClient(api_url, token=token, transport=transport) as client:
@@ -156,7 +162,7 @@ async def run_bench(
         cpu = meter.stop()
     report = summarize(outcomes, elapsed, concurrency=concurrency, duration_s=duration_s, cpu=cpu)
     report["warmup_s"] = warmup_s
-    report["ask"] = ask
+    report["ask"] = ask.value
     return report
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from bench.load import AskPath
 from cli.common import (
     DEFAULT_API,
     DEFAULT_QUERIES,
@@ -29,14 +29,6 @@ from cli.common import (
     store_namespace,
 )
 from infra.settings import Settings
-
-
-class AskPath(StrEnum):
-    """`bench.load.ASK_PATHS`."""
-
-    CHAT = "chat"
-    SUBMIT = "submit"
-
 
 Ask = Annotated[
     AskPath,
@@ -104,7 +96,7 @@ def bench(
             token=token,
             timeout_s=timeout,
             namespace=namespace,
-            ask=ask.value,
+            ask=ask,
         )
     )
     report["namespace"] = namespace or "default"
@@ -208,7 +200,7 @@ def bench_bus(
             warmup_s=warmup,
             floor=floor,
             profile=profile,
-            ask=ask.value,
+            ask=ask,
         )
     )
     save_json(report, out)

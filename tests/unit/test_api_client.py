@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import Outcome, load_queries, percentile, run_one, summarize
+from bench.load import AskPath, Outcome, load_queries, percentile, run_one, summarize
 from client import SSEMessage, parse_sse
 from client.http import ApiError
 
@@ -81,8 +81,8 @@ def test_summarize_counts_outcomes_and_phases() -> None:
     assert {"concurrency", "duration_s"} <= report.keys()
 
 
-@pytest.mark.parametrize("ask", ["chat", "submit"])
-async def test_a_refused_submission_keeps_the_status_the_api_answered(ask: str) -> None:
+@pytest.mark.parametrize("ask", list(AskPath))
+async def test_a_refused_submission_keeps_the_status_the_api_answered(ask: AskPath) -> None:
     class Refusing:
         async def submit(self, query: str, namespaces: list[str] | None = None) -> dict[str, str]:
             raise ApiError(429, "too_many_requests", "over 50 submissions per second")
