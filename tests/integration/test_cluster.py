@@ -20,7 +20,12 @@ from api.sse import event_id
 from contracts import subjects as sj
 from contracts.events import caller_events
 from infra.runtime.bus import stream_specs
-from infra.runtime.nats_cluster import NatsCluster, stream_leader, until_streams_current
+from infra.runtime.nats_cluster import (
+    NatsCluster,
+    stream_leader,
+    streams_behind,
+    until_streams_current,
+)
 from infra.runtime.services import LocalService, free_port, start_redis
 from infra.settings import Settings
 from launcher.runtime import WORKER_KINDS
@@ -57,8 +62,8 @@ def cluster_settings(
         cluster_redis.url,
         tmp_path_factory.mktemp("cluster-data"),
         stream_replicas=3,
-        # A stream without a leader answers nothing until the cluster elects one (about 5 s
-        # on nats-server 2.9): a publish waits that out.
+        # A stream without a leader answers nothing until the cluster elects one (seconds):
+        # a publish waits that out.
         publish_retry_s=30.0,
     )
 
@@ -101,7 +106,8 @@ async def _kill_leaders(cluster: NatsCluster, killed: list[str]) -> None:
     its quorum (two of three replicas)."""
     for stream in (sj.STREAM_CMD, sj.STREAM_EVENTS, sj.STREAM_RES, sj.STREAM_QUERIES):
         await asyncio.sleep(1.0)
-        assert await until_streams_current(cluster.url, timeout_s=90.0), "streams not caught up"
+        if not await until_streams_current(cluster.url, timeout_s=90.0):
+            raise AssertionError(f"streams not caught up: {await streams_behind(cluster.url)}")
         leader = await stream_leader(cluster.url, stream)
         assert leader is not None, f"{stream} has no leader"
         await asyncio.to_thread(cluster.kill, leader)
