@@ -22,6 +22,7 @@ from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.blas import limit_blas_threads
 from infra.runtime.bus import Bus, create_broker, declare_topology
+from infra.runtime.done_fence import DoneFence
 from infra.runtime.heap import settle_heap
 from infra.runtime.readiness import Beacon
 from infra.runtime.resources import Resources
@@ -179,7 +180,9 @@ class Runtime:
         await self.resources.warm_up()  # before any subscriber takes a message
         log.info("warmed_up", workers=self.workers, seconds=round(time.perf_counter() - started, 2))
         await self.broker.connect()
-        await declare_topology(self.broker.connection.jetstream(), self.settings)
+        js = self.broker.connection.jetstream()
+        await declare_topology(js, self.settings)
+        self.resources.bus.fence = DoneFence(js)
         await self.broker.start()
         if self.orchestrator is not None:
             self.orchestrator.start_timer()

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -39,6 +39,9 @@ from contracts.events import CallerEvent
 from infra.logging import get_logger
 from infra.settings import Settings
 from infra.telemetry import broker_middlewares
+
+if TYPE_CHECKING:
+    from infra.runtime.done_fence import DoneFence
 
 log = get_logger(__name__)
 
@@ -393,6 +396,10 @@ class Bus:
         self.phase_start_after_s = phase_start_after_s
         """A step's `in_progress` event waits this long, and is not sent at all for a step
         that ends sooner (`worker_runtime.phase`): its start is implied by its command."""
+        self.fence: DoneFence | None = None
+        """Given once the broker is connected (`launcher.runtime`): how a step's event that
+        asks whether its request is live goes out fenced against the request's done
+        (`done_fence.emit_unless_done`)."""
 
     @classmethod
     def from_settings(cls, broker: NatsBroker, settings: Settings) -> Bus:

@@ -39,6 +39,7 @@ from infra.errors import describe_error
 from infra.logging import get_logger
 from infra.metrics import STEP_SECONDS, UNKNOWN_REQUESTS
 from infra.runtime.bus import HELD_EVENTS, Bus, PublishAbandoned
+from infra.runtime.done_fence import emit_unless_done
 from infra.runtime.step_context import LIVENESS, current_deliveries, require_live, still_live
 from infra.telemetry import tracer
 
@@ -148,12 +149,12 @@ async def _send_while_live(
     bus: Bus, message: PhaseEvent | PhasesEvent, events: list[PhaseEvent], *, ask_first: bool
 ) -> None:
     """`message` (standing for `events`) on its request's subject, or nothing once the request
-    has finished: asked first when `ask_first` or when the message is a redelivery, and before
-    each re-send of a publish that has to wait out JetStream (a stream electing a leader). The
-    request's `done` may have gone out meanwhile, and nothing follows a done: a redelivery's
-    earlier delivery may have finished the request (its worker killed after sending the
-    result, before the ack), and a message that found its request finished sends nothing
-    more."""
+    has finished: fenced against the request's done when `ask_first` or when the message is a
+    redelivery (`done_fence`), and asked before each re-send of a publish that has to wait out
+    JetStream (a stream electing a leader). The request's `done` may have gone out meanwhile,
+    and nothing follows a done: a redelivery's earlier delivery may have finished the request
+    (its worker killed after sending the result, before the ack), and a message that found its
+    request finished sends nothing more."""
     request_id = message.request_id
 
     def live() -> Awaitable[bool]:
@@ -163,9 +164,10 @@ async def _send_while_live(
     try:
         if liveness is not None and liveness.found_finished(request_id):
             raise PublishAbandoned(message.type)  # an earlier event of this message found so
-        if (ask_first or current_deliveries() > 1) and not await live():
-            raise PublishAbandoned(message.type)
-        await bus.emit(message, still_wanted=live)
+        if ask_first or current_deliveries() > 1:
+            await emit_unless_done(bus, message, still_wanted=live)
+        else:
+            await bus.emit(message, still_wanted=live)
     except PublishAbandoned:
         for event in events:
             _dropped(event)

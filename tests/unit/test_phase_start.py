@@ -15,6 +15,7 @@ from contracts.enums import Phase, PhaseStatus
 from contracts.events import CallerEvent, PhaseData, PhaseEvent
 from infra.runtime import phase_events
 from infra.runtime.bus import Bus
+from infra.runtime.done_fence import DoneFence, SubjectTail
 from infra.runtime.phase_events import phase
 from infra.runtime.step_context import RequestNotLive, message_context, require_live
 
@@ -173,3 +174,24 @@ async def test_once_an_event_is_dropped_the_message_sends_no_other_event() -> No
         skipped = event(Phase.GRAPH_GLOBAL_SEARCH, PhaseStatus.SKIPPED)
         await phase_events.send_while_live(bus, skipped)
         assert bus.statuses() == [] and request.asked == asked  # known: no second read
+
+
+class DoneOnTheSubject(DoneFence):
+    """The request's subject ends with its done, whatever Redis said a moment before."""
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    async def tail(self, stream: str, subject: str) -> SubjectTail:
+        self.read.append(subject)
+        return SubjectTail(41, done=True)
+
+
+async def test_an_event_that_asks_is_decided_by_the_fence_not_by_redis() -> None:
+    # Redis said live (the saga had not yet committed), then the done landed before the
+    # publish: the check-then-publish race. With a fence the subject's tail decides.
+    request, bus = Request(), RecordingBus(after_s=0.5)
+    bus.fence = fence = DoneOnTheSubject()
+    await run_step_while(request, bus, 0.01, finish=False, deliveries=2)
+    assert bus.statuses() == []
+    assert fence.read == [f"rag.events.default.{CMD.request_id}"]
