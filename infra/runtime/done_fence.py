@@ -8,7 +8,10 @@ after the done its first delivery had led to). The fence closes the window with 
 own compare-and-set: read the subject's last message; a `done` there means the request has
 ended and the event is dropped; otherwise publish with `Nats-Expected-Last-Subject-Sequence`
 set to that message's sequence, which the stream refuses (error 10071) when anything, a done
-included, has landed on the subject since. A refused publish reads again.
+included, has landed on the subject since. A refused publish reads again, and so does every
+re-send (`acked`): nats-server 2.12 checks the sequence before the `Nats-Msg-Id` dedupe, so a
+re-send of an event the stream took, with its old expectation, would be refused; with the
+fresh one, the dedupe drops it.
 
 Only the events that ask go this way (a redelivery's, or a step's that ran long enough to
 announce itself: `phase_events`): it costs a read of the subject first. A request's other
