@@ -24,6 +24,13 @@ UNKNOWN_REQUESTS = Counter(
     "Messages dropped because their request does not exist or has finished",
     ["kind"],
 )
+FENCED_EVENTS = Counter(
+    "ragbus_fenced_events_total",
+    "Step events sent fenced against their request's done (infra.runtime.done_fence): "
+    "sent, dropped (the done was there, or landed first), refused (another message landed "
+    "between the read and the publish; read again) or contended (sent the plain way)",
+    ["outcome"],
+)
 ORPHANS_SWEPT = Counter(
     "ragbus_orphans_swept_total",
     "Work-queue messages found below their consumer's ack floor and deleted",

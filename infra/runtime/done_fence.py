@@ -30,6 +30,7 @@ from nats.js import JetStreamContext
 from contracts import subjects as sj
 from contracts.events import CallerEvent
 from infra.logging import get_logger
+from infra.metrics import FENCED_EVENTS
 from infra.runtime.bus import (
     Bus,
     PublishAbandoned,
@@ -107,18 +108,23 @@ async def emit_unless_done(
         for _ in range(MAX_FENCED_TRIES):
             tail = await fence.tail(sj.STREAM_EVENTS, subject)
             if tail.done:
+                FENCED_EVENTS.labels(outcome="dropped").inc()
                 raise PublishAbandoned(event.type)
             headers = json_headers(event.event_id)
             headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(tail.seq)
             try:
                 await bus.broker.publish(body, subject, headers=headers, stream=sj.STREAM_EVENTS)
-                return True
             except nats.js.errors.BadRequestError as exc:
                 if not is_wrong_last_sequence(exc):
                     raise
+                FENCED_EVENTS.labels(outcome="refused").inc()
+                continue
+            FENCED_EVENTS.labels(outcome="sent").inc()
+            return True
         return False
 
     if not await acked(fenced, bus.publish_retry_s):
+        FENCED_EVENTS.labels(outcome="contended").inc()
         log.warning("event_fence_contended", tries=MAX_FENCED_TRIES, type=event.type)
         if not await still_wanted():
             raise PublishAbandoned(event.type)

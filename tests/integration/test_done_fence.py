@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
+from prometheus_client import REGISTRY
 
 from api.event_stream import stored_events
 from contracts import subjects as sj
@@ -64,6 +65,10 @@ def _done(request_id: str) -> DoneEvent:
 async def _types_on(js: JetStreamContext, request_id: str) -> list[str]:
     """The types of the messages stored on the request's subject, in order."""
     return [body["type"] for _, body in await stored_events(js, request_id)]
+
+
+def _fenced(outcome: str) -> float:
+    return REGISTRY.get_sample_value("ragbus_fenced_events_total", {"outcome": outcome}) or 0.0
 
 
 async def _live() -> bool:
@@ -130,9 +135,11 @@ async def test_a_done_that_lands_between_the_read_and_the_publish_fences_the_eve
     bus = Bus(broker)
     fence = _DoneInTheWindow(js, bus, _done("fence-3"))
     bus.fence = fence
+    before = {o: _fenced(o) for o in ("refused", "dropped", "sent")}
     with pytest.raises(PublishAbandoned):
         await emit_unless_done(bus, _phase("fence-3"), _live)
     assert fence.reads == 2  # refused by the stream, read again, found the done
+    assert {o: _fenced(o) - n for o, n in before.items()} == {"refused": 1, "dropped": 1, "sent": 0}
     assert await _types_on(js, "fence-3") == ["done"]
 
 
