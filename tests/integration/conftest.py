@@ -34,6 +34,15 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServi
     service.stop()
 
 
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[LocalService]:
+    """A nats-server of the test's own: the session's may carry a tenants test's
+    authorization."""
+    service = start_nats(free_port(), tmp_path / "nats")
+    yield service
+    service.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
     service = start_redis(free_port(), tmp_path_factory.mktemp("redis"), persistent=False)

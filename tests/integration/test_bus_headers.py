@@ -4,7 +4,6 @@ and the content type, and no FastStream correlation id (the body says whose it i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -14,27 +13,19 @@ from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.events import DoneData, DoneEvent
 from infra.runtime.bus import Bus, create_broker, declare_streams
-from infra.runtime.services import LocalService, free_port, start_nats
+from infra.runtime.services import LocalService
 from infra.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[LocalService]:
-    """A server of the test's own: the session's may carry a tenants test's authorization."""
-    service = start_nats(free_port(), tmp_path / "nats")
-    yield service
-    service.stop()
-
-
 async def test_a_published_event_carries_its_id_and_content_type_and_nothing_else(
-    nats_server: LocalService, tmp_path: Path
+    own_nats: LocalService, tmp_path: Path
 ) -> None:
-    settings = Settings(nats_url=nats_server.url, start_services=False, data_dir=tmp_path / "d")
+    settings = Settings(nats_url=own_nats.url, start_services=False, data_dir=tmp_path / "d")
     broker = create_broker(settings)
     await broker.connect()
-    tap = await nats.connect(nats_server.url)
+    tap = await nats.connect(own_nats.url)
     try:
         await declare_streams(broker.connection.jetstream(), settings)
         seen: asyncio.Queue[nats.aio.msg.Msg] = asyncio.Queue()

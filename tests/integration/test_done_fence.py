@@ -5,7 +5,7 @@ so a done that lands between the read and the publish makes the stream refuse th
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,22 +21,15 @@ from contracts.events import DoneData, DoneEvent, PhaseData, PhaseEvent
 from contracts.tenancy import DEFAULT_TENANT
 from infra.runtime.bus import Bus, PublishAbandoned, create_broker, declare_streams
 from infra.runtime.done_fence import MAX_FENCED_TRIES, DoneFence, SubjectTail, emit_unless_done
-from infra.runtime.services import LocalService, free_port, start_nats
+from infra.runtime.services import LocalService
 from infra.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[LocalService]:
-    service = start_nats(free_port(), tmp_path / "nats")
-    yield service
-    service.stop()
-
-
-@pytest.fixture
-async def broker(nats_server: LocalService, tmp_path: Path) -> AsyncIterator[NatsBroker]:
-    settings = Settings(nats_url=nats_server.url, start_services=False, data_dir=tmp_path / "d")
+async def broker(own_nats: LocalService, tmp_path: Path) -> AsyncIterator[NatsBroker]:
+    settings = Settings(nats_url=own_nats.url, start_services=False, data_dir=tmp_path / "d")
     broker = create_broker(settings)
     await broker.connect()
     await declare_streams(broker.connection.jetstream(), settings)
