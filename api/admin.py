@@ -11,6 +11,8 @@ from api.auth import require_admin
 from api.deps import RedisDep, SettingsDep
 from api.schemas import ErrorResponse, TenantCreate
 from contracts.tenancy import TENANT_PATTERN
+from infra.logging import get_logger
+from infra.tenancy.nats_auth import APPLIED_KEY, wait_applied
 from infra.tenancy.quotas import Quotas, effective
 from infra.tenancy.registry import NewTenant, TenantError, TenantRegistry
 
@@ -23,6 +25,22 @@ router = APIRouter(
 
 TenantPath = Annotated[str, Path(pattern=TENANT_PATTERN)]
 
+log = get_logger(__name__)
+
+BUS_WAIT_S = 5.0
+
+
+async def _until_the_bus_follows(registry: TenantRegistry) -> None:
+    """Answer once the nats-server that follows the registry (`ragbus up`'s own, in `tenants`
+    mode) has reloaded its users, so the new NATS password works, or the revoked one stops,
+    when the answer comes. A bus nobody follows the registry for (no `APPLIED_KEY`) is not
+    waited for; one that takes longer than `BUS_WAIT_S` is logged."""
+    if not await registry.redis.exists(APPLIED_KEY):
+        return
+    version = await registry.version()
+    if not await wait_applied(registry.redis, version, timeout_s=BUS_WAIT_S):
+        log.warning("nats_users_not_reloaded_yet", version=version, waited_s=BUS_WAIT_S)
+
 
 @router.post(
     "/tenants",
@@ -31,12 +49,15 @@ TenantPath = Annotated[str, Path(pattern=TENANT_PATTERN)]
     summary="Create a tenant; its API key and NATS password are in this answer only",
 )
 async def create_tenant(body: TenantCreate, redis: RedisDep) -> NewTenant:
+    registry = TenantRegistry(redis)
     try:
-        return await TenantRegistry(redis).create(body.tenant, body.limits)
+        made = await registry.create(body.tenant, body.limits)
     except TenantError as exc:
         conflict = "exists" in str(exc)
         code = status.HTTP_409_CONFLICT if conflict else status.HTTP_422_UNPROCESSABLE_CONTENT
         raise HTTPException(code, str(exc)) from exc
+    await _until_the_bus_follows(registry)
+    return made
 
 
 @router.get("/tenants", summary="Every tenant, revoked ones included (never their secrets)")
@@ -59,7 +80,10 @@ async def get_tenant(tenant: TenantPath, redis: RedisDep, settings: SettingsDep)
 
 @router.delete("/tenants/{tenant}", summary="Revoke a tenant: its keys stop working at once")
 async def revoke_tenant(tenant: TenantPath, redis: RedisDep) -> dict[str, Any]:
+    registry = TenantRegistry(redis)
     try:
-        return (await TenantRegistry(redis).revoke(tenant)).public()
+        revoked = await registry.revoke(tenant)
     except TenantError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    await _until_the_bus_follows(registry)
+    return revoked.public()

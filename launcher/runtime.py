@@ -210,6 +210,7 @@ class Runtime:
             nats_dir.resolve(),
             nats.process,
             bcrypt_hash(service_password(nats_dir)),
+            log_path=nats.log_path,
         )
         self.authorizer.start()
 

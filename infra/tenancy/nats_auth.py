@@ -39,6 +39,9 @@ AUTH_FILE: Final = "auth.conf"
 PASSWORD_FILE: Final = "service-password"
 APPLIED_KEY: Final = "ragbus:tenants:nats-applied"
 POLL_S: Final = 1.0
+RELOADED_LINE: Final = b"Reloaded server configuration"
+"""What nats-server (2.9 and 2.12 alike) logs once a SIGHUP's reload has taken."""
+RELOAD_WAIT_S: Final = 5.0
 
 
 def tenant_permissions(tenant: str) -> dict[str, object]:
@@ -107,28 +110,59 @@ class NatsAuthorizer:
         nats_dir: Path,
         process: subprocess.Popen[bytes],
         service_password_bcrypt: str,
+        log_path: Path | None = None,
     ) -> None:
         self.registry = TenantRegistry(redis)
         self.redis = redis
         self.nats_dir = nats_dir
         self.process = process
         self.service_hash = service_password_bcrypt
+        self.log_path = log_path
+        """The server's log, where it says that a reload took (none: trusted at once)."""
         self.applied = -1
         self._task: asyncio.Task[None] | None = None
 
     async def sync(self) -> bool:
-        """Rewrite and reload if the registry moved on; True when it did."""
+        """Rewrite and reload if the registry moved on; True when the server took it. The
+        registry's version counts as applied (`APPLIED_KEY`, which `wait_applied` reads) only
+        once the server has said so: a SIGHUP returns before the server has read its users,
+        and a tenant's first connection in between was refused."""
         version = await self.registry.version()
         if version == self.applied:
             return False
         tenants = await self.registry.list()
         await asyncio.to_thread(write_auth, self.nats_dir, self.service_hash, tenants)
         if self.process.poll() is None:
+            logged = self._log_size()
             self.process.send_signal(signal.SIGHUP)
+            if not await self._reloaded_since(logged):
+                log.warning(
+                    "nats_users_reload_unconfirmed", version=version, log=str(self.log_path)
+                )
+                return False  # the next poll writes and signals again
         self.applied = version
         await self.redis.set(APPLIED_KEY, version)
         log.info("nats_users_reloaded", tenants=sum(t.active for t in tenants), version=version)
         return True
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size if self.log_path is not None else 0
+        except OSError:
+            return 0
+
+    async def _reloaded_since(self, offset: int) -> bool:
+        """Whether the server logged a finished reload after `offset` of its log, within
+        `RELOAD_WAIT_S`."""
+        if self.log_path is None:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RELOAD_WAIT_S
+        while loop.time() < deadline:
+            if RELOADED_LINE in await asyncio.to_thread(_read_from, self.log_path, offset):
+                return True
+            await asyncio.sleep(0.02)
+        return False
 
     async def run(self) -> None:
         while True:
@@ -148,6 +182,15 @@ class NatsAuthorizer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as log_file:
+            log_file.seek(offset)
+            return log_file.read()
+    except OSError:
+        return b""
 
 
 async def wait_applied(redis: aioredis.Redis, version: int, timeout_s: float = 10.0) -> bool:

@@ -410,6 +410,28 @@ async def test_the_bus_refuses_clients_without_credentials(stack: TenantStack) -
         await nats.connect(stack.nats_url(), allow_reconnect=False, max_reconnect_attempts=0)
 
 
+async def test_a_tenant_made_by_the_admin_api_connects_to_the_bus_at_once(
+    stack: TenantStack,
+) -> None:
+    # The admin API answers once the server has reloaded its users: a SIGHUP returns before
+    # the server has read them, and a first connection in between was refused.
+    async with httpx.AsyncClient(base_url=stack.url) as http:
+        made = await http.post(
+            "/v1/admin/tenants",
+            json={"tenant": "gamma"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+    assert made.status_code == 201, made.text
+    gamma = _tenant(made.json())
+    nc = await nats.connect(
+        stack.nats_url(gamma.nats_user, gamma.nats_password),
+        inbox_prefix=gamma.inbox_prefix,
+        allow_reconnect=False,
+        max_reconnect_attempts=0,
+    )
+    await nc.close()
+
+
 async def test_a_tenant_follows_its_own_events_over_nats(stack: TenantStack, beta: Tenant) -> None:
     nc, errors = await _tenant_nats(stack, beta)
     try:
