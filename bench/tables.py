@@ -188,6 +188,18 @@ def _intent_questions(r: Report) -> str:
     )
 
 
+def _intent_web(r: Report) -> str:
+    forms = r.get("by_form", {})
+    shown = ", ".join(
+        f"{name} {form['accuracy']:.3f} (n = {form['n']})" for name, form in sorted(forms.items())
+    )
+    factual = r["per_class"]["factual"]["support"]
+    return (
+        f"{r['n']:,} real web queries (TREC DL, DL-HARD's annotations), {factual} of them "
+        f"factual, none trained on: accuracy {r['accuracy']:.3f}; by form: {shown}"
+    )
+
+
 def _conversations(r: Report) -> str:
     return (
         f"{r['follow_ups']} follow-ups, Recall@10 as typed "
@@ -239,6 +251,7 @@ ROWS = (
     ),
     Row("intent, real keyword queries", "intent-keyword-topics.json", _intent_keywords),
     Row("intent, real factual questions", "intent-musique-questions.json", _intent_questions),
+    Row("intent, real web queries", "intent-dl-hard.json", _intent_web),
     Row("conversations", "conversations.json", _conversations),
     Row("research mode", "research.json", _research),
 )
