@@ -35,9 +35,8 @@ def test_keyword_form(query: str, keyword: bool) -> None:
     [
         ("tempeh", set()),
         ("american diabetes association", set()),
-        ("facebook login", {Intent.NAVIGATION}),
-        ("irs.gov", {Intent.NAVIGATION}),
         ("tax form 1040 pdf", {Intent.NAVIGATION}),
+        ("tempeh wiki", {Intent.NAVIGATION}),
         ("best running shoes", {Intent.RECOMMENDATION}),
         ("python vs go", {Intent.COMPARISON}),
         ("tempeh recipe", {Intent.PROCEDURAL}),
@@ -47,6 +46,41 @@ def test_keyword_form(query: str, keyword: bool) -> None:
 )
 def test_keyword_cues_name_intents(query: str, named: set[Intent]) -> None:
     assert keyword_intents(query) == {Intent.FACTUAL, *named}
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("facebook login", {Intent.NAVIGATION}),
+        ("gmail log in", {Intent.NAVIGATION}),
+        ("chase bank signin", {Intent.NAVIGATION}),
+        ("spotify sign up", {Intent.NAVIGATION}),
+        ("irs.gov", {Intent.NAVIGATION}),
+        ("bbc.co.uk weather", {Intent.NAVIGATION}),
+        ("www facebook", {Intent.NAVIGATION}),
+        ("https github", {Intent.NAVIGATION}),
+        ("united airlines official site", {Intent.NAVIGATION}),
+        ("nasa homepage", {Intent.NAVIGATION}),
+        ("facebook login fix", {Intent.NAVIGATION, Intent.PROCEDURAL}),
+    ],
+)
+def test_a_site_in_a_keyword_query_rules_out_factual(query: str, named: set[Intent]) -> None:
+    assert keyword_intents(query) == named
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "logarithm table",
+        "log4j vulnerability",
+        "signing bonus",
+        "e.g. meaning",
+        "sign language",
+        "3.5 mm jack",
+    ],
+)
+def test_a_word_that_merely_looks_like_a_site_is_none(query: str) -> None:
+    assert Intent.FACTUAL in keyword_intents(query)
 
 
 @pytest.mark.parametrize(
@@ -85,6 +119,9 @@ def test_a_keyword_query_goes_only_where_its_words_point() -> None:
     assert _best(probabilities, allowed_intents("Which onions should I buy?"))[0] is (
         Intent.RECOMMENDATION
     )
+    # a site's door decides: the model read "gmail login" as a topic
+    with_navigation = {**probabilities, Intent.NAVIGATION: 0.05}
+    assert _best(with_navigation, allowed_intents("gmail login")) == (Intent.NAVIGATION, 1.0)
     tool_first = {Intent.TOOL: 0.6, Intent.FACTUAL: 0.4}
     assert _best(tool_first, allowed_intents("What is windows 10?")) == (Intent.FACTUAL, 1.0)
     assert _best(tool_first, allowed_intents("What is 12 x 7?")) == (Intent.TOOL, 0.6)

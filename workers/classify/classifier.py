@@ -173,7 +173,7 @@ class IntentClassifier:
 def allowed_intents(query: str) -> frozenset[Intent]:
     """The intents a model may route `query` to: `tool` only with a calculation cue
     (`rules.has_calculation_cue`), and a keyword query only to `factual` or an intent that
-    one of its words names (`query_form`)."""
+    one of its words names, and not to `factual` when it names a site (`query_form`)."""
     allowed = frozenset(Intent)
     if is_keyword_query(query):
         allowed = keyword_intents(query) | {Intent.TOOL}
@@ -185,9 +185,9 @@ def allowed_intents(query: str) -> frozenset[Intent]:
 def _best(
     probabilities: Mapping[Intent, float], allowed: frozenset[Intent]
 ) -> tuple[Intent, float]:
-    """The most probable allowed intent (`factual`, always allowed, when the model knows no
-    other), with its probability among the allowed ones: the guards rule the others out, so
-    what the model gave them is shared out by renormalising (a keyword query the guard sends
+    """The most probable allowed intent (`factual` when the model knows none of them), with its
+    probability among the allowed ones: the guards rule the others out, so what the model gave
+    them is shared out by renormalising (a keyword query the guard sends
     to `factual` alone is `factual` for certain, not at the 0.3 the model had left for it)."""
     mass = sum(p for intent, p in probabilities.items() if intent in allowed)
     ranked = sorted(probabilities.items(), key=lambda item: item[1], reverse=True)

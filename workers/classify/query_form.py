@@ -13,6 +13,17 @@ procedural, `best` or `review` for recommendation, `vs` for comparison, `login`,
 back to `factual`, whose weights are the prior's: a keyword query that the cues misjudge
 costs nothing over not classifying it at all. These are the conventions of web-search intent
 taxonomies (Broder 2002; Jansen et al. 2008), not fitted to any data set.
+
+One kind of word decides rather than allows: a web address or an account's door (`www`,
+`https`, a domain such as `irs.gov`, `login`, `sign in`, `sign up`, `homepage`, `official
+site`; `SITE_CUES`). Whoever types "gmail login" wants a particular site, which is what
+`navigation` means (Broder's navigational queries; the labelling functions that made
+ORCAS-I's training labels, Alexander et al. 2022, call such a query navigational on these
+words alone). The trained models, which learned `navigation` from requests for a document in
+the collection ("the onboarding pdf"), read these words as a topic: "gmail login" came out
+`factual` at 0.48 with `navigation` not among its first three. So a keyword query with such a
+word may not be `factual`; the model still chooses among `navigation` and any other intent its
+words name ("facebook login fix").
 """
 
 from __future__ import annotations
@@ -80,7 +91,20 @@ def is_keyword_query(query: str) -> bool:
     return not (_QUESTION_START.match(text) or _IMPERATIVE_START.match(text))
 
 
+SITE_CUES: Final = re.compile(
+    r"\b(?:log ?in|log ?on|sign ?in|sign ?on|sign ?up|www|https?|home ?page"
+    r"|official (?:web ?)?site)\b"
+    r"|\b[a-z0-9-]+\.(?:com|org|net|gov|edu|io|co|us|uk|ca|au|de|fr|in|info|biz|me|tv|app)\b",
+    re.IGNORECASE,
+)
+"""Words that name a web site or an account's door: a keyword query with one is navigational
+(the module says why)."""
+
+
 def keyword_intents(query: str) -> frozenset[Intent]:
-    """The intents a keyword query's words name (`factual` always among them)."""
+    """The intents a keyword query's words name: `factual` and those its cues name, or, with a
+    site's address or door in it (`SITE_CUES`), `navigation` and the others its cues name."""
     named = {intent for intent, cue in KEYWORD_CUES.items() if cue.search(query)}
+    if SITE_CUES.search(query):
+        return frozenset({Intent.NAVIGATION, *named})
     return frozenset({Intent.FACTUAL, *named})
