@@ -187,8 +187,8 @@ def _best(
 ) -> tuple[Intent, float]:
     """The most probable allowed intent (`factual` when the model knows none of them), with its
     probability among the allowed ones: the guards rule the others out, so what the model gave
-    them is shared out by renormalising (a keyword query the guard sends
-    to `factual` alone is `factual` for certain, not at the 0.3 the model had left for it)."""
+    them is shared out by renormalising (a keyword query the guard sends to `factual` alone is
+    `factual` for certain, not at the 0.3 the model had left for it)."""
     mass = sum(p for intent, p in probabilities.items() if intent in allowed)
     ranked = sorted(probabilities.items(), key=lambda item: item[1], reverse=True)
     for intent, probability in ranked:

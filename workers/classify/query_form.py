@@ -64,9 +64,9 @@ KEYWORD_CUES: Final[dict[Intent, re.Pattern[str]]] = {
         r"cheapest|should",
     ),
     Intent.COMPARISON: _words(r"vs\.?|versus|compar\w*|differences?|better|or"),
-    Intent.NAVIGATION: re.compile(
-        r"\b(?:login|log ?in|sign ?in|sign ?up|homepage|home page|website|web site|official"
-        r"|site|portal|account|www|url|link|pdf|manual|docs|documentation|handbook|datasheet"
+    Intent.NAVIGATION: re.compile(  # a site's address or door decides instead: SITE_CUES
+        r"\b(?:website|web site|official"
+        r"|site|portal|account|url|link|pdf|manual|docs|documentation|handbook|datasheet"
         r"|download|page|section|chapter|document|file|form|white ?paper|paper|report|slides"
         r"|spec|specification|readme|faq|wiki|changelog|release notes|policy|template|doc"
         r"|reference|checklist|guide)\b"
