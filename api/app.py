@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats
 from fastapi import FastAPI, Request, status
@@ -31,6 +31,9 @@ from infra.settings import Settings, get_settings
 from infra.telemetry import tracing_on
 from orchestrator.store import StateStore
 
+if TYPE_CHECKING:
+    from orchestrator.service import Orchestrator
+
 log = get_logger(__name__)
 
 _ERROR_CODES = {
@@ -48,8 +51,15 @@ _ERROR_CODES = {
 _LOCATIONS = ("body", "path", "query", "header", "cookie")
 
 
-def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = None) -> FastAPI:
-    """Build the app; connections open in its lifespan, so building it is free (`openapi`)."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    broker: NatsBroker | None = None,
+    orchestrator: Orchestrator | None = None,
+) -> FastAPI:
+    """Build the app; connections open in its lifespan, so building it is free (`openapi`).
+    Given the `orchestrator` of its process, it hands questions to that saga in process
+    (`api.submission`, `RAGBUS_SUBMIT_IN_PROCESS`)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -72,6 +82,9 @@ def create_app(settings: Settings | None = None, *, broker: NatsBroker | None = 
                 app.state.event_hub = await stack.enter_async_context(EventHub(app.state.js))
             app.state.redis = redis
             app.state.store = StateStore(redis, settings)
+            if orchestrator is not None and settings.submit_in_process:
+                app.state.saga = orchestrator
+                app.state.store = orchestrator.store  # its state cache: see `api.submission`
             log.info("api_started", auth=settings.auth, nats=redacted(settings.nats_url))
             yield
         log.info("api_stopped")

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from api.event_hub import EventHub
+from api.submission import Submitter
 from infra.runtime.bus import Bus
 from infra.settings import Settings
 from infra.tenancy.quotas import Quotas
@@ -30,6 +31,12 @@ async def get_bus(request: Request) -> Bus:
 
 async def get_store(request: Request) -> StateStore:
     return request.app.state.store
+
+
+async def get_submitter(request: Request, bus: Annotated[Bus, Depends(get_bus)]) -> Submitter:
+    """How a question reaches the saga: in this process when the lifespan was given the
+    orchestrator that runs here, else over the bus (`api.submission`)."""
+    return Submitter(bus, getattr(request.app.state, "saga", None))
 
 
 async def get_redis(request: Request) -> aioredis.Redis:
@@ -61,3 +68,4 @@ NatsDep = Annotated[NATS, Depends(get_nats)]
 JetStreamDep = Annotated[JetStreamContext, Depends(get_jetstream)]
 EventHubDep = Annotated[EventHub | None, Depends(get_event_hub)]
 QuotasDep = Annotated[Quotas, Depends(get_quotas)]
+SubmitterDep = Annotated[Submitter, Depends(get_submitter)]

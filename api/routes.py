@@ -24,7 +24,15 @@ from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.auth import Caller, CallerDep, authenticate
-from api.deps import BusDep, EventHubDep, JetStreamDep, QuotasDep, SettingsDep, StoreDep
+from api.deps import (
+    BusDep,
+    EventHubDep,
+    JetStreamDep,
+    QuotasDep,
+    SettingsDep,
+    StoreDep,
+    SubmitterDep,
+)
 from api.idempotency import (
     IDEMPOTENCY_HEADER,
     REPLAYED_HEADER,
@@ -44,13 +52,12 @@ from api.schemas import (
     WhoAmI,
 )
 from api.sse import SSE_DOC, SSE_PING_S, LastEventId, ResumePoint, relay_request, resume_after
+from api.submission import Submitter
 from contracts import subjects as sj
-from contracts.enums import RequestStatus
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.queries import QueryCancelled, QuerySubmitted
 from contracts.tenancy import store_namespace
 from infra.logging import get_logger
-from infra.runtime.bus import Bus
 from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
 from infra.telemetry import mint_trace
@@ -77,15 +84,15 @@ async def submit_query(
     body: QueryRequest,
     caller: Caller,
     store: StateStore,
-    bus: Bus,
+    submitter: Submitter,
     settings: Settings,
     idempotency: Idempotency,
     key: str | None,
 ) -> tuple[QuerySubmitted, bool]:
-    """Record the request, then publish it: the orchestrator always finds the state it expects.
-    With an `Idempotency-Key` seen before (same body), the earlier request is the answer, and
-    it is published again only if it may never have reached the bus. The flag says whether
-    the request is such an earlier one. FastAPI's span of the HTTP request (`POST
+    """Record the request, then send it (`api.submission`): the saga always finds the state it
+    expects. With an `Idempotency-Key` seen before (same body), the earlier request is the
+    answer, and it is sent again only if it may never have got under way. The flag says
+    whether the request is such an earlier one. FastAPI's span of the HTTP request (`POST
     /v1/queries`) is the root of the request's trace (`infra.telemetry`)."""
     request_id, replayed = new_request_id(), False
     if key is not None:
@@ -108,16 +115,18 @@ async def submit_query(
     trace.get_current_span().set_attributes(
         {"ragbus.request_id": request_id, "ragbus.replayed": replayed}
     )
+    fresh = True
     try:
-        await store.create(submitted)
+        await submitter.record(store, submitted)
     except StateExists as exc:
         if not replayed:
             raise HTTPException(status.HTTP_409_CONFLICT, "request id already in use") from exc
-        state = await store.get(request_id)
-        if state is None or state.status is not RequestStatus.SUBMITTED:
-            return submitted, True  # under way (or finished): nothing to send again
+        fresh = False
     try:
-        await bus.publish(submitted, sj.QUERY_SUBMITTED, sj.STREAM_QUERIES)
+        if fresh:
+            await submitter.send(submitted)
+        elif not await submitter.send_again(store, submitted):
+            return submitted, True
     except Exception as exc:
         log.exception("submit_publish_failed", request_id=request_id)
         raise HTTPException(
@@ -163,7 +172,7 @@ async def create_query(
     response: Response,
     caller: CallerDep,
     store: StoreDep,
-    bus: BusDep,
+    submitter: SubmitterDep,
     settings: SettingsDep,
     quotas: QuotasDep,
     idempotency: IdempotencyDep,
@@ -171,7 +180,7 @@ async def create_query(
 ) -> QueryAccepted:
     await take_submission(quotas, caller)
     submitted, replayed = await submit_query(
-        body, caller, store, bus, settings, idempotency, idempotency_key
+        body, caller, store, submitter, settings, idempotency, idempotency_key
     )
     rid = submitted.request_id
     accepted = _where(request, rid)
@@ -309,7 +318,7 @@ async def chat(
     body: QueryRequest,
     caller: CallerDep,
     store: StoreDep,
-    bus: BusDep,
+    submitter: SubmitterDep,
     js: JetStreamDep,
     hub: EventHubDep,
     settings: SettingsDep,
@@ -320,7 +329,7 @@ async def chat(
     """With an `Idempotency-Key` seen before, the earlier request's events from the start."""
     await take_submission(quotas, caller)
     submitted, replayed = await submit_query(
-        body, caller, store, bus, settings, idempotency, idempotency_key
+        body, caller, store, submitter, settings, idempotency, idempotency_key
     )
 
     async def stream() -> AsyncIterator[ServerSentEvent | bytes]:

@@ -1,13 +1,14 @@
 """The floor: ragbus's message pattern in plain nats-py and redis-py, in one asyncio process.
 
 What `ragbus bench-bus` measures itself against. A request here is the same traffic that
-the tap (`bench.tap`) counted on the real path: one submission, the same stages of commands
-(one push consumer per step, as the workers have), one result per command, the steps'
-caller events, the saga's own events and the terminal one, all JetStream publishes with
-`Nats-Msg-Id` and an awaited ack into file-backed streams, bodies of the same mean sizes, and
-the same number of Redis Lua commits of the request's state. Callers wait on a core
-subscription to the events. No framework, no validation, no HTTP, no process boundary: what
-the messages themselves cost in Python.
+the tap (`bench.tap`) counted on the real path: a submission where it had one (else the
+caller commits and sends the first commands itself, as the API in the orchestrator's process
+does), the same stages of commands (one push consumer per step, as the workers have), one
+result per command, the steps' caller events, the saga's own events and the terminal one,
+all JetStream publishes with `Nats-Msg-Id` and an awaited ack into file-backed streams,
+bodies of the same mean sizes, and the same number of Redis Lua commits of the request's
+state. Callers wait on a core subscription to the events. No framework, no validation, no
+HTTP, no process boundary: what the messages themselves cost in Python.
 
 Run as `python -m bench.floor --nats URL --redis URL --pattern JSON ...`; it prints its report
 as JSON on stdout.
@@ -54,6 +55,9 @@ class Pattern:
             ["critic"],
         ]
     )
+    submissions: int = 1
+    """1: the caller publishes a submission that the saga consumes; 0: the caller takes the
+    saga's first step itself (the API in the orchestrator's process, `api.submission`)."""
     step_events: int = 16
     saga_events: int = 1
     """Caller events of the saga's own, the terminal one included."""
@@ -68,6 +72,7 @@ class Pattern:
         kinds = traffic["by_kind"]
         return cls(
             stages=traffic["stages"],
+            submissions=round(kinds["submission"]["messages"]),
             step_events=round(traffic["step_events_per_request"]),
             saga_events=max(1, round(traffic["saga_events_per_request"])),
             commits=round(traffic["redis_lua_calls_per_request"]),
@@ -83,7 +88,7 @@ class Pattern:
 
     @property
     def messages(self) -> int:
-        return 1 + 2 * self.commands + self.step_events + self.saga_events
+        return self.submissions + 2 * self.commands + self.step_events + self.saga_events
 
 
 def _body(size: int, **fields: Any) -> bytes:
@@ -158,11 +163,14 @@ class Floor:
             )
         )
 
-    async def on_query(self, msg: Msg) -> None:
-        rid = json.loads(msg.data)["request_id"]
+    async def start(self, rid: str, body: bytes) -> None:
+        """The saga's first step: its commits, then the first stage's commands."""
         for _ in range(1 + max(self.extra_commits, 0)):
-            await self.commit(keys=[f"{PREFIX}:{rid}"], args=[msg.data, 0])
+            await self.commit(keys=[f"{PREFIX}:{rid}"], args=[body, 0])
         await self.send_stage(rid, 0)
+
+    async def on_query(self, msg: Msg) -> None:
+        await self.start(json.loads(msg.data)["request_id"], msg.data)
         await msg.ack()
 
     async def on_command(self, msg: Msg) -> None:
@@ -209,7 +217,11 @@ class Floor:
         started = time.perf_counter()
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self.waiting[rid] = future
-        await self.publish(f"{PREFIX}.q.submitted", _body(self.p.submission_bytes, request_id=rid))
+        submission = _body(self.p.submission_bytes, request_id=rid)
+        if self.p.submissions:
+            await self.publish(f"{PREFIX}.q.submitted", submission)
+        else:
+            await self.start(rid, submission)
         try:
             ended = await asyncio.wait_for(future, 30.0)
         except TimeoutError:
@@ -261,7 +273,7 @@ async def run_floor(
     report["pattern"] = asdict(pattern)
     report["messages_per_request"] = pattern.messages
     report["bytes_per_request"] = (
-        pattern.submission_bytes
+        pattern.submissions * pattern.submission_bytes
         + pattern.commands * (pattern.command_bytes + pattern.result_bytes)
         + (pattern.step_events + pattern.saga_events) * pattern.event_bytes
     )

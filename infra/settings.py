@@ -276,6 +276,13 @@ class Settings(BaseSettings):
         "then. Needs RAGBUS_SEARCH_BATCH and RAGBUS_FUSE_WITH_SEARCH (false: a classify step "
         "for every question, for deployments that run the classifier in other processes).",
     )
+    submit_in_process: bool = Field(
+        True,
+        description="Where the API runs in the orchestrator's process (`ragbus up`), it hands "
+        "a question to the saga in that process, which commits its first step and sends its "
+        "first command, instead of publishing rag.query.submitted for the saga to consume: one "
+        "message and one Redis read fewer a request (false: always over the bus).",
+    )
     fusion: Literal["convex", "rrf"] = Field(
         "convex",
         description="How the fuse step combines the channels: convex (each channel's scores, "

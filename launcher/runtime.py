@@ -311,7 +311,9 @@ async def serve(
             from api.app import create_app
 
             assert runtime.broker is not None
-            app = create_app(runtime.settings, broker=runtime.broker)
+            app = create_app(
+                runtime.settings, broker=runtime.broker, orchestrator=runtime.orchestrator
+            )
             config = uvicorn.Config(
                 app,
                 host=runtime.settings.api_host,

@@ -17,6 +17,7 @@ from faststream import AckPolicy
 from faststream.nats import NatsRouter
 
 from contracts.advisories import MaxDeliveriesAdvisory
+from contracts.enums import RequestStatus
 from contracts.envelope import TraceContext
 from contracts.queries import ChildFinished, QueryCancelled, QueryMessage, QuerySubmitted
 from contracts.results import AnyResult
@@ -79,7 +80,25 @@ class Orchestrator:
         self._timer: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
+    async def resume(self, submitted: QuerySubmitted) -> None:
+        """A submission the API in this process replays by its `Idempotency-Key`
+        (`RAGBUS_SUBMIT_IN_PROCESS`): a request still `submitted` (its first step was never
+        committed) takes that step now, and messages a committed step left unpublished (its
+        publish failed, or its process died) go out now. Whatever did go out already is
+        dropped by the broker as a copy (`Nats-Msg-Id`)."""
+        state = await self.store.get(submitted.request_id)
+        if state is None:
+            return  # expired since: nothing left to run
+        if state.status is RequestStatus.SUBMITTED:
+            await self.handle_submission(submitted)
+            return
+        pending = await self.store.unpublished(submitted.request_id)
+        if pending:
+            await self._publish(submitted.request_id, pending, late=True)
+
     async def handle_submission(self, msg: QuerySubmitted) -> None:
+        """A submission, from the bus or from the API in this process (which recorded it with
+        `StateStore.create(..., drive=True)`, so the transition starts from that state)."""
         if msg.parent_id is not None:
             await self._adopt(msg)
         await self._apply(

@@ -64,5 +64,14 @@ class StateCache:
         )
         return True
 
+    def forget_sent(self, request_id: str) -> tuple[str, ...]:
+        """The published entries kept for the request's next commit, handed back to be deleted
+        now (the entry itself stays)."""
+        entry = self._entries.get(request_id)
+        if entry is None or not entry.sent:
+            return ()
+        self._entries[request_id] = Committed(entry.state, entry.version)
+        return entry.sent
+
     def __len__(self) -> int:
         return len(self._entries)

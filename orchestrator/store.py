@@ -254,9 +254,11 @@ class StateStore:
             return self.settings.state_ttl_s
         return int(self.settings.request_timeout_s * 3 + self.settings.state_ttl_s)
 
-    async def create(self, submitted: QuerySubmitted) -> RequestState:
+    async def create(self, submitted: QuerySubmitted, *, drive: bool = False) -> RequestState:
         """Record a new request, its first deadline and its place in its tenant's recent
-        requests, in one atomic round trip; `StateExists` when its id is taken."""
+        requests, in one atomic round trip; `StateExists` when its id is taken. With `drive`
+        this process decides the request's first transition next (`Orchestrator.start`), so the
+        state is kept as the one it committed (`state_cache`): that transition reads nothing."""
         state = initial_state(submitted, self.settings, time.time())
         due = next_due(state)
         created = await self._create_script(
@@ -273,6 +275,8 @@ class StateStore:
         )
         if not created:
             raise StateExists(state.request_id)
+        if drive:
+            self._cache.put(state.request_id, state, _version(state))
         if state.session_id is not None:
             # the question takes its place in the conversation now, by submission time; if
             # this write is lost, the memory worker records the turn when the request ends
@@ -416,6 +420,12 @@ class StateStore:
         """Whether a committed transition's messages are still to be published (its process
         died between the commit and the publish; a redelivery will publish them)."""
         return bool(await self.redis.exists(outbox_key(request_id)))
+
+    async def unpublished(self, request_id: str) -> list[OutboxEntry]:
+        """`pending_outbox` less what this process has published (and kept for the request's
+        next commit to delete: deleted now instead)."""
+        await self.outbox_sent(request_id, list(self._cache.forget_sent(request_id)))
+        return await self.pending_outbox(request_id)
 
     async def pending_outbox(self, request_id: str) -> list[OutboxEntry]:
         """The messages still to publish, in the order their transitions decided them."""

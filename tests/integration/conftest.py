@@ -115,7 +115,7 @@ async def running(settings: Settings, **kwargs: object) -> AsyncIterator[Runtime
 async def serving_api(runtime: Runtime) -> AsyncIterator[str]:
     port = free_port()
     assert runtime.broker is not None
-    app = create_app(runtime.settings, broker=runtime.broker)
+    app = create_app(runtime.settings, broker=runtime.broker, orchestrator=runtime.orchestrator)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on")
     )

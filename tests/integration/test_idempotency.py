@@ -13,11 +13,13 @@ import json
 import os
 import re
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 from tests.integration.conftest import own_services, running, serving_api, stack_settings
@@ -36,9 +38,16 @@ async def _status(http: httpx.AsyncClient, request_id: str, leaving: str) -> str
     return leaving
 
 
-async def test_the_same_key_gives_the_same_request_and_no_second_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "over-the-bus"])
+async def test_the_same_key_gives_the_same_request_and_no_second_run(
+    tmp_path: Path, in_process: bool
+) -> None:
+    """Either way a question reaches the saga (`api.submission`), a replay sends nothing
+    again: one first command on the bus, and a submission only where the bus carries it."""
     submissions: list[str] = []
+    commands: list[str] = []
     with own_services(tmp_path) as settings:
+        settings = settings.model_copy(update={"submit_in_process": in_process})
         async with (
             running(settings, orchestrator=True, workers=()) as runtime,
             serving_api(runtime) as url,
@@ -46,10 +55,14 @@ async def test_the_same_key_gives_the_same_request_and_no_second_run(tmp_path: P
         ):
             nc = await nats.connect(settings.nats_url)
 
-            async def count(msg: nats.aio.msg.Msg) -> None:
-                submissions.append(json.loads(msg.data)["request_id"])
+            def count(into: list[str]) -> Callable[[Msg], Awaitable[None]]:
+                async def seen(msg: Msg) -> None:
+                    into.append(json.loads(msg.data)["request_id"])
 
-            await nc.subscribe("rag.query.submitted", cb=count)
+                return seen
+
+            await nc.subscribe("rag.query.submitted", cb=count(submissions))
+            await nc.subscribe("rag.cmd.>", cb=count(commands))
             key = {"Idempotency-Key": "order-0001"}
             first = await http.post("/v1/queries", json=QUESTION, headers=key)
             assert first.status_code == 202, first.text
@@ -79,7 +92,8 @@ async def test_the_same_key_gives_the_same_request_and_no_second_run(tmp_path: P
             await nc.flush()
             await asyncio.sleep(0.3)
             await nc.close()
-            assert submissions == [request_id], "one submission on the bus, not two"
+            assert commands == [request_id], "one first command on the bus, not two"
+            assert submissions == ([] if in_process else [request_id])
 
 
 async def test_a_503_during_a_nats_outage_says_it_may_still_run_and_a_keyed_retry_runs_it_once(
@@ -113,6 +127,13 @@ async def test_a_503_during_a_nats_outage_says_it_may_still_run_and_a_keyed_retr
             assert "GET /v1/queries/" in unkeyed.json()["error"]["message"]
 
             nats_service = start_nats(port, nats_dir)
+            nc = await nats.connect(nats_service.url)
+            commands: list[str] = []
+
+            async def command(msg: Msg) -> None:
+                commands.append(json.loads(msg.data)["request_id"])
+
+            await nc.subscribe("rag.cmd.>", cb=command)
             retried: httpx.Response | None = None
             for _ in range(60):  # until the API's connection is back
                 retried = await http.post("/v1/queries", json=QUESTION, headers=key)
@@ -122,6 +143,12 @@ async def test_a_503_during_a_nats_outage_says_it_may_still_run_and_a_keyed_retr
             assert retried is not None and retried.status_code == 202, retried and retried.text
             assert retried.json()["request_id"] == named.group(1)
             assert await _status(http, named.group(1), "submitted") == "searching"
+            for _ in range(50):  # the retry sent the first step's command the outage held back
+                if named.group(1) in commands:
+                    break
+                await asyncio.sleep(0.1)
+            await nc.close()
+            assert named.group(1) in commands
     finally:
         redis_service.stop()
         nats_service.stop()

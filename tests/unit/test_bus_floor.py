@@ -67,6 +67,18 @@ def test_the_floor_replays_the_tapped_pattern() -> None:
     assert floor.extra_commits == 6 - (1 + pattern.commands)
 
 
+def test_a_path_without_a_submission_message_gives_a_floor_without_one() -> None:
+    """The API in the orchestrator's process takes the saga's first step: no submission on
+    the bus, so the floor's caller commits and sends the first commands itself."""
+    taken_in_process = RequestTraffic(ONE.messages[1:])
+    report = traffic_report({"r1": taken_in_process}, Counter(evalsha=6), Counter(), completed=1)
+    pattern = Pattern.from_traffic(report)
+    assert pattern.submissions == 0
+    assert pattern.messages == 11 == report["messages_per_request"]
+    assert pattern.stages == ONE.stages()
+    assert Pattern.from_traffic(traffic_report({"r1": ONE}, Counter(), Counter(), 1)).submissions
+
+
 def test_headers_are_counted_as_they_go_on_the_wire() -> None:
     assert header_bytes(None) == 0
     assert (

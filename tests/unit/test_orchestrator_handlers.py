@@ -97,6 +97,40 @@ async def test_submission_starts_a_classifying_search_and_a_duplicate_changes_no
     assert await orchestrator.store.pending_outbox("unit-0") == [], "outbox drained after publish"
 
 
+async def test_a_question_handed_over_in_process_takes_its_first_step_without_a_read(
+    harness: Harness,
+) -> None:
+    """`api.submission`: the state the API records is the one the first step starts from, so
+    that step is one commit; a replay sends again only what was left unpublished."""
+    _, orchestrator, seen = harness
+    submitted = QuerySubmitted(request_id="unit-in-process", query="what is pharos")
+    await orchestrator.store.create(submitted, drive=True)
+    redis = orchestrator.store.redis
+    calls_before = (await redis.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
+    await orchestrator.handle_submission(submitted)
+    calls_after = (await redis.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
+    # one GET: the commit script's own version check; a read would add two (state, version)
+    assert calls_after - calls_before == 1, "the first step read no state"
+    (command,) = seen["rag.cmd.search.vector"]
+    assert command["classify"] is not None
+    state = await orchestrator.store.get("unit-in-process")
+    assert state is not None and state.status.value == "searching" and state.version == 1
+
+    await orchestrator.resume(submitted)  # a replay by its key: everything went out already
+    assert len(seen["rag.cmd.search.vector"]) == 1
+    assert await orchestrator.store.pending_outbox("unit-in-process") == []
+
+    # a replay after a publish that failed: what the step committed goes out now
+    lost = Outgoing(
+        "rag.cmd.search.vector", "RAG_CMD", QuerySubmitted(request_id="unit-in-process", query="x")
+    ).entry()
+    await redis.hset(outbox_key("unit-in-process"), lost.event_id, lost.to_json())
+    await orchestrator.resume(submitted)
+    assert len(seen["rag.cmd.search.vector"]) == 2
+    # published: kept for the request's next commit to delete, and never sent a third time
+    assert await orchestrator.store.unpublished("unit-in-process") == []
+
+
 async def test_submission_starts_classification_and_a_duplicate_changes_nothing(
     classify_step_harness: Harness,
 ) -> None:
