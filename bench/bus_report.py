@@ -64,16 +64,23 @@ def print_floor(report: dict[str, Any], console: Console) -> None:
 
 
 def print_ledger(report: dict[str, Any], console: Console) -> None:
-    """Where a request's CPU went (`--profile`), by role and by layer, beside the floor."""
+    """Where a request's CPU went (`--profile`), by role, by layer and by part, beside the
+    floor."""
     ledger = report.get("ledger")
     if not ledger:
         return
     floor_ms = ((report.get("ratio_to_floor") or {}).get("python_cpu_ms_per_request") or {}).get(
         "floor"
     )
-    for key, title in (("by_role", "role on the stack"), ("by_layer", "innermost layer")):
+    for key, title, column in (
+        ("by_role", "role on the stack", "role"),
+        ("by_layer", "innermost layer", "layer"),
+        ("by_part", "part, against what the floor does", "part"),
+    ):
+        if key not in ledger:
+            continue
         table = Table(title=f"a request's CPU by {title} ({ledger['samples']:,} samples)")
-        table.add_column(title.split()[-1] if key == "by_layer" else "role")
+        table.add_column(column)
         table.add_column("share", justify="right")
         table.add_column("ms a request", justify="right")
         for row in ledger[key]:

@@ -1,13 +1,16 @@
 """Where a request's CPU goes: a py-spy profile of the stack under load, as a ledger.
 
 `ragbus bench-bus --profile` records the instant stack's process with py-spy while the closed
-loop runs, and files every sample twice:
+loop runs, and files every sample three ways:
 - by **role**, the part of ragbus whose code is on the stack: the API (the HTTP submission
   and the SSE relay), the saga, each worker kind, nats-py's read and flush loops, or the
   runtime around them (FastStream's consume path before a handler, Redis replies read by the
   event loop, the loop itself);
 - by **layer**, the package of the innermost frame: pydantic, FastStream, nats-py, redis-py,
-  the HTTP stack, asyncio and its sockets, ragbus's own code, the standard library.
+  the HTTP stack, asyncio and its sockets, ragbus's own code, the standard library;
+- by **part** against the floor: the messaging layers the floor is made of (nats-py,
+  redis-py, asyncio and the sockets), or one of the things it leaves out (the steps' own work,
+  HTTP and SSE, pydantic, the saga, FastStream, the runtime's own code, observability).
 
 Multiplied by the process's CPU per request, the shares say how many milliseconds of a request
 each role and layer costs, beside the floor's total (`bench.floor`): the parts the floor leaves
@@ -84,10 +87,55 @@ def layer(path: str) -> str:
     return OTHER_LAYER
 
 
+MESSAGING = "messaging: nats-py, redis-py, asyncio and sockets (what the floor is made of)"
+PARTS: dict[str, str] = {
+    "steps": "the steps' own work (generation, critique, fusion, classification)",
+    "http": "HTTP and SSE at the ends",
+    "pydantic": "contracts: pydantic's parsing and JSON",
+    "saga": "the saga's decisions and commits",
+    "runtime": "the runtime's own code (phase events, claims, liveness, error policy)",
+    "faststream": "FastStream's consume path",
+    "observability": "logs, traces, metrics",
+    "messaging": MESSAGING,
+}
+"""Each sample against the floor (`bench.floor`, plain nats-py and redis-py in one process):
+the floor runs only the messaging layers; every other part is something it leaves out."""
+_MESSAGING_LAYERS = frozenset({"nats-py", "redis-py", "asyncio, anyio and sockets"})
+
+
+def part(frames: list[tuple[str, str]]) -> str:
+    """What a sample was doing, set against what the floor does: by its innermost layer where
+    that layer says it (messaging, pydantic, FastStream, HTTP, observability), else by the
+    role whose code it is (a worker's own code is its step's work)."""
+    innermost = layer(frames[-1][1])
+    if innermost in _MESSAGING_LAYERS:
+        return PARTS["messaging"]
+    named = {
+        "pydantic": "pydantic",
+        "FastStream": "faststream",
+        "HTTP and SSE": "http",
+        "logs, traces, metrics": "observability",
+    }.get(innermost)
+    if named:
+        return PARTS[named]
+    owner = role(frames)
+    if owner.startswith(("worker:", "engines")):
+        return PARTS["steps"]
+    if owner.startswith("API"):
+        return PARTS["http"]
+    if owner == "saga":
+        return PARTS["saga"]
+    if owner.startswith("nats-py"):
+        return PARTS["messaging"]
+    return PARTS["runtime"]
+
+
 def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, Any]:
-    """Shares of the samples by role and by layer (and in ms a request, given the CPU)."""
+    """Shares of the samples by role, by layer and by part against the floor (and in ms a
+    request, given the CPU)."""
     by_role: Counter[str] = Counter()
     by_layer: Counter[str] = Counter()
+    by_part: Counter[str] = Counter()
     total = 0
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
@@ -98,6 +146,7 @@ def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, 
         total += n
         by_role[role(frames)] += n
         by_layer[layer(frames[-1][1])] += n
+        by_part[part(frames)] += n
 
     def rows(counter: Counter[str]) -> list[dict[str, Any]]:
         out = []
@@ -109,7 +158,12 @@ def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, 
             out.append(row)
         return out
 
-    return {"samples": total, "by_role": rows(by_role), "by_layer": rows(by_layer)}
+    return {
+        "samples": total,
+        "by_role": rows(by_role),
+        "by_layer": rows(by_layer),
+        "by_part": rows(by_part),
+    }
 
 
 async def record(

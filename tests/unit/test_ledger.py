@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ledger import OTHER_LAYER, ledger, parse_frames, role
+from bench.ledger import MESSAGING, OTHER_LAYER, PARTS, ledger, parse_frames, part, role
 
 LOOP = "main (bench/instant.py:172);run (asyncio/runners.py:190)"
 SAGA = (
@@ -76,3 +76,25 @@ def test_the_ledger_says_how_much_of_each_process_was_in_the_kernel() -> None:
     text = console.export_text()
     assert "in the kernel, by /proc: ragbus 8%, ragbus-child 10% of each process's CPU" in text
     assert "nats-server" not in text
+
+
+def test_each_sample_is_set_against_what_the_floor_does() -> None:
+    """The floor is nats-py, redis-py and the loop: those layers are its part wherever they
+    run; everything else is something the floor leaves out, named by layer or by owner."""
+    assert part(parse_frames(SAGA)) == MESSAGING  # a Redis call, even inside the saga
+    assert part(parse_frames(NATS_LOOP)) == MESSAGING
+    assert part(parse_frames(WORKER)) == PARTS["pydantic"]
+    assert part(parse_frames(API)) == PARTS["http"]  # ragbus's API code is the HTTP end
+    step = (
+        f"{LOOP};handle (workers/generate/router.py:80);select (workers/generate/extractive.py:9)"
+    )
+    assert part(parse_frames(step)) == PARTS["steps"]
+    decide = (
+        f"{LOOP};Orchestrator._apply (orchestrator/service.py:180);decide (orchestrator/saga.py:3)"
+    )
+    assert part(parse_frames(decide)) == PARTS["saga"]
+    phases = f"{LOOP};_phase_events (infra/runtime/phase_events.py:40)"
+    assert part(parse_frames(phases)) == PARTS["runtime"]
+    report = ledger([f"{SAGA} 3", f"{step} 1"], cpu_ms_per_request=8.0)
+    parts = {row["name"]: row["ms_per_request"] for row in report["by_part"]}
+    assert parts == {MESSAGING: pytest.approx(6.0), PARTS["steps"]: pytest.approx(2.0)}
