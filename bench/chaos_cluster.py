@@ -34,7 +34,10 @@ from infra.runtime.nats_cluster import (
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 
 ROLES: dict[str, tuple[list[str], int]] = {
-    "api": (["api"], 1),
+    # The API with a saga beside it, as `ragbus up` runs them: its questions take their first
+    # step in that process (`api.submission`), so a kill there can fall between that step's
+    # commit and its publish.
+    "api": (["api", "--orchestrator"], 1),
     "orchestrator": (["orchestrator"], 2),
     # Two of every role that can have two: a kill then takes one process of a role, never the
     # role. The embedded stores belong to one process, so that role has one.

@@ -58,9 +58,18 @@ def up() -> None:
     _serve(api=True, orchestrator=True, workers=parent, child_workers=child)
 
 
-def api_command() -> None:
-    """Run the HTTP API only."""
-    _serve(api=True, orchestrator=False, workers=())
+def api_command(
+    orchestrator: Annotated[
+        bool,
+        typer.Option(
+            "--orchestrator",
+            help="Also run a saga orchestrator here, which takes each question's first step "
+            "in this process (RAGBUS_SUBMIT_IN_PROCESS), as in `ragbus up`.",
+        ),
+    ] = False,
+) -> None:
+    """Run the HTTP API (and, with --orchestrator, a saga orchestrator beside it)."""
+    _serve(api=True, orchestrator=orchestrator, workers=())
 
 
 def orchestrator() -> None:
