@@ -37,10 +37,7 @@ class Submitter:
 
     async def record(self, store: StateStore, submitted: QuerySubmitted) -> None:
         """The request's state, before anything is sent (`StateExists` for a taken id)."""
-        if self.in_process:
-            await store.create(submitted, drive=True)
-        else:
-            await store.create(submitted)
+        await store.create(submitted, drive=self.in_process)
 
     async def send(self, submitted: QuerySubmitted) -> None:
         if self.saga is not None:

@@ -101,6 +101,12 @@ PARTS: dict[str, str] = {
 """Each sample against the floor (`bench.floor`, plain nats-py and redis-py in one process):
 the floor runs only the messaging layers; every other part is something it leaves out."""
 _MESSAGING_LAYERS = frozenset({"nats-py", "redis-py", "asyncio, anyio and sockets"})
+_PART_OF_LAYER = {
+    "pydantic": PARTS["pydantic"],
+    "FastStream": PARTS["faststream"],
+    "HTTP and SSE": PARTS["http"],
+    "logs, traces, metrics": PARTS["observability"],
+}
 
 
 def part(frames: list[tuple[str, str]]) -> str:
@@ -110,14 +116,8 @@ def part(frames: list[tuple[str, str]]) -> str:
     innermost = layer(frames[-1][1])
     if innermost in _MESSAGING_LAYERS:
         return PARTS["messaging"]
-    named = {
-        "pydantic": "pydantic",
-        "FastStream": "faststream",
-        "HTTP and SSE": "http",
-        "logs, traces, metrics": "observability",
-    }.get(innermost)
-    if named:
-        return PARTS[named]
+    if innermost in _PART_OF_LAYER:
+        return _PART_OF_LAYER[innermost]
     owner = role(frames)
     if owner.startswith(("worker:", "engines")):
         return PARTS["steps"]

@@ -257,7 +257,7 @@ class StateStore:
     async def create(self, submitted: QuerySubmitted, *, drive: bool = False) -> RequestState:
         """Record a new request, its first deadline and its place in its tenant's recent
         requests, in one atomic round trip; `StateExists` when its id is taken. With `drive`
-        this process decides the request's first transition next (`Orchestrator.start`), so the
+        this process decides the request's first transition next (`api.submission`), so the
         state is kept as the one it committed (`state_cache`): that transition reads nothing."""
         state = initial_state(submitted, self.settings, time.time())
         due = next_due(state)
@@ -346,8 +346,7 @@ class StateStore:
     async def _duplicate(self, request_id: str, sent: tuple[str, ...]) -> Applied:
         """An event applied already: the messages its transition left unpublished (those this
         process has published since are deleted, not sent again)."""
-        await self.outbox_sent(request_id, list(sent))
-        return Applied(None, await self.pending_outbox(request_id), duplicate=True)
+        return Applied(None, await self._pending_less(request_id, sent), duplicate=True)
 
     async def _commit(
         self,
@@ -424,7 +423,11 @@ class StateStore:
     async def unpublished(self, request_id: str) -> list[OutboxEntry]:
         """`pending_outbox` less what this process has published (and kept for the request's
         next commit to delete: deleted now instead)."""
-        await self.outbox_sent(request_id, list(self._cache.forget_sent(request_id)))
+        return await self._pending_less(request_id, self._cache.forget_sent(request_id))
+
+    async def _pending_less(self, request_id: str, sent: tuple[str, ...]) -> list[OutboxEntry]:
+        """The pending outbox once the entries known published (`sent`) are deleted."""
+        await self.outbox_sent(request_id, list(sent))
         return await self.pending_outbox(request_id)
 
     async def pending_outbox(self, request_id: str) -> list[OutboxEntry]:

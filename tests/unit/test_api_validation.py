@@ -33,7 +33,7 @@ class FakeStore:
     def __init__(self) -> None:
         self.states: dict[str, RequestState] = {}
 
-    async def create(self, submitted: QuerySubmitted) -> RequestState:
+    async def create(self, submitted: QuerySubmitted, *, drive: bool = False) -> RequestState:
         state = RequestState(
             request_id=submitted.request_id,
             query=submitted.query,
