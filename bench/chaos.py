@@ -30,6 +30,7 @@ the checks `bench.chaos_verify`; this module runs them, kills on a schedule, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -45,6 +46,7 @@ from bench.chaos_verify import StoredEvents, verify_ingest, verify_requests
 from bench.load import percentile
 from contracts import subjects as sj
 
+SUPERVISE_EVERY_S = 1.0
 QUERY_PATH_STREAMS = (sj.STREAM_QUERIES, sj.STREAM_CMD, sj.STREAM_RES, sj.STREAM_EVENTS)
 
 
@@ -57,6 +59,16 @@ async def _node_chaos(cluster: Cluster, stop: asyncio.Event, every_s: float) -> 
             return
         stream = random.choice([*QUERY_PATH_STREAMS, None])
         await cluster.nats_node_outage(stream, down_s=random.uniform(3.0, 8.0))
+
+
+async def _supervise(cluster: Cluster, stop: asyncio.Event) -> None:
+    """Start again, as a supervisor would, a process that exited on its own (one that started
+    while a stream had no leader and gave up, say). A task of its own: the kills wait on the
+    API at times (an ingest job's submission), and the API may be the process that exited."""
+    while not stop.is_set():
+        cluster.revive_crashed()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SUPERVISE_EVERY_S)
 
 
 async def _chaos(
@@ -99,7 +111,6 @@ async def _chaos(
             else:
                 await asyncio.to_thread(cluster.restart_service, event)
                 job["service_restarts"][event] += 1
-        cluster.revive_crashed()
         name = random.choice(list(cluster.roles))
         index = cluster.kill(name)
         if index is not None:
@@ -107,11 +118,9 @@ async def _chaos(
     await asyncio.gather(*pending_restarts, return_exceptions=True)
 
 
-def _keep_log(cluster: Cluster, requests: dict[str, Any]) -> str | None:
-    """The roles' log, copied out of the run's temporary directory when a stream missed an
-    event: the one clue to how, once the run is gone."""
-    if not requests["streams_missing_events"]:
-        return None
+def _keep_log(cluster: Cluster) -> str:
+    """The roles' log, copied out of the run's temporary directory: the one clue to what went
+    wrong, once the run is gone."""
     fd, kept = tempfile.mkstemp(prefix="ragbus-chaos-roles-", suffix=".log")
     os.close(fd)  # a name of its own: two runs failing in the same second keep both logs
     shutil.copyfile(cluster.root / "roles.log", kept)
@@ -133,6 +142,7 @@ async def run_chaos(
     random.seed(seed)
     with tempfile.TemporaryDirectory(prefix="ragbus-chaos-", dir=work_dir) as tmp:
         cluster = Cluster(Path(tmp), nats_nodes=nats_nodes)
+        phase = "boot"
         try:
             await boot(cluster, seed_timeout_s=180)
 
@@ -145,25 +155,36 @@ async def run_chaos(
             started = time.monotonic()
             loops = [asyncio.create_task(clients.loop()) for _ in range(concurrency)]
             chaos = asyncio.create_task(_chaos(cluster, stop, duration_s, kill_every_s, job))
+            supervisor = asyncio.create_task(_supervise(cluster, stop))
             nodes = (
                 asyncio.create_task(_node_chaos(cluster, stop, nats_kill_every_s))
                 if cluster.nats_cluster is not None
                 else None
             )
+            phase = "running"
             await asyncio.sleep(duration_s)
             stop.set()
+            phase = "ending the kills"
             await chaos
+            await supervisor
             if nodes is not None:
                 await nodes
             cluster.revive_all()
+            phase = "waiting for the clients' last requests"
             await asyncio.gather(*loops)
             elapsed = time.monotonic() - started
+            phase = "waiting for the API"
             await ready(cluster.url, READY_TIMEOUT_S)
+            phase = "waiting for the ingest job"
             record = await wait_job(cluster.url, job["job_id"], 300) if "job_id" in job else {}
+            phase = "verifying"
             requests = await verify_requests(cluster, clients.tracked, read_events)
-        finally:
+        except BaseException:  # a timeout's cancellation included: the log says where it hung
             cluster.stop()
-        kept_log = _keep_log(cluster, requests)
+            print(f"the chaos run failed while {phase}; the roles' log: {_keep_log(cluster)}")
+            raise
+        cluster.stop()
+        kept_log = _keep_log(cluster) if requests["streams_missing_events"] else None
         ingest = verify_ingest(cluster, job, record) if "job_id" in job else {}
         latencies = [t.latency_ms for t in clients.tracked if t.latency_ms is not None]
         completed = requests["by_status"].get("completed", 0)

@@ -35,12 +35,17 @@ def chaos_documents(count: int) -> list[DocumentIn]:
     ]
 
 
-async def submit_job(url: str, count: int) -> str:
+SUBMIT_TIMEOUT_S = 120.0
+
+
+async def submit_job(url: str, count: int, timeout_s: float = SUBMIT_TIMEOUT_S) -> str:
     """Submit the ingest job, again while the API is down (killed a moment ago, restarting):
-    one `Idempotency-Key`, so a submission that did land is taken once."""
+    one `Idempotency-Key`, so a submission that did land is taken once. `TimeoutError` when
+    the API has not taken it within `timeout_s`."""
     documents = [d.model_dump() for d in chaos_documents(count)]
     key = uuid.uuid4().hex
-    while True:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         try:
             async with RagbusClient(url, timeout=30) as client:
                 return str((await client.ingest(documents, idempotency_key=key))["job_id"])
@@ -50,6 +55,7 @@ async def submit_job(url: str, count: int) -> str:
             if exc.status < 500:
                 raise
             await asyncio.sleep(0.5)
+    raise TimeoutError(f"the API did not take the ingest job within {timeout_s:g} s")
 
 
 async def wait_job(url: str, job_id: str, timeout_s: float) -> dict[str, Any]:
