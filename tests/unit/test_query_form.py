@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench.site_names import ADULT, COMMON, site_name
 from contracts.enums import Intent
 from tests.unit.fakes import FakeEncoder
 from workers.classify.classifier import IntentClassifier, _best, allowed_intents
-from workers.classify.query_form import is_keyword_query, keyword_intents
+from workers.classify.query_form import is_keyword_query, keyword_intents, names_a_site, site_names
 from workers.classify.rules import has_calculation_cue
 
 
@@ -66,6 +67,39 @@ def test_keyword_cues_name_intents(query: str, named: set[Intent]) -> None:
 )
 def test_a_site_in_a_keyword_query_rules_out_factual(query: str, named: set[Intent]) -> None:
     assert keyword_intents(query) == named
+
+
+@pytest.mark.parametrize("query", ["youtube", "Netflix", "the guardian", "NYTimes", " ebay "])
+def test_a_well_known_sites_bare_name_is_navigational(query: str) -> None:
+    assert is_keyword_query(query)
+    assert keyword_intents(query) == {Intent.NAVIGATION}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "apple",  # a fruit before a site: ordinary words are left off the list
+        "time",
+        "nature",
+        "youtube history",  # about the site, not the site
+        "amazon rainforest",
+        "new york times",  # the list holds the domain's name (nytimes)
+    ],
+)
+def test_a_word_or_a_topic_is_no_site_name(query: str) -> None:
+    assert not names_a_site(query)
+    assert Intent.FACTUAL in keyword_intents(query)
+
+
+def test_the_site_list_is_the_derivation_of_its_source() -> None:
+    """The shipped list is what `bench.site_names` makes of its source, by its rules."""
+    assert site_name("en.wikipedia.org") == "wikipedia"
+    assert site_name("bbc.co.uk") == "bbc"
+    assert site_name("apple.com") is None  # an ordinary word
+    assert site_name("x.com") is None  # too short
+    assert site_name("ouest-france.fr") == "ouestfrance"
+    assert {"youtube", "wikipedia", "bbc", "github"} <= site_names()
+    assert not site_names() & (COMMON | ADULT)
 
 
 @pytest.mark.parametrize(

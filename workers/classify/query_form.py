@@ -23,12 +23,16 @@ words alone). The trained models, which learned `navigation` from requests for a
 the collection ("the onboarding pdf"), read these words as a topic: "gmail login" came out
 `factual` at 0.48 with `navigation` not among its first three. So a keyword query with such a
 word may not be `factual`; the model still chooses among `navigation` and any other intent its
-words name ("facebook login fix").
+words name ("facebook login fix"). A well-known site's bare name ("youtube", "the guardian";
+`site_names`) decides the same way: ORCAS-I's rules call it navigational by the clicked
+site's domain, which a query does not carry here, so a list of the most linked sites stands in.
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
+from importlib.resources import files
 from typing import Final
 
 from contracts.enums import Intent
@@ -101,10 +105,26 @@ SITE_CUES: Final = re.compile(
 (the module says why)."""
 
 
+@cache
+def site_names() -> frozenset[str]:
+    """Well-known web sites' names (`intent_data/site_names.txt`; `bench.site_names` says where
+    they come from and which are left out)."""
+    listed = files("workers.classify").joinpath("intent_data", "site_names.txt")
+    lines = listed.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def names_a_site(query: str) -> bool:
+    """The whole query is a well-known site's name, however it is spaced or cased: "youtube",
+    "The Guardian", "NYTimes" (not "new york times": the site's name is its domain's)."""
+    return re.sub(r"[^a-z]", "", query.lower()) in site_names()
+
+
 def keyword_intents(query: str) -> frozenset[Intent]:
     """The intents a keyword query's words name: `factual` and those its cues name, or, with a
-    site's address or door in it (`SITE_CUES`), `navigation` and the others its cues name."""
+    site's address or door in it (`SITE_CUES`) or a well-known site's bare name
+    (`names_a_site`), `navigation` and the others its cues name."""
     named = {intent for intent, cue in KEYWORD_CUES.items() if cue.search(query)}
-    if SITE_CUES.search(query):
+    if SITE_CUES.search(query) or names_a_site(query):
         return frozenset({Intent.NAVIGATION, *named})
     return frozenset({Intent.FACTUAL, *named})
