@@ -8,7 +8,13 @@ from bench.site_names import ADULT, COMMON, site_name
 from contracts.enums import Intent
 from tests.unit.fakes import FakeEncoder
 from workers.classify.classifier import IntentClassifier, _best, allowed_intents
-from workers.classify.query_form import is_keyword_query, keyword_intents, names_a_site, site_names
+from workers.classify.query_form import (
+    is_keyword_query,
+    keyword_intents,
+    names_a_site,
+    quantity_intents,
+    site_names,
+)
 from workers.classify.rules import has_calculation_cue
 
 
@@ -159,6 +165,31 @@ def test_a_keyword_query_goes_only_where_its_words_point() -> None:
     tool_first = {Intent.TOOL: 0.6, Intent.FACTUAL: 0.4}
     assert _best(tool_first, allowed_intents("What is windows 10?")) == (Intent.FACTUAL, 1.0)
     assert _best(tool_first, allowed_intents("What is 12 x 7?")) == (Intent.TOOL, 0.6)
+
+
+@pytest.mark.parametrize(
+    ("query", "allowed"),
+    [
+        ("how much does a passport cost", {Intent.FACTUAL}),
+        ("How long do I cook artichokes for?", {Intent.FACTUAL}),
+        ("how many bones in the human body", {Intent.FACTUAL}),
+        ("how much bigger is jupiter than earth", {Intent.FACTUAL, Intent.COMPARISON}),
+    ],
+)
+def test_a_question_that_asks_a_quantity_asks_a_fact(query: str, allowed: set[Intent]) -> None:
+    assert quantity_intents(query) is not None
+    # and the calculator where `has_calculation_cue` allows it ("how many" is a cue)
+    assert allowed_intents(query) - {Intent.TOOL} == allowed
+    assert (Intent.TOOL in allowed_intents(query)) is has_calculation_cue(query)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["how do I cook artichokes", "how to renew a passport", "how is atp produced", "how come"],
+)
+def test_other_questions_keep_every_intent(query: str) -> None:
+    assert quantity_intents(query) is None
+    assert Intent.PROCEDURAL in allowed_intents(query)
 
 
 def test_a_model_without_the_factual_label_still_answers() -> None:

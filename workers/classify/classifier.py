@@ -23,7 +23,7 @@ from infra.logging import get_logger
 from infra.retrieval.intent_profiles import weights_for
 from infra.retrieval.vectors.codec import pack_query
 from workers.classify.intent_model import IntentModel, ModelSlot
-from workers.classify.query_form import is_keyword_query, keyword_intents
+from workers.classify.query_form import is_keyword_query, keyword_intents, quantity_intents
 from workers.classify.rules import STRONG, RuleMatch, has_calculation_cue, match_rules
 from workers.classify.zero_shot import ZeroShotClassifier
 
@@ -173,10 +173,13 @@ class IntentClassifier:
 def allowed_intents(query: str) -> frozenset[Intent]:
     """The intents a model may route `query` to: `tool` only with a calculation cue
     (`rules.has_calculation_cue`), and a keyword query only to `factual` or an intent that
-    one of its words names, and not to `factual` when it names a site (`query_form`)."""
+    one of its words names, and not to `factual` when it names a site; a question that asks for
+    a quantity only to `factual`, a comparison or the calculator (`query_form`)."""
     allowed = frozenset(Intent)
     if is_keyword_query(query):
         allowed = keyword_intents(query) | {Intent.TOOL}
+    elif (quantity := quantity_intents(query)) is not None:
+        allowed = quantity
     if not has_calculation_cue(query):
         allowed -= {Intent.TOOL}
     return allowed

@@ -128,3 +128,30 @@ def keyword_intents(query: str) -> frozenset[Intent]:
     if SITE_CUES.search(query) or names_a_site(query):
         return frozenset({Intent.NAVIGATION, *named})
     return frozenset({Intent.FACTUAL, *named})
+
+
+QUANTITY_QUESTION: Final = re.compile(
+    r"^\W*how (?:much|many|long|often|old|far|big|small|tall|short|large|high|low|fast|deep"
+    r"|heavy|wide|soon|early|late|hot|cold|warm|expensive|cheap)\b",
+    re.IGNORECASE,
+)
+"""A question whose answer is a number or an amount: "how much does a passport cost", "how
+long to bake a potato", "how many bones in the human body"."""
+
+_THAN = _words(r"than|vs\.?|versus|compared")
+
+
+def quantity_intents(query: str) -> frozenset[Intent] | None:
+    """The intents a question that asks for a quantity may go to, or None for any other query.
+
+    Its answer is a number (the `NUMERIC` class of Li and Roth's question taxonomy, 2002), so it
+    asks for a fact: `factual`, or the calculator when it holds a calculation
+    (`rules.has_calculation_cue` decides that), or a comparison when it weighs two things ("how
+    much bigger than"). The model reads "how long do I cook artichokes" as `procedural` and
+    "how much do motivational speakers make" as `recommendation` from the words around the
+    quantity; the bundled training rows call every such question `factual` or `tool`."""
+    if not QUANTITY_QUESTION.match(query):
+        return None
+    return frozenset(
+        {Intent.FACTUAL, Intent.TOOL} | ({Intent.COMPARISON} if _THAN.search(query) else set())
+    )
