@@ -81,6 +81,12 @@ class RetrievedChunk(BaseModel):
         max_length=16,
         description="channel name -> 1-based rank in that channel",
     )
+    completion: bool = Field(
+        default=False,
+        description="in a channel's list, after its own ranking: the channel's score for a chunk "
+        "another channel found and it did not rank (`RAGBUS_SCORE_COMPLETION`); only score "
+        "fusion reads it",
+    )
     claimed: bool = Field(
         default=False,
         description="the whole passage (text and vectors) waits in the request's claim store; "

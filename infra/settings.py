@@ -288,6 +288,13 @@ class Settings(BaseSettings):
         description="How the fuse step combines the channels: convex (each channel's scores, "
         "min-max normalised, weighted by the intent) or rrf (weighted reciprocal ranks).",
     )
+    score_completion: bool = Field(
+        True,
+        description="With convex fusion, the vector and sparse channels each score the chunks "
+        "the other found and they did not list (a search restricted to those ids), so fusion "
+        "normalises and weighs every candidate by both text channels instead of counting 0 for "
+        "a chunk one of them just missed (false: each channel's own list only).",
+    )
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (fusion=rrf).")
     chunk_chars: int = Field(800, ge=100, le=16_000, description="Target chunk size in characters.")
     chunk_overlap_chars: int = Field(120, ge=0, description="Overlap between chunks.")

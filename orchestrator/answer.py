@@ -126,5 +126,9 @@ def rankings(state: RequestState) -> dict[str, object]:
             {**item, "channels": c.channels}
             for item, c in zip(ranked(state.fused), state.fused, strict=True)
         ],
-        "channels": {c.value: ranked(chunks) for c, chunks in state.channel_results.items()},
+        # each channel's own ranking: its completions (scores for what another found) left out
+        "channels": {
+            c.value: ranked([chunk for chunk in chunks if not chunk.completion])
+            for c, chunks in state.channel_results.items()
+        },
     }

@@ -159,3 +159,31 @@ def test_convex_fusion_gives_a_lone_or_tied_list_full_marks() -> None:
     assert min_max(scored(("a", 0.7))) == [1.0]
     assert min_max(scored(("a", 3.0), ("b", 3.0))) == [1.0, 1.0]
     assert min_max([]) == []
+
+
+def test_a_channels_completions_join_its_scores_but_not_its_ranks() -> None:
+    """Score completion (`workers.search.completion`): the vector channel's score for "d",
+    which only sparse listed, is normalised and weighed with the vector list; rank fusion,
+    the counts and the fused chunk's `channels` see the channels' own rankings only."""
+    from workers.fuse.rrf import fuse, listed, weighted_convex
+
+    missed = chunk("d").model_copy(update={"score": 0.7, "completion": True})
+    results = {
+        V: [*scored(("a", 0.9), ("b", 0.5)), missed],
+        S: scored(("d", 12.0), ("a", 11.0)),
+    }
+    weights = {V: 0.5, S: 0.5}
+    fused = {c.chunk_id: c for c in weighted_convex(results, weights, top_k=10)}
+    # vector's scores span 0.5..0.9 with its completion: "d" earns (0.7 - 0.5) / 0.4 = 0.5
+    assert fused["d"].score == pytest.approx(0.5 * 0.5 + 0.5 * 1.0, rel=SIX_DIGITS)
+    assert fused["b"].score == pytest.approx(0.0)
+    assert fused["d"].channels == {"sparse": 1} and not fused["d"].completion
+    assert fused["d"].text == "text d"
+    without = {
+        c.chunk_id: c.score
+        for c in weighted_convex({V: listed(results[V]), S: results[S]}, weights, top_k=10)
+    }
+    assert without["d"] == pytest.approx(0.5 * 1.0)  # 0 from the vector channel: it missed "d"
+    assert channel_counts(results)[V] == 2
+    by_rank = fuse(results, weights, method="rrf", top_k=10)
+    assert by_rank == fuse({V: listed(results[V]), S: results[S]}, weights, method="rrf", top_k=10)

@@ -26,6 +26,7 @@ from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
+from workers.fuse.rrf import listed
 from workers.search import create_router
 from workers.search.channels import Found
 
@@ -238,7 +239,8 @@ async def test_one_command_searches_several_channels_and_answers_for_each(
         ]
         rankings = await harness.resources.claims().rankings("req-1", fields)  # type: ignore[arg-type]
         assert rankings[1][0].document_id == "statins"
-        assert [len(r) for r in rankings] == [result.count, *(o.count for o in result.also)]
+        counts = [result.count, *(o.count for o in result.also)]
+        assert [len(listed(r)) for r in rankings] == counts  # completions follow their own
 
         phases = [e["data"] for e in harness.on(sj.events_subject("default", "req-1"))]
         ended = {p["phase"] for p in phases if p["status"] == "completed"}
@@ -456,3 +458,42 @@ async def test_a_classifying_command_leaves_a_tool_question_unsearched(
 async def test_a_classifying_command_must_fuse() -> None:
     with pytest.raises(ValueError, match="also fuses"):
         _command(Channel.VECTOR, "anything", classify=ClassifySpec())
+
+
+@pytest.mark.parametrize("completion", [True, False])
+async def test_the_text_channels_score_what_the_other_found(
+    settings: Settings, encoder: FakeEncoder, completion: bool
+) -> None:
+    """Score completion (`workers.search.completion`): after its own ranking, each text
+    channel's list holds its exact score for the chunks only the other listed; none with
+    `RAGBUS_SCORE_COMPLETION=false`."""
+    settings = settings.model_copy(update={"score_completion": completion})
+    async with worker_harness(create_router, settings, encoder) as harness:
+        await _index(harness.resources)
+        # one chunk a channel, for a question of two topics: the channels list different ones
+        cmd = _command(
+            Channel.VECTOR,
+            "statin cholesterol bread dough knead",
+            also=[Channel.SPARSE],
+            claim_ranking=True,
+        ).model_copy(update={"top_k": 1})
+        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+
+        [raw] = harness.on("rag.res.search.")
+        result = SearchResult.model_validate(raw)
+        fields = [result.ranking_claim, result.also[0].ranking_claim]
+        vector, sparse = await harness.resources.claims().rankings("req-1", fields)  # type: ignore[arg-type]
+        own = {c.chunk_id for c in listed(vector)}, {c.chunk_id for c in listed(sparse)}
+        added = [c for c in vector if c.completion], [c for c in sparse if c.completion]
+        if not completion:
+            assert added == ([], [])
+            return
+        assert {c.chunk_id for c in added[0]} == own[1] - own[0]
+        assert {c.chunk_id for c in added[1]} <= own[0] - own[1]  # none where no term matches
+        assert added[0] or added[1], "the two channels listed the same chunks: no test"
+        assert all(c.rank == 0 and c.channels == {} for c in [*added[0], *added[1]])
+        store = await harness.resources.vectors()
+        query = encoder.encode([cmd.query])[0]
+        assert {c.chunk_id: c.score for c in added[0]} == pytest.approx(
+            store.dense_scores(added[0], query)
+        )

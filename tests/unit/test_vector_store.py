@@ -139,6 +139,29 @@ def test_searches_return_references_that_hydrate(store: VectorStore) -> None:
     assert store.namespaces() == ["default"]
 
 
+def test_a_channel_scores_the_chunks_another_found_as_its_search_would(
+    store: VectorStore,
+) -> None:
+    """Score completion (`workers.search.completion`): the exact score each given chunk would
+    get from the channel's own search, whatever the channel ranked first."""
+    _index(store, STATINS)
+    _index(store, VITAMIN)
+    query = _vectors(["Statins query"])[0]
+    listed = store.search_dense(["default"], query, 2)
+    by_id = {c.chunk_id: c.score for c in listed}
+    assert store.dense_scores(listed, query) == pytest.approx(by_id)
+    assert store.dense_scores(listed[1:], query) == pytest.approx(
+        {listed[1].chunk_id: listed[1].score}
+    )
+    terms = SPARSE.encode_query("bones vitamin")
+    sparse = {c.chunk_id: c.score for c in store.search_sparse(["default"], *terms, 5)}
+    scored = store.sparse_scores(listed, *terms)
+    assert scored == pytest.approx(sparse)  # the statins chunk holds no term: left out (0)
+    gone = listed[0].model_copy(update={"namespace": "nowhere"})
+    assert store.dense_scores([gone], query) == {}
+    assert store.dense_scores([], query) == {} and store.sparse_scores(listed, [], []) == {}
+
+
 def test_hydration_keeps_the_order_and_drops_what_is_gone(store: VectorStore) -> None:
     _index(store, STATINS)
     _index(store, VITAMIN)

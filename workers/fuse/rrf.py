@@ -81,8 +81,9 @@ def weighted_rrf(
     A chunk found by several channels appears once, with `channels = {channel: rank}`
     for each of them, `score` = its fused score and `rank` = its 1-based fused rank.
     """
+    ranked = {channel: listed(chunks) for channel, chunks in results.items()}
     return weighted_fusion(
-        results,
+        ranked,  # ranks only: a channel's completions are scores, not ranks
         weights,
         lambda chunks: [1.0 / (k + i) for i in range(1, len(chunks) + 1)],
         top_k=top_k,
@@ -102,7 +103,9 @@ def weighted_convex(
     results: ChannelResults, weights: Weights, *, top_k: int
 ) -> list[RetrievedChunk]:
     """As `weighted_rrf`, with each channel's min-max normalised scores in place of its
-    reciprocal ranks: `score = Σ_c w_c · min_max_c(chunk)`."""
+    reciprocal ranks: `score = Σ_c w_c · min_max_c(chunk)`. A channel's completions (its scores
+    for chunks another channel found, `workers.search.completion`) are normalised and weighed
+    with its own list."""
     return weighted_fusion(results, weights, min_max, top_k=top_k)
 
 
@@ -115,17 +118,21 @@ def weighted_fusion(
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     best: dict[str, tuple[int, RetrievedChunk]] = {}
+    completed: dict[str, RetrievedChunk] = {}
 
     for channel in Channel:
         seen: set[str] = set()
-        listed = results.get(channel, ())
+        ranking = results.get(channel, ())
         for position, (chunk, part) in enumerate(
-            zip(listed, contributions(listed), strict=True), start=1
+            zip(ranking, contributions(ranking), strict=True), start=1
         ):
             if chunk.chunk_id in seen:  # a channel that repeats itself counts once
                 continue
             seen.add(chunk.chunk_id)
             scores[chunk.chunk_id] = scores.get(chunk.chunk_id, 0.0) + eff[channel] * part
+            if chunk.completion:  # scored by this channel, ranked by another
+                completed.setdefault(chunk.chunk_id, chunk)
+                continue
             ranks.setdefault(chunk.chunk_id, {})[channel.value] = position
             previous = best.get(chunk.chunk_id)
             if previous is None:
@@ -135,16 +142,29 @@ def weighted_fusion(
             else:
                 best[chunk.chunk_id] = (previous[0], _merge(previous[1], chunk))
 
+    for cid, chunk in completed.items():  # only ever a completion: kept as a chunk of its own
+        if cid not in best:
+            best[cid] = (len(scores), chunk.model_copy(update={"completion": False}))
     order = sorted(scores, key=lambda cid: (-scores[cid], best[cid][0], cid))
     return [
         best[cid][1].model_copy(
             # six significant digits: the order is made, and seventeen were bytes on every
             # message that carries the list
-            update={"score": float(f"{scores[cid]:.6g}"), "rank": rank, "channels": ranks[cid]}
+            update={
+                "score": float(f"{scores[cid]:.6g}"),
+                "rank": rank,
+                "channels": ranks.get(cid, {}),
+            }
         )
         for rank, cid in enumerate(order[:top_k], start=1)
     ]
 
 
 def channel_counts(results: ChannelResults) -> dict[Channel, int]:
-    return {channel: len(results.get(channel, ())) for channel in Channel}
+    """How many chunks each channel ranked (its completions left out)."""
+    return {channel: len(listed(results.get(channel, ()))) for channel in Channel}
+
+
+def listed(chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+    """A channel's own ranking, without its completions."""
+    return [chunk for chunk in chunks if not chunk.completion]

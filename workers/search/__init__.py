@@ -45,7 +45,7 @@ from infra.runtime.worker_runtime import ResultPublisher, step_router
 from workers.classify.classifier import Classification, IntentClassifier, described
 from workers.classify.model_meta import model_dir
 from workers.fuse.pipeline import FusionRequest, fuse_rankings
-from workers.search import channels
+from workers.search import channels, completion
 
 log = get_logger(__name__)
 
@@ -252,6 +252,25 @@ def create_router(resources: Resources) -> NatsRouter:
             raise errors[0]
         return list(searched)
 
+    async def complete_text_channels(
+        cmd: SearchCommand, searched: list[Searched], classified: Classification | None
+    ) -> None:
+        """Add each text channel's completions to its list (`workers.search.completion`),
+        after its own ranking: fusion, here or in the fuse step, reads them there. A failed
+        completion is logged, and fusion goes on with the channels' own lists."""
+        ok = {s.channel: s for s in searched if s.error is None}
+        made = ok[Channel.VECTOR].query_vector if Channel.VECTOR in ok else None
+        vector = cmd.query_vector or made or (classified.query_vector if classified else None)
+        try:
+            added = await completion.complete(
+                resources, cmd.query, vector, {c: s.chunks for c, s in ok.items()}
+            )
+        except Exception:
+            log.exception("score_completion_failed")
+            return
+        for channel, chunks in added.items():
+            ok[channel].chunks = [*ok[channel].chunks, *chunks]
+
     async def fuse_searched(
         cmd: SearchCommand, spec: FuseSpec, searched: list[Searched]
     ) -> Fused | None:
@@ -301,6 +320,8 @@ def create_router(resources: Resources) -> NatsRouter:
                 searched = [await search_one(cmd, channel)]
             else:  # a classifying search reports a failed channel beside its classification
                 searched = await search_all(cmd, wanted) if wanted else []
+            if searched and settings.score_completion and settings.fusion == "convex":
+                await complete_text_channels(cmd, searched, classified)
             fuse = cmd.fuse if searched else None
             fused = await fuse_searched(cmd, fuse, searched) if fuse else None
             if fused is None and searched:

@@ -267,6 +267,36 @@ class VectorStore(ABC):
             return []
         return self._search(namespaces, SPARSE, (list(indices), list(values)), top_k)
 
+    def _scores(self, chunks: Sequence[RetrievedChunk], using: str, query: Any) -> dict[str, float]:
+        by_namespace: dict[str, list[str]] = {}
+        for chunk in chunks:
+            by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
+        scores: dict[str, float] = {}
+        for namespace, ids in by_namespace.items():
+            if self._exists(namespace):
+                for hit in self._query(namespace, using, query, len(ids), ("chunk_id",), ids):
+                    scores[str(hit.payload.get("chunk_id") or hit.id)] = float(hit.score)
+        return scores
+
+    def dense_scores(
+        self, chunks: Sequence[RetrievedChunk], vector: Sequence[float] | np.ndarray
+    ) -> dict[str, float]:
+        """What `search_dense` would score each of `chunks` (found by another channel), by
+        chunk id; a chunk the store no longer has is left out."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if len(query) != self.dim:
+            raise ValueError(f"query vector has dim {len(query)}, expected {self.dim}")
+        return self._scores(chunks, DENSE, query.tolist()) if chunks else {}
+
+    def sparse_scores(
+        self, chunks: Sequence[RetrievedChunk], indices: Sequence[int], values: Sequence[float]
+    ) -> dict[str, float]:
+        """What `search_sparse` would score each of `chunks`, by chunk id; a chunk that holds
+        none of the query's terms is left out (its score is 0)."""
+        if not chunks or not indices:
+            return {}
+        return self._scores(chunks, SPARSE, (list(indices), list(values)))
+
     def hydrate(self, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
         """The chunks with their text and stored vectors, in the same order.
 
@@ -359,9 +389,16 @@ class VectorStore(ABC):
 
     @abstractmethod
     def _query(
-        self, namespace: str, using: str, query: Any, limit: int, fields: Sequence[str]
+        self,
+        namespace: str,
+        using: str,
+        query: Any,
+        limit: int,
+        fields: Sequence[str],
+        ids: Sequence[str] | None = None,
     ) -> list[Hit]:
-        """`query` is a dense list of floats, or `(indices, values)` for the sparse vector."""
+        """`query` is a dense list of floats, or `(indices, values)` for the sparse vector;
+        with `ids`, only those points are scored (exactly)."""
 
     @abstractmethod
     def _retrieve(

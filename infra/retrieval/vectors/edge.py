@@ -33,6 +33,7 @@ from qdrant_edge import (
     EdgeVectorParams,
     FieldCondition,
     Filter,
+    HasIdCondition,
     HnswIndexConfig,
     MatchValue,
     Memory,
@@ -211,22 +212,31 @@ class EdgeVectorStore(VectorStore):
         return int(found)
 
     def _query(
-        self, namespace: str, using: str, query: Any, limit: int, fields: Sequence[str]
+        self,
+        namespace: str,
+        using: str,
+        query: Any,
+        limit: int,
+        fields: Sequence[str],
+        ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         shard = self._must(namespace)
+        among = Filter(must=[HasIdCondition(set(ids))]) if ids is not None else None
         if using == SPARSE:  # an inverted index: exact as it is
             request = QueryRequest(
                 limit=limit,
                 query=Query.Nearest(SparseVector(query[0], query[1]), using=using),
                 with_payload=list(fields),
+                filter=among,
             )
-        else:
-            small = shard.info().points_count <= EXACT_MAX_POINTS  # microseconds
+        else:  # a few given points are scored exactly, whatever the shard's size
+            small = among is not None or shard.info().points_count <= EXACT_MAX_POINTS
             request = QueryRequest(
                 limit=limit,
                 query=Query.Nearest(query, using=using),
                 with_payload=list(fields),
                 params=EXACT if small else APPROXIMATE,
+                filter=among,
             )
         return [Hit(str(p.id), p.score, p.payload or {}) for p in shard.query(request)]
 

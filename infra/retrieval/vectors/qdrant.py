@@ -151,9 +151,16 @@ class QdrantVectorStore(VectorStore):
         return found
 
     def _query(
-        self, namespace: str, using: str, query: Any, limit: int, fields: Sequence[str]
+        self,
+        namespace: str,
+        using: str,
+        query: Any,
+        limit: int,
+        fields: Sequence[str],
+        ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         vector = qm.SparseVector(indices=query[0], values=query[1]) if using == SPARSE else query
+        among = qm.Filter(must=[qm.HasIdCondition(has_id=list(ids))]) if ids is not None else None
         with self._lock:
             response = self._client.query_points(
                 self.collection_name(namespace),
@@ -161,6 +168,7 @@ class QdrantVectorStore(VectorStore):
                 using=using,
                 limit=limit,
                 with_payload=list(fields),
+                query_filter=among,  # a few ids: below the full-scan threshold, scored exactly
             )
         return [Hit(str(p.id), p.score, p.payload or {}) for p in response.points]
 
