@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -93,6 +93,11 @@ class RetrievedChunk(BaseModel):
         "`text` here is its opening (in a fusion result), or empty (in a command to a step "
         "that resolves the claim)",
     )
+
+
+def listed(chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+    """A channel's own ranking, without its completions (`RetrievedChunk.completion`)."""
+    return [chunk for chunk in chunks if not chunk.completion]
 
 
 class Citation(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 
 from contracts.events import AnswerData
 from contracts.limits import FUSED_OPENINGS, MAX_SNIPPET_CHARS
-from contracts.models import Citation, RetrievedChunk
+from contracts.models import Citation, RetrievedChunk, listed
 from contracts.sessions import MEMORY_PREFIX
 from orchestrator.state import AttemptRecord, RequestState
 
@@ -128,7 +128,6 @@ def rankings(state: RequestState) -> dict[str, object]:
         ],
         # each channel's own ranking: its completions (scores for what another found) left out
         "channels": {
-            c.value: ranked([chunk for chunk in chunks if not chunk.completion])
-            for c, chunks in state.channel_results.items()
+            c.value: ranked(listed(chunks)) for c, chunks in state.channel_results.items()
         },
     }

@@ -4,7 +4,7 @@ import pytest
 
 from contracts.commands import FuseCommand
 from contracts.enums import Channel
-from contracts.models import RetrievedChunk
+from contracts.models import RetrievedChunk, listed
 from infra.errors import PoisonMessage
 from tests.unit.fakes import MemoryClaims
 from workers.fuse.router import channel_rankings
@@ -165,7 +165,7 @@ def test_a_channels_completions_join_its_scores_but_not_its_ranks() -> None:
     """Score completion (`workers.search.completion`): the vector channel's score for "d",
     which only sparse listed, is normalised and weighed with the vector list; rank fusion,
     the counts and the fused chunk's `channels` see the channels' own rankings only."""
-    from workers.fuse.rrf import fuse, listed, weighted_convex
+    from workers.fuse.rrf import fuse, weighted_convex
 
     missed = chunk("d").model_copy(update={"score": 0.7, "completion": True})
     results = {

@@ -15,7 +15,7 @@ from contracts.commands import ClassifySpec, FuseSpec, SearchCommand
 from contracts.enums import CHANNEL_PHASE, DOCUMENT_CHANNELS, Channel, Intent, Step
 from contracts.envelope import utcnow
 from contracts.ingest import DocumentIn
-from contracts.models import RetrievedChunk
+from contracts.models import RetrievedChunk, listed
 from contracts.results import CHANNEL_TIMED_OUT, SearchResult, any_result_adapter
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
@@ -26,7 +26,6 @@ from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
-from workers.fuse.rrf import listed
 from workers.search import create_router
 from workers.search.channels import Found
 

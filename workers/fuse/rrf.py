@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from contracts.enums import Channel
-from contracts.models import RetrievedChunk
+from contracts.models import RetrievedChunk, listed
 
 Weights = Mapping[Channel, float]
 ChannelResults = Mapping[Channel, Sequence[RetrievedChunk]]
@@ -163,8 +163,3 @@ def weighted_fusion(
 def channel_counts(results: ChannelResults) -> dict[Channel, int]:
     """How many chunks each channel ranked (its completions left out)."""
     return {channel: len(listed(results.get(channel, ()))) for channel in Channel}
-
-
-def listed(chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
-    """A channel's own ranking, without its completions."""
-    return [chunk for chunk in chunks if not chunk.completion]

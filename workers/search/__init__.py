@@ -252,15 +252,15 @@ def create_router(resources: Resources) -> NatsRouter:
             raise errors[0]
         return list(searched)
 
-    async def complete_text_channels(
-        cmd: SearchCommand, searched: list[Searched], classified: Classification | None
-    ) -> None:
+    async def complete_text_channels(cmd: SearchCommand, searched: list[Searched]) -> None:
         """Add each text channel's completions to its list (`workers.search.completion`),
         after its own ranking: fusion, here or in the fuse step, reads them there. A failed
         completion is logged, and fusion goes on with the channels' own lists."""
         ok = {s.channel: s for s in searched if s.error is None}
+        # the command's (a classifying command carries its classification's), or the one the
+        # dense channel made
         made = ok[Channel.VECTOR].query_vector if Channel.VECTOR in ok else None
-        vector = cmd.query_vector or made or (classified.query_vector if classified else None)
+        vector = cmd.query_vector or made
         try:
             added = await completion.complete(
                 resources, cmd.query, vector, {c: s.chunks for c, s in ok.items()}
@@ -321,7 +321,7 @@ def create_router(resources: Resources) -> NatsRouter:
             else:  # a classifying search reports a failed channel beside its classification
                 searched = await search_all(cmd, wanted) if wanted else []
             if searched and settings.score_completion and settings.fusion == "convex":
-                await complete_text_channels(cmd, searched, classified)
+                await complete_text_channels(cmd, searched)
             fuse = cmd.fuse if searched else None
             fused = await fuse_searched(cmd, fuse, searched) if fuse else None
             if fused is None and searched:

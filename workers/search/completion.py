@@ -3,12 +3,12 @@
 Convex fusion (`workers.fuse.rrf`) min-max normalises a channel's scores over the list it
 returned and counts 0 for a chunk it did not list. A chunk that dense search ranked first and
 BM25 ranked 21st (one past its list) then gets nothing from BM25, not the fair share its
-score would have earned. So once the vector and sparse channels have answered, each is asked for its
-exact score of the other's chunks it did not list (`VectorStore.dense_scores`,
+score would have earned. So once the vector and sparse channels have answered, each is asked
+for its exact score of the other's chunks it did not list (`VectorStore.dense_scores`,
 `sparse_scores`: a query restricted to those ids, at most a list's length of points), and
 those join the end of its list marked `RetrievedChunk.completion`: score fusion normalises and
 weighs them with the listed chunks; rank fusion, the channel's count and the ranking a request
-reports leave them out (`workers.fuse.rrf.listed`).
+reports leave them out (`contracts.models.listed`).
 
 Measured before it was built, on each set's own chunks with the product's chunking, encoder
 and fusion functions and a plain BM25 (`bench.evaluation.completion_study`,

@@ -102,6 +102,14 @@ def to_chunk(hit: Hit | Record, namespace: str, score: float = 0.0) -> Retrieved
     )
 
 
+def _ids_by_namespace(chunks: Sequence[RetrievedChunk]) -> dict[str, list[str]]:
+    """The chunks' ids, grouped by the namespace (the collection) that holds them."""
+    by_namespace: dict[str, list[str]] = {}
+    for chunk in chunks:
+        by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
+    return by_namespace
+
+
 class VectorStore(ABC):
     """Dense, sparse and sentence vectors of chunks, one collection per namespace."""
 
@@ -268,11 +276,8 @@ class VectorStore(ABC):
         return self._search(namespaces, SPARSE, (list(indices), list(values)), top_k)
 
     def _scores(self, chunks: Sequence[RetrievedChunk], using: str, query: Any) -> dict[str, float]:
-        by_namespace: dict[str, list[str]] = {}
-        for chunk in chunks:
-            by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
         scores: dict[str, float] = {}
-        for namespace, ids in by_namespace.items():
+        for namespace, ids in _ids_by_namespace(chunks).items():
             if self._exists(namespace):
                 for hit in self._query(namespace, using, query, len(ids), ("chunk_id",), ids):
                     scores[str(hit.payload.get("chunk_id") or hit.id)] = float(hit.score)
@@ -307,12 +312,9 @@ class VectorStore(ABC):
         the store has none: without them generation and the critic would encode it, ~0.1 s
         of CPU for one passage on the query path."""
         whole = [chunk.claimed or chunk.vectors is not None for chunk in chunks]
-        by_namespace: dict[str, list[str]] = {}
-        for chunk, kept in zip(chunks, whole, strict=True):
-            if not kept:
-                by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
+        wanted = [chunk for chunk, kept in zip(chunks, whole, strict=True) if not kept]
         found: dict[tuple[str, str], Record] = {}
-        for namespace, ids in by_namespace.items():
+        for namespace, ids in _ids_by_namespace(wanted).items():
             if not self._exists(namespace):
                 continue
             for record in self._retrieve(namespace, ids, True, (DENSE, SENTENCES)):
