@@ -169,10 +169,13 @@ def _intent(r: Report) -> str:
 
 def _intent_real(r: Report) -> str:
     labelled = [name for name, c in r["per_class"].items() if c["support"]]
-    return (
+    text = (
         f"{r['n']:,} real questions it was not trained on: accuracy {r['accuracy']:.3f}, "
         f"macro-F1 over their {len(labelled)} intents {r['macro_f1_labelled']:.3f}"
     )
+    if bounds := r.get("intervals", {}).get("macro_f1_labelled"):
+        text += f" (95% interval {bounds[0]:.3f} to {bounds[1]:.3f})"
+    return text
 
 
 def _intent_keywords(r: Report) -> str:
@@ -318,7 +321,38 @@ def channel_table(results: Path) -> str:
             f"{name}: {report['queries']} queries, {when}, `{command}` "
             f"([`results/{report_file}`](../results/{report_file}))"
         )
-    return "\n".join([*lines, "", *(f"- {line}" for line in runs)])
+    return "\n".join([*lines, "", *(f"- {line}" for line in runs), *_differences_table(results)])
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}".replace("-", "−")
+
+
+def _differences_table(results: Path) -> list[str]:
+    """The fused ranking against plain vector+sparse RRF, query by query, for each report
+    that holds the comparison (`fused_against`): the mean difference, its 95% interval, the
+    paired t-test's p and how many queries moved each way."""
+    lines = [
+        "",
+        "| data set, metric | fused − vector+sparse RRF | 95% interval | p "
+        "| queries better / worse |",
+        "|---|---:|---|---:|---|",
+    ]
+    for name, report_file in EVALUATIONS:
+        path = results / report_file
+        if not path.exists():
+            continue
+        against = json.loads(path.read_text(encoding="utf-8")).get("fused_against", {})
+        for label, key in EVAL_METRICS:
+            if (d := against.get("vector+sparse", {}).get(key)) is None:
+                continue
+            low, high = d["ci95"]
+            lines.append(
+                f"| {name}, {label} | {_signed(d['difference'])} | "
+                f"{_signed(low)} to {_signed(high)} | {d['p']:.3f} | "
+                f"{d['better']} / {d['worse']} of {d['queries']} |"
+            )
+    return lines if len(lines) > 3 else []
 
 
 def replaced(text: str, markers: tuple[str, str], body: str) -> str:

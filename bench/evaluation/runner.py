@@ -14,7 +14,7 @@ from statistics import median, quantiles
 from typing import Any
 
 from bench.evaluation.beir import BeirSet
-from bench.evaluation.metrics import Run, document_run, evaluate
+from bench.evaluation.metrics import Run, document_run, evaluate, paired_difference
 from client import RagbusClient
 
 DENSE_SPARSE_WEIGHTS = {"vector": 0.55, "sparse": 0.35}
@@ -51,6 +51,7 @@ class EvalRun:
         qrels = beir.qrels
         lat = sorted(self.latencies_ms)
         cuts = quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+        dense_sparse = self.dense_sparse()
         return {
             "queries": len(qrels),
             "failed": len(self.failures),
@@ -58,7 +59,9 @@ class EvalRun:
             "fused": evaluate(qrels, self.fused),
             "channels": {name: evaluate(qrels, run) for name, run in sorted(self.channels.items())},
             # what fusion without the graph would give, from the same requests' channel runs
-            "baselines": {"vector+sparse": evaluate(qrels, self.dense_sparse())},
+            "baselines": {"vector+sparse": evaluate(qrels, dense_sparse)},
+            # the fused ranking against it query by query: the difference and how sure it is
+            "fused_against": {"vector+sparse": paired_difference(qrels, self.fused, dense_sparse)},
             "latency_ms": {
                 "p50": round(median(lat), 1) if lat else None,
                 "p95": round(cuts[94], 1) if lat else None,

@@ -65,3 +65,33 @@ def test_the_channels_stand_side_by_side_with_the_best_in_bold(tmp_path: Path) -
     assert "| 0.500 | **0.550** | 0.500 | — | — | 0.500 |" in ndcg
     assert not any("Complete@10" in line for line in lines)  # not in this report: no row
     assert lines[-1].startswith("- MuSiQue train-100: 3 queries, undated")
+
+
+def test_the_fused_rankings_difference_from_plain_hybrid_is_shown_with_its_interval(
+    tmp_path: Path,
+) -> None:
+    from bench.tables import channel_table
+
+    metrics = {"ndcg@10": 0.5}
+    difference = {
+        "difference": 0.003,
+        "ci95": [-0.004, 0.011],
+        "p": 0.41,
+        "queries": 323,
+        "better": 90,
+        "worse": 80,
+    }
+    report = {
+        "queries": 323,
+        "fused": metrics,
+        "channels": {},
+        "baselines": {"vector+sparse": metrics},
+        "fused_against": {"vector+sparse": {"ndcg@10": difference}},
+    }
+    (tmp_path / "eval-nfcorpus.json").write_text(json.dumps(report))
+    lines = channel_table(tmp_path).splitlines()
+    assert (
+        "| NFCorpus test, nDCG@10 | +0.003 | −0.004 to +0.011 | 0.410 | 90 / 80 of 323 |" in lines
+    )
+    (tmp_path / "eval-nfcorpus.json").write_text(json.dumps({**report, "fused_against": {}}))
+    assert not any("95% interval" in line for line in channel_table(tmp_path).splitlines())
