@@ -34,7 +34,7 @@ from workers.classify.dataset import (
     first_per_class,
     load_examples,
 )
-from workers.classify.evaluation import calibration, evaluate
+from workers.classify.evaluation import calibration, evaluate, intervals
 from workers.classify.intent_model import IntentModel, ModelSlot, load_intent_model
 from workers.classify.model_meta import META_FILE, BodyMode, ModelMeta
 from workers.classify.training import shared_body, train_intent_model
@@ -343,6 +343,16 @@ def test_calibration_compares_each_bands_confidence_with_its_share_right() -> No
         (0.15 * 2 + abs(2 / 3 - (0.95 + 0.92 + 1.0) / 3) * 3 + 0.3) / 6, abs=1e-4
     )
     assert report["below_the_gate"] == pytest.approx(2 / 6, abs=1e-4)
+
+
+def test_the_intervals_hold_the_figure_and_widen_where_a_class_has_few_rows() -> None:
+    gold = ["factual"] * 90 + ["comparison"] * 10
+    predicted = ["factual"] * 85 + ["comparison"] * 5 + ["comparison"] * 7 + ["factual"] * 3
+    bounds = intervals(gold, predicted)
+    assert bounds["accuracy"][0] < 0.92 < bounds["accuracy"][1]  # 92 of 100 right
+    low, high = bounds["macro_f1_labelled"]
+    assert low < 0.78 < high and high - low > 0.1  # ten comparison rows: a wide interval
+    assert intervals(gold, gold) == {"accuracy": [1.0, 1.0], "macro_f1_labelled": [1.0, 1.0]}
 
 
 @pytest.fixture
