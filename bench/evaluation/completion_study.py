@@ -58,7 +58,7 @@ class Corpus:
     """A set's chunks: their documents, their dense vectors and a BM25 index."""
 
     def __init__(self, documents: list[str], texts: list[str], dense: np.ndarray) -> None:
-        self.documents, self.dense = documents, dense
+        self.documents, self.dense, self.texts = documents, dense, texts
         tokens = [analyze(text) for text in texts]
         self.size = len(tokens)
         mean = sum(map(len, tokens)) / max(self.size, 1)
@@ -71,10 +71,14 @@ class Corpus:
                 self.postings[term].append((i, tf * (K1 + 1) / (tf + norm)))
 
     def bm25(self, query: str) -> np.ndarray:
+        return self.weighted_bm25(dict.fromkeys(analyze(query), 1.0))
+
+    def weighted_bm25(self, terms: dict[str, float]) -> np.ndarray:
+        """BM25 with each query term's contribution scaled by its weight."""
         scores = np.zeros(self.size, dtype=np.float32)
-        for term in set(analyze(query)):
+        for term, weight in terms.items():
             for i, part in self.postings.get(term, ()):
-                scores[i] += self.idf[term] * part
+                scores[i] += weight * self.idf[term] * part
         return scores
 
 
@@ -113,10 +117,14 @@ def _refs(
     ]
 
 
-def fuse_three_ways(
-    corpus: Corpus, query: str, vector: np.ndarray
-) -> dict[str, list[RetrievedChunk]]:
-    dense, sparse = corpus.dense @ vector, corpus.bm25(query)
+ChannelLists = dict[Channel, list[RetrievedChunk]]
+
+
+def channel_lists(
+    corpus: Corpus, dense: np.ndarray, sparse: np.ndarray
+) -> tuple[ChannelLists, ChannelLists]:
+    """Each channel's best `DEPTH` chunks by its scores, as it lists them, and the same lists
+    completed with the channel's scores for the chunks only the other listed."""
     top_dense = np.argsort(-dense)[:DEPTH]
     top_sparse = [i for i in np.argsort(-sparse)[:DEPTH] if sparse[i] > 0]
     own = {
@@ -124,19 +132,19 @@ def fuse_three_ways(
         Channel.SPARSE: _refs(corpus, np.asarray(top_sparse, dtype=int), sparse, False),
     }
     in_dense, in_sparse = set(top_dense.tolist()), set(top_sparse)
+    only_sparse = np.asarray([i for i in top_sparse if i not in in_dense], dtype=int)
+    only_dense = np.asarray([i for i in top_dense.tolist() if i not in in_sparse], dtype=int)
     completed = {
-        Channel.VECTOR: own[Channel.VECTOR]
-        + _refs(
-            corpus, np.asarray([i for i in top_sparse if i not in in_dense], dtype=int), dense, True
-        ),
-        Channel.SPARSE: own[Channel.SPARSE]
-        + _refs(
-            corpus,
-            np.asarray([i for i in top_dense.tolist() if i not in in_sparse], dtype=int),
-            sparse,
-            True,
-        ),
+        Channel.VECTOR: own[Channel.VECTOR] + _refs(corpus, only_sparse, dense, True),
+        Channel.SPARSE: own[Channel.SPARSE] + _refs(corpus, only_dense, sparse, True),
     }
+    return own, completed
+
+
+def fuse_three_ways(
+    corpus: Corpus, query: str, vector: np.ndarray
+) -> dict[str, list[RetrievedChunk]]:
+    own, completed = channel_lists(corpus, corpus.dense @ vector, corpus.bm25(query))
     depth = 2 * DEPTH
     return {
         "rrf": weighted_rrf(own, WEIGHTS, top_k=depth),
