@@ -87,6 +87,12 @@ class RetrievedChunk(BaseModel):
         "another channel found and it did not rank (`RAGBUS_SCORE_COMPLETION`); only score "
         "fusion reads it",
     )
+    feedback: bool = Field(
+        default=False,
+        description="in a channel's list, after its own ranking: found by the channel's second "
+        "search, with the query its first hits expanded (`RAGBUS_SEARCH_FEEDBACK`); score fusion "
+        "reads these in place of the channel's own ranking, which stays what the channel reports",
+    )
     claimed: bool = Field(
         default=False,
         description="the whole passage (text and vectors) waits in the request's claim store; "
@@ -96,8 +102,16 @@ class RetrievedChunk(BaseModel):
 
 
 def listed(chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
-    """A channel's own ranking, without its completions (`RetrievedChunk.completion`)."""
-    return [chunk for chunk in chunks if not chunk.completion]
+    """A channel's own ranking, without its completions (`RetrievedChunk.completion`) and its
+    feedback search's list (`RetrievedChunk.feedback`)."""
+    return [chunk for chunk in chunks if not (chunk.completion or chunk.feedback)]
+
+
+def scored(chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
+    """What score fusion reads of a channel's list: its feedback search's list and
+    completions where it has one (`RetrievedChunk.feedback`), else the whole list."""
+    fed = [chunk for chunk in chunks if chunk.feedback]
+    return fed if fed else list(chunks)
 
 
 class Citation(BaseModel):

@@ -295,6 +295,13 @@ class Settings(BaseSettings):
         "normalises and weighs every candidate by both text channels instead of counting 0 for "
         "a chunk one of them just missed (false: each channel's own list only).",
     )
+    search_feedback: bool = Field(
+        True,
+        description="With convex fusion and BM25, the vector and sparse channels search again "
+        "with what their first hits say (pseudo-relevance feedback: the query's embedding moved "
+        "toward the three best chunks', BM25 with RM3's expanded terms), except for a question "
+        "that names a document's title (false: the first search only).",
+    )
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (fusion=rrf).")
     chunk_chars: int = Field(800, ge=100, le=16_000, description="Target chunk size in characters.")
     chunk_overlap_chars: int = Field(120, ge=0, description="Overlap between chunks.")

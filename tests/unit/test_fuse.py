@@ -187,3 +187,28 @@ def test_a_channels_completions_join_its_scores_but_not_its_ranks() -> None:
     assert channel_counts(results)[V] == 2
     by_rank = fuse(results, weights, method="rrf", top_k=10)
     assert by_rank == fuse({V: listed(results[V]), S: results[S]}, weights, method="rrf", top_k=10)
+
+
+def test_a_channels_feedback_list_takes_the_place_of_its_ranking_in_score_fusion_only() -> None:
+    """Pseudo-relevance feedback (`workers.search.feedback`): the vector channel's second
+    search found "c" first; score fusion reads that list in place of the first one, which
+    stays the channel's own for rank fusion, the counts and what a request reports."""
+    from workers.fuse.rrf import fuse, weighted_convex
+
+    fed = [
+        c.model_copy(update={"feedback": True, "rank": rank})
+        for rank, c in enumerate(scored(("c", 0.95), ("a", 0.6)), start=1)
+    ]
+    results = {V: [*scored(("a", 0.9), ("b", 0.5)), *fed], S: scored(("a", 12.0), ("d", 6.0))}
+    weights = {V: 0.5, S: 0.5}
+    fused = {c.chunk_id: c for c in weighted_convex(results, weights, top_k=10)}
+    assert set(fused) == {"a", "c", "d"}  # "b", which only the first search found, is gone
+    assert fused["c"].score == pytest.approx(0.5 * 1.0, rel=SIX_DIGITS)
+    assert fused["a"].score == pytest.approx(0.5 * 0.0 + 0.5 * 1.0, rel=SIX_DIGITS)
+    assert not any(c.feedback for c in fused.values())
+    assert channel_counts(results)[V] == 2
+    own = {V: listed(results[V]), S: results[S]}
+    assert listed(results[V]) == results[V][:2]
+    assert fuse(results, weights, method="rrf", top_k=10) == fuse(
+        own, weights, method="rrf", top_k=10
+    )

@@ -466,7 +466,9 @@ async def test_the_text_channels_score_what_the_other_found(
     """Score completion (`workers.search.completion`): after its own ranking, each text
     channel's list holds its exact score for the chunks only the other listed; none with
     `RAGBUS_SCORE_COMPLETION=false`."""
-    settings = settings.model_copy(update={"score_completion": completion})
+    # completion alone: feedback (test_search_feedback) searches again with other queries
+    update = {"score_completion": completion, "search_feedback": False}
+    settings = settings.model_copy(update=update)
     async with worker_harness(create_router, settings, encoder) as harness:
         await _index(harness.resources)
         # one chunk a channel, for a question of two topics: the channels list different ones

@@ -171,6 +171,21 @@ def test_hydration_keeps_the_order_and_drops_what_is_gone(store: VectorStore) ->
     assert [h.document_id for h in store.hydrate(hits)] == ["statins"]
 
 
+def test_passages_are_the_stored_text_and_dense_vector_by_chunk_id(store: VectorStore) -> None:
+    _index(store, STATINS)
+    _index(store, VITAMIN)
+    hits = store.search_dense(["default"], _vectors(["Vitamin"])[0], 2)
+    found = store.passages(hits)
+    assert set(found) == {h.chunk_id for h in hits}
+    hydrated = {h.chunk_id: h for h in store.hydrate(hits)}
+    for chunk_id, (text, dense) in found.items():
+        assert text == hydrated[chunk_id].text
+        assert hydrated[chunk_id].vectors is not None
+        assert dense == pytest.approx(dense_of(hydrated[chunk_id].vectors), abs=1e-3)  # f16
+    gone = hits[0].model_copy(update={"namespace": "nowhere"})
+    assert store.passages([gone]) == {} and store.passages([]) == {}
+
+
 def test_a_chunk_carrying_its_text_but_no_vectors_gets_the_stored_ones(store: VectorStore) -> None:
     """A graph store's copy of a chunk (what the bridge inserts) has the text and no vectors;
     without the stored vectors generation and the critic would encode the whole passage."""

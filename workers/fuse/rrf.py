@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from contracts.enums import Channel
-from contracts.models import RetrievedChunk, listed
+from contracts.models import RetrievedChunk, listed, scored
 
 Weights = Mapping[Channel, float]
 ChannelResults = Mapping[Channel, Sequence[RetrievedChunk]]
@@ -122,7 +122,7 @@ def weighted_fusion(
 
     for channel in Channel:
         seen: set[str] = set()
-        ranking = results.get(channel, ())
+        ranking = scored(results.get(channel, ()))
         for position, (chunk, part) in enumerate(
             zip(ranking, contributions(ranking), strict=True), start=1
         ):
@@ -154,6 +154,7 @@ def weighted_fusion(
                 "score": float(f"{scores[cid]:.6g}"),
                 "rank": rank,
                 "channels": ranks.get(cid, {}),
+                "feedback": False,  # a fused chunk, wherever a channel found it
             }
         )
         for rank, cid in enumerate(order[:top_k], start=1)

@@ -21,6 +21,7 @@ operator's patch) can replace one channel without rebuilding the router.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from contracts.commands import SKIPPED_BY_WEIGHT, FuseSpec, SearchCommand, weigh
 from contracts.enums import CHANNEL_PHASE, Channel, Intent, Phase, PhaseStatus, Step, StepStatus
 from contracts.envelope import utcnow
 from contracts.events import PhaseData, PhaseEvent
-from contracts.models import ErrorInfo, RetrievedChunk
+from contracts.models import ErrorInfo, RetrievedChunk, listed
 from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Classified, Fused, SearchResult
 from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
@@ -45,7 +46,7 @@ from infra.runtime.worker_runtime import ResultPublisher, step_router
 from workers.classify.classifier import Classification, IntentClassifier, described
 from workers.classify.model_meta import model_dir
 from workers.fuse.pipeline import FusionRequest, fuse_rankings
-from workers.search import channels, completion
+from workers.search import channels, completion, feedback
 
 log = get_logger(__name__)
 
@@ -252,15 +253,19 @@ def create_router(resources: Resources) -> NatsRouter:
             raise errors[0]
         return list(searched)
 
-    async def complete_text_channels(cmd: SearchCommand, searched: list[Searched]) -> None:
+    def query_vector_of(cmd: SearchCommand, searched: list[Searched]) -> str | None:
+        """The command's (a classifying command carries its classification's), or the one
+        the dense channel made."""
+        made = [s.query_vector for s in searched if s.channel is Channel.VECTOR and not s.error]
+        return cmd.query_vector or (made[0] if made else None)
+
+    async def complete_text_channels(
+        cmd: SearchCommand, searched: list[Searched], vector: str | None
+    ) -> None:
         """Add each text channel's completions to its list (`workers.search.completion`),
         after its own ranking: fusion, here or in the fuse step, reads them there. A failed
         completion is logged, and fusion goes on with the channels' own lists."""
         ok = {s.channel: s for s in searched if s.error is None}
-        # the command's (a classifying command carries its classification's), or the one the
-        # dense channel made
-        made = ok[Channel.VECTOR].query_vector if Channel.VECTOR in ok else None
-        vector = cmd.query_vector or made
         try:
             added = await completion.complete(
                 resources, cmd.query, vector, {c: s.chunks for c, s in ok.items()}
@@ -270,6 +275,49 @@ def create_router(resources: Resources) -> NatsRouter:
             return
         for channel, chunks in added.items():
             ok[channel].chunks = [*ok[channel].chunks, *chunks]
+
+    async def refine_text_channels(cmd: SearchCommand, searched: list[Searched]) -> None:
+        """Score completion, then pseudo-relevance feedback (`workers.search.feedback`): the
+        text channels search again with what their first hits say, and are completed again.
+        A failed feedback search is logged, and the first lists stand."""
+        vector = query_vector_of(cmd, searched)
+        if settings.score_completion:
+            await complete_text_channels(cmd, searched, vector)
+        if not settings.search_feedback:
+            return
+        ok = {s.channel: s for s in searched if s.error is None}
+        started = time.perf_counter()
+        try:
+            again = await feedback.search_again(
+                resources, cmd, vector, {c: s.chunks for c, s in ok.items()}
+            )
+        except Exception:
+            log.exception("search_feedback_failed", request_id=cmd.request_id)
+            return
+        log.debug(
+            "search_feedback",
+            request_id=cmd.request_id,
+            applied=again is not None,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        if again is None:
+            return
+        lists, moved_vector, terms = again
+        fed = {channel: ranked(chunks, channel)[: cmd.top_k] for channel, chunks in lists.items()}
+        added = {}
+        if settings.score_completion:
+            try:
+                added = await completion.complete(resources, cmd.query, moved_vector, fed, terms)
+            except Exception:
+                log.exception("score_completion_failed")
+        for channel, chunks in fed.items():
+            # the channel's own ranking stays what it reports; fusion reads the second list
+            mark = {"feedback": True}
+            ok[channel].chunks = [
+                *listed(ok[channel].chunks),
+                *(chunk.model_copy(update=mark) for chunk in chunks),
+                *(chunk.model_copy(update=mark) for chunk in added.get(channel, [])),
+            ]
 
     async def fuse_searched(
         cmd: SearchCommand, spec: FuseSpec, searched: list[Searched]
@@ -320,8 +368,8 @@ def create_router(resources: Resources) -> NatsRouter:
                 searched = [await search_one(cmd, channel)]
             else:  # a classifying search reports a failed channel beside its classification
                 searched = await search_all(cmd, wanted) if wanted else []
-            if searched and settings.score_completion and settings.fusion == "convex":
-                await complete_text_channels(cmd, searched)
+            if searched and settings.fusion == "convex":
+                await refine_text_channels(cmd, searched)
             fuse = cmd.fuse if searched else None
             fused = await fuse_searched(cmd, fuse, searched) if fuse else None
             if fused is None and searched:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from contracts.enums import Channel
 from contracts.models import RetrievedChunk
+from infra.retrieval.lexical import SparseVec
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.resources import Resources
 
@@ -53,10 +54,12 @@ async def complete(
     query: str,
     query_vector: str | None,
     rankings: dict[Channel, list[RetrievedChunk]],
+    terms: SparseVec | None = None,
 ) -> dict[Channel, list[RetrievedChunk]]:
     """Each text channel's completions for `query` (`rankings` holds their own lists; the
-    query's packed embedding, which the dense channel searched with): none unless both
-    answered and a chunk is missing from one of them."""
+    query's packed embedding, which the dense channel searched with; `terms`, the sparse
+    query it searched with when not the query's own, `workers.search.feedback`): none unless
+    both answered and a chunk is missing from one of them."""
     if not all(rankings.get(channel) for channel in COMPLETED):
         return {}
     vector_ids = {chunk.chunk_id for chunk in rankings[Channel.VECTOR]}
@@ -71,7 +74,7 @@ async def complete(
         out[Channel.VECTOR] = _completions(for_vector, scores)
     sparse = await resources.sparse()
     if for_sparse and sparse.idf_modifier:
-        indices, values = sparse.query(query)
+        indices, values = terms or sparse.query(query)
         scores = await store.read(store.sparse_scores, for_sparse, indices, values)
         out[Channel.SPARSE] = _completions(for_sparse, scores)
     return out

@@ -302,6 +302,22 @@ class VectorStore(ABC):
             return {}
         return self._scores(chunks, SPARSE, (list(indices), list(values)))
 
+    def passages(self, chunks: Sequence[RetrievedChunk]) -> dict[str, tuple[str, np.ndarray]]:
+        """Each chunk's stored text and dense vector, by chunk id (a chunk the store no longer
+        has is left out): what a feedback search reads of its first hits, without the
+        sentence vectors that `hydrate` decodes."""
+        found: dict[str, tuple[str, np.ndarray]] = {}
+        for namespace, ids in _ids_by_namespace(chunks).items():
+            if not self._exists(namespace):
+                continue
+            for record in self._retrieve(namespace, ids, ("chunk_id", "text"), (DENSE,)):
+                dense = record.vectors.get(DENSE)
+                if dense is not None:
+                    chunk_id = str(record.payload.get("chunk_id") or record.id)
+                    text = str(record.payload.get("text", ""))
+                    found[chunk_id] = (text, np.asarray(dense, dtype=np.float32))
+        return found
+
     def hydrate(self, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
         """The chunks with their text and stored vectors, in the same order.
 
