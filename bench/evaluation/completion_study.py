@@ -29,6 +29,7 @@ import math
 import pickle
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,13 @@ async def study(root: Path, split: str, encoder: Encoder, cache: Path | None) ->
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+Study = Callable[[Path, str, Encoder, Path | None], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def study_main(description: str, study: Study) -> None:
+    """The command line of a study: each `--set` scored by `study`, printed rule by rule, and
+    the reports written to `--out` with the depth, the weights and the run."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--set", action="append", required=True, help="BEIR_DIR[:SPLIT]")
     parser.add_argument("--cache", type=Path, help="keep each corpus's chunk vectors here")
     parser.add_argument("--out", type=Path)
@@ -188,12 +194,9 @@ def main() -> None:
         root, _, split = spec.partition(":")
         report = asyncio.run(study(Path(root), split or "test", encoder, args.cache))
         reports.append(report)
-        rules = report["rules"]
-        line = "  ".join(f"{rule}: {m['ndcg@10']:.4f}" for rule, m in rules.items())
-        print(
-            f"{report['set']} {report['split']} ({report['queries']} queries)  {line}",
-            file=sys.stderr,
-        )
+        print(f"{report['set']} {report['split']} ({report['queries']} queries)", file=sys.stderr)
+        for rule, metrics in report["rules"].items():
+            print(f"  {rule:52} nDCG@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
     if args.out:
         body = {
             "depth": DEPTH,
@@ -203,6 +206,10 @@ def main() -> None:
         report = {**body, "run": run_record()}
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
+
+
+def main() -> None:
+    study_main(__doc__.splitlines()[0], study)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,7 @@ Cranfield after.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -46,12 +43,11 @@ from bench.evaluation.completion_study import (
     _run,
     channel_lists,
     encode,
+    study_main,
 )
 from bench.evaluation.metrics import Run, evaluate, paired_difference
-from bench.provenance import run_record
-from infra.retrieval.encoder import Encoder, load_encoder
+from infra.retrieval.encoder import Encoder
 from infra.retrieval.entities import title_norms
-from infra.settings import Settings
 from workers.fuse.rrf import weighted_convex, weighted_rrf
 from workers.search import feedback
 
@@ -123,25 +119,7 @@ async def study(root: Path, split: str, encoder: Encoder, cache: Path | None) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", action="append", required=True, help="BEIR_DIR[:SPLIT]")
-    parser.add_argument("--cache", type=Path, help="keep each corpus's chunk vectors here")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    encoder = load_encoder(Settings())
-    reports = []
-    for spec in args.set:
-        root, _, split = spec.partition(":")
-        report = asyncio.run(study(Path(root), split or "test", encoder, args.cache))
-        reports.append(report)
-        print(f"{report['set']} {report['split']} ({report['queries']} queries)", file=sys.stderr)
-        for rule, metrics in report["rules"].items():
-            print(f"  {rule:52} nDCG@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
-    if args.out:
-        body = {"depth": DEPTH, "weights": {c.value: w for c, w in WEIGHTS.items()}}
-        report = {**body, "sets": reports, "run": run_record()}
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
+    study_main(__doc__.splitlines()[0], study)
 
 
 if __name__ == "__main__":
