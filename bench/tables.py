@@ -160,6 +160,12 @@ def _retrieval(r: Report) -> str:
     text = ", ".join(f"{label} {fused[key]:.3f}" for label, key in shown)
     if pair:
         text += " (vector+sparse RRF " + ", ".join(f"{pair[key]:.3f}" for _, key in shown) + ")"
+    if d := r.get("fused_against", {}).get("vector+sparse", {}).get("ndcg@10"):
+        low, high = d["ci95"]
+        text += (
+            f"; nDCG@10 against it {_signed(d['difference'])}, 95% interval {_signed(low)} "
+            f"to {_signed(high)}"
+        )
     return f"{text}; {r['queries']} queries"
 
 
