@@ -30,6 +30,8 @@ def test_every_span_of_the_question_is_a_title_candidate_longest_first() -> None
     assert len(found) == len(set(found))
     many = " ".join(f"w{i}" for i in range(20))
     assert max(len(span.split()) for span in feedback.title_candidates(many)) == 6
+    long = feedback.title_candidates(" ".join(f"w{i}" for i in range(1000)))
+    assert "w63" in long and "w64" not in long
 
 
 def test_the_query_moves_toward_its_feedback_and_stays_unit_length() -> None:

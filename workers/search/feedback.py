@@ -49,14 +49,16 @@ RM3_CHUNKS: Final = 10
 RM3_TERMS: Final = 10
 RM3_ORIGINAL: Final = 0.5
 MAX_TITLE_WORDS: Final = 6
+TITLE_SCAN_WORDS: Final = 64
+"""A question names its subject early; a 4,000-character one is not read for titles whole."""
 TEXT_WEIGHTS: Final = {Channel.VECTOR: PRIOR[Channel.VECTOR], Channel.SPARSE: PRIOR[Channel.SPARSE]}
 """The first lists are fused by the prior's text weights to pick the feedback chunks."""
 
 
 def title_candidates(query: str) -> list[str]:
-    """Every span of up to `MAX_TITLE_WORDS` words of the query, normalised as titles are
-    (`infra.retrieval.entities.title_norms`), longest first."""
-    words = query.split()
+    """Every span of up to `MAX_TITLE_WORDS` words of the query's first `TITLE_SCAN_WORDS`,
+    normalised as titles are (`infra.retrieval.entities.title_norms`), longest first."""
+    words = query.split()[:TITLE_SCAN_WORDS]
     spans = (
         normalize(words[i : i + n])
         for n in range(min(MAX_TITLE_WORDS, len(words)), 0, -1)
