@@ -4,6 +4,7 @@ as it was asked."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from infra.retrieval.lexical import analyze, term_id
 from infra.retrieval.vectors.codec import pack_query, unpack_query
 from infra.runtime.resources import Resources
 from infra.settings import Settings
-from tests.unit.conftest import worker_harness
+from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
 from tests.unit.test_search_worker import _index
 from workers.search import channels, create_router, feedback
@@ -79,6 +80,18 @@ def _cmd(query: str) -> SearchCommand:
     )
 
 
+Indexed = tuple[WorkerHarness, FakeEncoder]
+
+
+@pytest.fixture
+async def indexed(tmp_path: Path) -> AsyncIterator[Indexed]:
+    """A search worker over the test documents (`test_search_worker.DOCS`), and its encoder."""
+    encoder = FakeEncoder()
+    async with worker_harness(create_router, Settings(data_dir=tmp_path), encoder) as harness:
+        await _index(harness.resources)
+        yield harness, encoder
+
+
 async def _first_lists(
     resources: Resources, cmd: SearchCommand
 ) -> dict[Channel, list[RetrievedChunk]]:
@@ -88,80 +101,74 @@ async def _first_lists(
 
 
 async def test_feedback_searches_again_with_the_moved_query_and_the_expanded_terms(
-    tmp_path: Path,
+    indexed: Indexed,
 ) -> None:
-    encoder = FakeEncoder()
-    async with worker_harness(create_router, Settings(data_dir=tmp_path), encoder) as harness:
-        await _index(harness.resources)
-        cmd = _cmd("LDL lowering therapy for patients")  # names no document's title
-        vector = encoder.encode([cmd.query])[0]
-        found = await feedback.search_again(
-            harness.resources, cmd, pack_query(vector), await _first_lists(harness.resources, cmd)
-        )
-        assert found is not None
-        lists, moved, terms = found
-        moved_vector = unpack_query(moved)
-        assert moved_vector is not None and not np.allclose(moved_vector, vector)
-        store = await harness.resources.vectors()
-        again = store.search_dense(cmd.namespaces, moved_vector, cmd.top_k)
-        assert [c.chunk_id for c in lists[Channel.VECTOR]] == [c.chunk_id for c in again]
-        assert len(terms[0]) > len(analyze(cmd.query))  # the hits' terms joined the question's
-        expanded = store.search_sparse(cmd.namespaces, *terms, cmd.top_k)
-        assert [c.chunk_id for c in lists[Channel.SPARSE]] == [c.chunk_id for c in expanded]
+    harness, encoder = indexed
+    cmd = _cmd("LDL lowering therapy for patients")  # names no document's title
+    vector = encoder.encode([cmd.query])[0]
+    found = await feedback.search_again(
+        harness.resources, cmd, pack_query(vector), await _first_lists(harness.resources, cmd)
+    )
+    assert found is not None
+    lists, moved, terms = found
+    moved_vector = unpack_query(moved)
+    assert moved_vector is not None and not np.allclose(moved_vector, vector)
+    store = await harness.resources.vectors()
+    again = store.search_dense(cmd.namespaces, moved_vector, cmd.top_k)
+    assert [c.chunk_id for c in lists[Channel.VECTOR]] == [c.chunk_id for c in again]
+    assert len(terms[0]) > len(analyze(cmd.query))  # the hits' terms joined the question's
+    expanded = store.search_sparse(cmd.namespaces, *terms, cmd.top_k)
+    assert [c.chunk_id for c in lists[Channel.SPARSE]] == [c.chunk_id for c in expanded]
 
 
 async def test_a_question_that_names_a_documents_title_keeps_its_first_lists(
-    tmp_path: Path,
+    indexed: Indexed,
 ) -> None:
-    encoder = FakeEncoder()
-    async with worker_harness(create_router, Settings(data_dir=tmp_path), encoder) as harness:
-        await _index(harness.resources)
-        cmd = _cmd("is vitamin d deficiency common in winter")  # "Vitamin D" titles a document
-        vector = pack_query(encoder.encode([cmd.query])[0])
-        first = await _first_lists(harness.resources, cmd)
-        assert await feedback.search_again(harness.resources, cmd, vector, first) is None
-        # nor without both text channels, or without the query's embedding
-        assert await feedback.search_again(harness.resources, _cmd("LDL"), vector, {}) is None
-        assert await feedback.search_again(harness.resources, _cmd("LDL"), None, first) is None
+    harness, encoder = indexed
+    cmd = _cmd("is vitamin d deficiency common in winter")  # "Vitamin D" titles a document
+    vector = pack_query(encoder.encode([cmd.query])[0])
+    first = await _first_lists(harness.resources, cmd)
+    assert await feedback.search_again(harness.resources, cmd, vector, first) is None
+    # nor without both text channels, or without the query's embedding
+    assert await feedback.search_again(harness.resources, _cmd("LDL"), vector, {}) is None
+    assert await feedback.search_again(harness.resources, _cmd("LDL"), None, first) is None
 
 
 @pytest.mark.parametrize("fails", [False, True])
 async def test_the_worker_ranks_what_feedback_found_or_keeps_its_first_lists_when_it_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+    indexed: Indexed, monkeypatch: pytest.MonkeyPatch, fails: bool
 ) -> None:
     from contracts import subjects as sj
     from contracts.enums import Step
     from contracts.results import SearchResult
 
-    encoder = FakeEncoder()
-    async with worker_harness(create_router, Settings(data_dir=tmp_path), encoder) as harness:
-        await _index(harness.resources)
-        cmd = _cmd("LDL lowering therapy for patients").model_copy(
-            update={"also": [Channel.SPARSE], "claim_ranking": True}
-        )
-        first = await _first_lists(harness.resources, cmd)
-        swapped = {Channel.VECTOR: first[Channel.SPARSE], Channel.SPARSE: first[Channel.VECTOR]}
+    harness, encoder = indexed
+    cmd = _cmd("LDL lowering therapy for patients").model_copy(
+        update={"also": [Channel.SPARSE], "claim_ranking": True}
+    )
+    first = await _first_lists(harness.resources, cmd)
+    swapped = {Channel.VECTOR: first[Channel.SPARSE], Channel.SPARSE: first[Channel.VECTOR]}
 
-        async def search_again(*_: object) -> object:
-            if fails:
-                raise RuntimeError("the store went away")
-            return swapped, pack_query(encoder.encode([cmd.query])[0]), ([1], [1.0])
-
-        monkeypatch.setattr(feedback, "search_again", search_again)
-        await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
-        result = SearchResult.model_validate(harness.on("rag.res.search.")[0])
-        fields = [result.ranking_claim, result.also[0].ranking_claim]
-        vector, sparse = await harness.resources.claims().rankings("req-1", fields)  # type: ignore[arg-type]
-        # the channels report their own rankings either way
-        assert [c.chunk_id for c in listed(vector)] == ids(first[Channel.VECTOR])
-        assert [c.chunk_id for c in listed(sparse)] == ids(first[Channel.SPARSE])
-        assert [c.rank for c in listed(vector)] == list(range(1, len(listed(vector)) + 1))
-        # and fusion reads the feedback search's lists, when there were any
-        fed = [c for c in scored(vector) if c.feedback and not c.completion]
+    async def search_again(*_: object) -> object:
         if fails:
-            assert fed == [] and scored(vector) == vector
-        else:
-            assert ids(fed) == ids(swapped[Channel.VECTOR])
-            assert [c.rank for c in fed] == list(range(1, len(fed) + 1))
-            assert all(c.feedback for c in scored(sparse))
-        assert result.status == "ok"
+            raise RuntimeError("the store went away")
+        return swapped, pack_query(encoder.encode([cmd.query])[0]), ([1], [1.0])
+
+    monkeypatch.setattr(feedback, "search_again", search_again)
+    await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
+    result = SearchResult.model_validate(harness.on("rag.res.search.")[0])
+    fields = [result.ranking_claim, result.also[0].ranking_claim]
+    vector, sparse = await harness.resources.claims().rankings("req-1", fields)  # type: ignore[arg-type]
+    # the channels report their own rankings either way
+    assert [c.chunk_id for c in listed(vector)] == ids(first[Channel.VECTOR])
+    assert [c.chunk_id for c in listed(sparse)] == ids(first[Channel.SPARSE])
+    assert [c.rank for c in listed(vector)] == list(range(1, len(listed(vector)) + 1))
+    # and fusion reads the feedback search's lists, when there were any
+    fed = [c for c in scored(vector) if c.feedback and not c.completion]
+    if fails:
+        assert fed == [] and scored(vector) == vector
+    else:
+        assert ids(fed) == ids(swapped[Channel.VECTOR])
+        assert [c.rank for c in fed] == list(range(1, len(fed) + 1))
+        assert all(c.feedback for c in scored(sparse))
+    assert result.status == "ok"

@@ -38,6 +38,7 @@ from contracts.models import ErrorInfo, RetrievedChunk, listed
 from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Classified, Fused, SearchResult
 from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
+from infra.retrieval.lexical import SparseVec
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase, send_while_live
 from infra.runtime.resources import Resources
@@ -69,12 +70,21 @@ def result_event_id(cmd: SearchCommand) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"ragbus/result/{cmd.event_id}").hex
 
 
-def ranked(chunks: list[RetrievedChunk], channel: Channel) -> list[RetrievedChunk]:
+def ranked(
+    chunks: list[RetrievedChunk], channel: Channel, *, feedback: bool = False
+) -> list[RetrievedChunk]:
     """1-based ranks, recorded under the channel's name for fusion; references only (fusion
-    hydrates the chunks it keeps), so a store that answered with text does not ship it."""
+    hydrates the chunks it keeps), so a store that answered with text does not ship it.
+    `feedback` marks a feedback search's list (`RetrievedChunk.feedback`)."""
     return [
         chunk.model_copy(
-            update={"rank": rank, "channels": {channel.value: rank}, "text": "", "vectors": None}
+            update={
+                "rank": rank,
+                "channels": {channel.value: rank},
+                "text": "",
+                "vectors": None,
+                "feedback": feedback,
+            }
         )
         for rank, chunk in enumerate(chunks, start=1)
     ]
@@ -259,33 +269,32 @@ def create_router(resources: Resources) -> NatsRouter:
         made = [s.query_vector for s in searched if s.channel is Channel.VECTOR and not s.error]
         return cmd.query_vector or (made[0] if made else None)
 
-    async def complete_text_channels(
-        cmd: SearchCommand, searched: list[Searched], vector: str | None
-    ) -> None:
-        """Add each text channel's completions to its list (`workers.search.completion`),
-        after its own ranking: fusion, here or in the fuse step, reads them there. A failed
-        completion is logged, and fusion goes on with the channels' own lists."""
-        ok = {s.channel: s for s in searched if s.error is None}
+    async def completions(
+        cmd: SearchCommand,
+        vector: str | None,
+        rankings: dict[Channel, list[RetrievedChunk]],
+        terms: SparseVec | None = None,
+    ) -> dict[Channel, list[RetrievedChunk]]:
+        """Each text channel's completions of `rankings` (`workers.search.completion`); none
+        when completion fails (logged): fusion goes on with the channels' own lists."""
         try:
-            added = await completion.complete(
-                resources, cmd.query, vector, {c: s.chunks for c, s in ok.items()}
-            )
+            return await completion.complete(resources, cmd.query, vector, rankings, terms)
         except Exception:
-            log.exception("score_completion_failed")
-            return
-        for channel, chunks in added.items():
-            ok[channel].chunks = [*ok[channel].chunks, *chunks]
+            log.exception("score_completion_failed", request_id=cmd.request_id)
+            return {}
 
     async def refine_text_channels(cmd: SearchCommand, searched: list[Searched]) -> None:
         """Score completion, then pseudo-relevance feedback (`workers.search.feedback`): the
         text channels search again with what their first hits say, and are completed again.
         A failed feedback search is logged, and the first lists stand."""
         vector = query_vector_of(cmd, searched)
+        ok = {s.channel: s for s in searched if s.error is None}
         if settings.score_completion:
-            await complete_text_channels(cmd, searched, vector)
+            added = await completions(cmd, vector, {c: s.chunks for c, s in ok.items()})
+            for channel, chunks in added.items():
+                ok[channel].chunks = [*ok[channel].chunks, *chunks]
         if not settings.search_feedback:
             return
-        ok = {s.channel: s for s in searched if s.error is None}
         started = time.perf_counter()
         try:
             again = await feedback.search_again(
@@ -303,21 +312,17 @@ def create_router(resources: Resources) -> NatsRouter:
         if again is None:
             return
         lists, moved_vector, terms = again
-        fed = {channel: ranked(chunks, channel)[: cmd.top_k] for channel, chunks in lists.items()}
-        added = {}
-        if settings.score_completion:
-            try:
-                added = await completion.complete(resources, cmd.query, moved_vector, fed, terms)
-            except Exception:
-                log.exception("score_completion_failed")
+        # marked as they are ranked; their completions, copies of the other's, keep the mark
+        fed = {
+            channel: ranked(chunks, channel, feedback=True)[: cmd.top_k]
+            for channel, chunks in lists.items()
+        }
+        added = (
+            await completions(cmd, moved_vector, fed, terms) if settings.score_completion else {}
+        )
         for channel, chunks in fed.items():
             # the channel's own ranking stays what it reports; fusion reads the second list
-            mark = {"feedback": True}
-            ok[channel].chunks = [
-                *listed(ok[channel].chunks),
-                *(chunk.model_copy(update=mark) for chunk in chunks),
-                *(chunk.model_copy(update=mark) for chunk in added.get(channel, [])),
-            ]
+            ok[channel].chunks = [*listed(ok[channel].chunks), *chunks, *added.get(channel, [])]
 
     async def fuse_searched(
         cmd: SearchCommand, spec: FuseSpec, searched: list[Searched]
