@@ -142,6 +142,9 @@ class InstantStore:
     ) -> list[RetrievedChunk]:
         return []
 
+    async def particular_titles(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[str]:
+        return []
+
 
 class InstantResources(Resources):
     """`Resources` whose models and stores answer at once; Redis and the bus stay real."""

@@ -189,6 +189,33 @@ async def test_documents_about_an_entity_are_found_by_title(graph: GraphStore, n
         await graph.delete_document(ns, doc_id)
 
 
+async def test_particular_titles_leave_out_generic_ones(graph: GraphStore, ns: str) -> None:
+    """A title names a particular thing unless the collection mentions it as often as a
+    generic entity: "Diet" in most chunks of a nutrition collection is a topic, not a thing."""
+    docs = {
+        "diet": ("Diet", "Diet shapes health. A diet of plants is studied here."),
+        "publix": ("Publix", "Publix is a chain of stores. Publix began in Florida."),
+        **{
+            f"note{i}": (f"Note {i}", f"The diet of group {i} was kept. Each diet was logged.")
+            for i in range(24)
+        },
+    }
+    for doc_id, (title, text) in docs.items():
+        doc = DocumentIn(id=doc_id, title=title, text=text, namespace=ns)
+        chunks = chunk_document(doc)
+        await graph.upsert_document(
+            ns, doc_id, title, chunks, [extract_entities(c.text) for c in chunks]
+        )
+    norms = [normalize([word]) for word in ("zebra", "diet", "publix")]
+    assert await graph.particular_titles([ns], norms) == [normalize(["publix"])]
+    assert await graph.particular_titles(["elsewhere"], norms) == []
+    for doc_id in list(docs)[2:]:  # the notes gone, "diet" is in two chunks of two: particular
+        await graph.delete_document(ns, doc_id)
+    assert await graph.particular_titles([ns], norms) == norms[1:]
+    for doc_id in list(docs)[:2]:
+        await graph.delete_document(ns, doc_id)
+
+
 async def test_stats_and_ping(graph: GraphStore, ns: str) -> None:
     stats = await graph.stats()
     assert stats["documents"] >= 4 and stats["chunks"] >= 4 and stats["entities"] > 4

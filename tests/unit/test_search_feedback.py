@@ -134,6 +134,27 @@ async def test_a_question_that_names_a_documents_title_keeps_its_first_lists(
     assert await feedback.search_again(harness.resources, _cmd("LDL"), None, first) is None
 
 
+async def test_a_title_the_collection_mentions_everywhere_is_a_topic_not_a_thing(
+    indexed: Indexed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule asks the graph for *particular* titles: one it finds generic ("Diet" in a
+    nutrition collection) lets the feedback search run."""
+    harness, encoder = indexed
+    cmd = _cmd("is vitamin d deficiency common in winter")
+    graph = await harness.resources.graph()
+    asked: list[list[str]] = []
+
+    async def generic(namespaces: list[str], norms: list[str]) -> list[str]:
+        asked.append(list(norms))
+        return []
+
+    monkeypatch.setattr(graph, "particular_titles", generic)
+    vector = pack_query(encoder.encode([cmd.query])[0])
+    first = await _first_lists(harness.resources, cmd)
+    assert await feedback.search_again(harness.resources, cmd, vector, first) is not None
+    assert asked == [feedback.title_candidates(cmd.query)]
+
+
 @pytest.mark.parametrize("fails", [False, True])
 async def test_the_worker_ranks_what_feedback_found_or_keeps_its_first_lists_when_it_fails(
     indexed: Indexed, monkeypatch: pytest.MonkeyPatch, fails: bool

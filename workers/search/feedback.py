@@ -12,16 +12,19 @@ chunks of the two fused are taken as relevant, and each channel searches once mo
   and half with the question's own terms.
 Their new lists replace the first ones, and are completed again.
 
-**Not for a question that names a document's title.** Feedback widens a question to its topic;
-one about a particular thing that the collection has a document on ("who founded Publix?",
-the first hop of a multi-hop question) drifts toward the first thing named and loses the
-rest. So a question that names a document's title (`GraphStore.documents_about`, as the
-bridge reads titles) keeps the channels' first lists.
+**Not for a question that names a particular thing.** Feedback widens a question to its
+topic; one about a particular thing that the collection has a document on ("who founded
+Publix?", the first hop of a multi-hop question) drifts toward the first thing named and loses
+the rest. So a question that names a document's title keeps the channels' first lists, unless
+the collection mentions that title as often as a generic entity (`GraphStore.
+particular_titles`: "Diet" titles a page of a nutrition collection and is in 7 % of its
+chunks, a topic rather than a thing). Without feedback the fusion keeps the graph channels;
+with it, it reads the text channels alone (`workers.fuse.rrf.question_weights`).
 
 Measured before it was built (`bench.evaluation.feedback_study`, results/feedback-study.json;
 the product's chunks, encoder and fusion functions, the two text channels, nDCG@10 against
 convex fusion of the completed lists): NFCorpus dev +0.009, test +0.015, Cranfield +0.019,
-MuSiQue −0.007 (without the title rule −0.057). BM25 only: a sparse model's (BGE-M3's)
+MuSiQue −0.007 (without the title rule −0.057); through the pipeline, docs/evaluation.md. BM25 only: a sparse model's (BGE-M3's)
 query weights are a forward pass, not term counts.
 """
 
@@ -123,7 +126,7 @@ async def search_again(
     if vector is None or not sparse.idf_modifier:
         return None
     graph, candidates = await resources.graph(), title_candidates(cmd.query)
-    if candidates and await graph.documents_about(cmd.namespaces, candidates):
+    if candidates and await graph.particular_titles(cmd.namespaces, candidates):
         return None
     first = weighted_convex(
         {channel: rankings[channel] for channel in TEXT_WEIGHTS},

@@ -22,6 +22,7 @@ from infra.retrieval.graph.model import (
     Community,
     Hit,
     entity_key,
+    generic_df,
 )
 from infra.retrieval.graph.ranking import match_weight
 
@@ -237,6 +238,21 @@ class EmbeddedGraphIndex:
                         seen.add(document_key)
                         found.append(self._chunks[chunks[0]["chunk_id"]])
         return found
+
+    async def particular_titles(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[str]:
+        return [
+            norm
+            for norm in dict.fromkeys(norms)
+            if any(
+                self._titles.get((namespace, norm))
+                and self._mention_count(namespace, norm) <= generic_df(self._totals[namespace])
+                for namespace in dict.fromkeys(namespaces)
+            )
+        ]
+
+    def _mention_count(self, namespace: str, norm: str) -> int:
+        entity = self._entities.get(entity_key(namespace, norm))
+        return len(entity.chunks) if entity is not None else 0
 
     async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         found: dict[str, list[tuple[str, str]]] = {}

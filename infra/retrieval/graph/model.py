@@ -61,6 +61,14 @@ GENERIC_MIN_DF = 20
 WALK_MAX_DF = 500
 """The walk never expands from an entity in more chunks than this, however big the corpus:
 finding its neighbours costs O(its chunks), and so common an entity links everything."""
+
+
+def generic_df(total_chunks: int) -> float:
+    """An entity mentioned in more chunks than this is generic: in more than `GENERIC_SHARE`
+    of them (and `GENERIC_MIN_DF`), or in `WALK_MAX_DF` whatever the corpus."""
+    return min(max(GENERIC_MIN_DF, GENERIC_SHARE * total_chunks), WALK_MAX_DF)
+
+
 MATCHES_PER_NORM = 16
 """Entities one query norm may match at most in a local search (the strongest: an exact match
 first, then by IDF): the number of matches, not the corpus, sets the search's cost."""
@@ -110,6 +118,12 @@ class GraphStore(Protocol):
         """The first chunk of each document whose title names one of `norms` (see
         `infra.retrieval.entities.title_norms`), in the order of `norms`: what the graph knows
         *about* an entity, as opposed to where it is merely mentioned."""
+
+    async def particular_titles(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[str]:
+        """Of `norms`, those that title a document and name a particular thing: mentioned in
+        no more chunks than a generic entity (`generic_df`) in the document's namespace. "Diet"
+        titles a page of a nutrition collection and is in a tenth of its chunks; "Publix" is in
+        two."""
 
     async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """The entities ingestion found in each chunk, as `(norm, kind)` in the order they were

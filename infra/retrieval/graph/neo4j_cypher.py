@@ -82,3 +82,15 @@ WHERE e.namespace IN $namespaces
 RETURN q, e.key AS key, e.namespace AS namespace, e.norm AS norm, e.community AS community,
        size([(e)-[:MENTIONED_IN]->() | 1]) AS df
 """
+
+TITLE_MENTIONS = """
+UNWIND $norms AS q
+MATCH (d:Document)
+WHERE d.namespace IN $namespaces AND q IN d.title_norms
+WITH DISTINCT q, d.namespace AS ns
+OPTIONAL MATCH (e:Entity {key: ns + '|' + q})
+OPTIONAL MATCH (c:Chunk {namespace: ns})
+WITH q, ns, e, count(c) AS total
+RETURN q, total,
+       CASE WHEN e IS NULL THEN 0 ELSE size([(e)-[:MENTIONED_IN]->() | 1]) END AS df
+"""

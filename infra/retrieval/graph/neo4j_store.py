@@ -25,6 +25,7 @@ from infra.retrieval.graph.model import (
     Hit,
     Summarise,
     entity_key,
+    generic_df,
 )
 from infra.retrieval.graph.neo4j_cypher import (
     DELETE_CHUNKS,
@@ -35,6 +36,7 @@ from infra.retrieval.graph.neo4j_cypher import (
     MATCH_ENTITIES,
     REFRESH_RELATES,
     SCHEMA,
+    TITLE_MENTIONS,
     WRITE_DOCUMENT,
     WRITE_MENTIONS,
     WRITE_RELATES,
@@ -212,6 +214,13 @@ class Neo4jGraphStore:
             norms=list(norms),
         )
         return [RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows]
+
+    async def particular_titles(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[str]:
+        rows = await self._run(
+            TITLE_MENTIONS, norms=list(dict.fromkeys(norms)), namespaces=list(namespaces)
+        )
+        particular = {row["q"] for row in rows if row["df"] <= generic_df(row["total"])}
+        return [norm for norm in dict.fromkeys(norms) if norm in particular]
 
     async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         rows = await self._run(

@@ -17,8 +17,6 @@ from infra.retrieval.graph.model import (
     COMMUNITIES_PER_QUERY,
     EXACT,
     EXPAND_FROM,
-    GENERIC_MIN_DF,
-    GENERIC_SHARE,
     MATCHES_PER_NORM,
     MIN_PREFIX,
     NEIGHBOURS,
@@ -29,10 +27,10 @@ from infra.retrieval.graph.model import (
     PPR_SHARE,
     PREFIX,
     TOKEN,
-    WALK_MAX_DF,
     WALK_SCAN,
     Community,
     Hit,
+    generic_df,
 )
 
 log = get_logger(__name__)
@@ -164,11 +162,10 @@ async def personalized_pagerank(
     the walk prefers specific bridges over ubiquitous terms. Each chunk then gathers the
     walk's mass of the entities it mentions, weighted by their specificity.
 
-    The walk never expands from a generic entity (in more than `GENERIC_SHARE` of the chunks,
-    or `WALK_MAX_DF`): its neighbourhood is most of the graph, which costs time and says
-    nothing.
+    The walk never expands from a generic entity (`generic_df`): its neighbourhood is most of
+    the graph, which costs time and says nothing.
     """
-    generic = min(max(GENERIC_MIN_DF, GENERIC_SHARE * total_chunks), WALK_MAX_DF)
+    generic = generic_df(total_chunks)
     df: dict[str, int] = dict(seed_df)
 
     def expandable(keys: Iterable[str]) -> list[str]:
