@@ -212,3 +212,24 @@ def test_a_channels_feedback_list_takes_the_place_of_its_ranking_in_score_fusion
     assert fuse(results, weights, method="rrf", top_k=10) == fuse(
         own, weights, method="rrf", top_k=10
     )
+
+
+def test_the_graph_weighs_nothing_where_the_text_channels_searched_again() -> None:
+    """A question that names no particular thing gets a feedback search and is fused by the
+    text channels alone; the graph's chunks stay in the list, after theirs, and the weights
+    the fusion reports say so. Without a feedback search the intent's weights stand."""
+    from workers.fuse.rrf import question_weights, weighted_convex
+
+    first = {V: scored(("a", 0.9), ("b", 0.5)), S: scored(("a", 12.0), ("b", 6.0))}
+    graph = {L: scored(("g", 5.0), ("b", 4.0))}
+    assert question_weights(FACTUAL, {**first, **graph}) == FACTUAL
+    fed = [c.model_copy(update={"feedback": True}) for c in scored(("b", 0.95), ("a", 0.8))]
+    results = {**first, V: [*first[V], *fed], **graph}
+    weights = question_weights(FACTUAL, results)
+    assert weights == {V: 0.3, S: 0.3, L: 0.0, G: 0.0}
+    assert effective_weights(weights, results)[L] == 0.0
+    fused = weighted_convex(results, weights, top_k=10)
+    # a: 0.5·0 + 0.5·1 and b: 0.5·1 + 0.5·0 tie (a tie goes by id); g: nothing but its place
+    assert [c.chunk_id for c in fused] == ["a", "b", "g"]
+    assert fused[0].score == pytest.approx(0.5) and fused[-1].score == 0.0
+    assert fused[-1].channels == {L.value: 1}

@@ -41,6 +41,7 @@ from workers.fuse.rrf import (
     channel_counts,
     effective_weights,
     fuse,
+    question_weights,
 )
 
 log = get_logger(__name__)
@@ -69,7 +70,8 @@ class FusionRequest:
 async def fuse_rankings(resources: Resources, claims: Claims, job: FusionRequest) -> Fused:
     """Fuse, follow up, bridge, hydrate, rerank and claim, as the module says."""
     settings, meta = resources.settings, job.metadata
-    weights = effective_weights(job.weights, job.results)
+    asked = question_weights(job.weights, job.results)
+    weights = effective_weights(asked, job.results)
     reranker = None
     if settings.reranker_path is not None:
         try:
@@ -78,10 +80,16 @@ async def fuse_rankings(resources: Resources, claims: Claims, job: FusionRequest
             log.exception("reranker_unavailable")
             meta["rerank_error"] = f"{type(exc).__name__}: {exc}"[:500]
     depth = max(job.top_k, settings.rerank_top_n) if reranker is not None else job.top_k
-    chunks = fuse(job.results, job.weights, method=job.fusion, k=job.rrf_k, top_k=depth)
+    chunks = fuse(job.results, asked, method=job.fusion, k=job.rrf_k, top_k=depth)
     if job.carried or job.sub_results:
         rankings = [chunks] + [
-            fuse(further, job.weights, method=job.fusion, k=job.rrf_k, top_k=depth)
+            fuse(
+                further,
+                question_weights(job.weights, further),
+                method=job.fusion,
+                k=job.rrf_k,
+                top_k=depth,
+            )
             for further in job.sub_results
         ]
         base = list(job.carried) or rankings.pop(0)

@@ -49,6 +49,27 @@ def effective_weights(weights: Weights, results: ChannelResults) -> dict[Channel
     return out
 
 
+GRAPH_CHANNELS: tuple[Channel, ...] = (Channel.GRAPH_LOCAL, Channel.GRAPH_GLOBAL)
+
+
+def searched_again(results: ChannelResults) -> bool:
+    """Whether a text channel carries a feedback search (`RetrievedChunk.feedback`): the
+    search worker runs one only for a question that names no particular thing."""
+    return any(chunk.feedback for chunks in results.values() for chunk in chunks)
+
+
+def question_weights(weights: Weights, results: ChannelResults) -> dict[Channel, float]:
+    """The intent's weights, with the graph channels at 0 where the text channels searched
+    again (`workers.search.feedback`). The graph ranks chunks by the entities a question
+    names; a question that names no particular thing is about a topic, which the text
+    channels' second search has widened to, and the graph's order only pulls their hits
+    apart. Its chunks stay in the fused list, after every chunk the text channels score.
+    Measured through the pipeline (docs/evaluation.md → "The graph for topical questions")."""
+    if not searched_again(results):
+        return dict(weights)
+    return {c: 0.0 if c in GRAPH_CHANNELS else w for c, w in weights.items()}
+
+
 def _merge(kept: RetrievedChunk, other: RetrievedChunk) -> RetrievedChunk:
     """Fill the best-ranked copy's empty descriptive fields from another channel's copy."""
     updates = {
