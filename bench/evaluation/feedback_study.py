@@ -76,6 +76,9 @@ def rules_for(corpus: Corpus, query: str, vector: np.ndarray, titled: bool) -> d
         return weighted_convex(channel_lists(corpus, d, s)[1], WEIGHTS, top_k=depth)
 
     both = again(dense_fb, sparse_fb)
+    pool = first[: feedback.RM3_CHUNKS]
+    fused_terms = feedback.rm3(query, [(corpus.texts[int(c.chunk_id)], c.score) for c in pool])
+    both_fused = again(dense_fb, corpus.weighted_bm25(fused_terms))
     return {
         "rrf": weighted_rrf(own, WEIGHTS, top_k=depth),
         "convex, completed": first,
@@ -83,6 +86,7 @@ def rules_for(corpus: Corpus, query: str, vector: np.ndarray, titled: bool) -> d
         "+ BM25 feedback": again(dense, sparse_fb),
         "+ both": both,
         "+ both, unless the query names a document's title": first if titled else both,
+        "+ both, RM3 from the fused chunks, unless titled": first if titled else both_fused,
     }
 
 
