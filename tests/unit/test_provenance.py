@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
+
+import pytest
 
 from bench.provenance import command, machine, run_record
 from cli.common import save_json
@@ -33,6 +36,18 @@ def test_the_command_is_named_ragbus_with_its_arguments_quoted() -> None:
         "ragbus bench --queries 'my file.txt'"
     )
     assert command(["python -m cli"]) == "ragbus"
+
+
+def test_a_bench_module_run_with_dash_m_is_named_as_typed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name="bench.evaluation.feedback_study")  # type: ignore[assignment]
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["/x/bench/evaluation/feedback_study.py", "--set", "a b"])
+    assert command() == "python -m bench.evaluation.feedback_study --set 'a b'"
 
 
 def test_the_machine_line_starts_with_its_cores() -> None:
