@@ -24,8 +24,8 @@ with it, it reads the text channels alone (`workers.fuse.rrf.question_weights`).
 Measured before it was built (`bench.evaluation.feedback_study`, results/feedback-study.json;
 the product's chunks, encoder and fusion functions, the two text channels, nDCG@10 against
 convex fusion of the completed lists): NFCorpus dev +0.009, test +0.015, Cranfield +0.019,
-MuSiQue −0.007 (without the title rule −0.057); through the pipeline, docs/evaluation.md. BM25 only: a sparse model's (BGE-M3's)
-query weights are a forward pass, not term counts.
+MuSiQue −0.007 (without the title rule −0.057); through the pipeline, docs/evaluation.md.
+BM25 only: a sparse model's (BGE-M3's) query weights are a forward pass, not term counts.
 """
 
 from __future__ import annotations
