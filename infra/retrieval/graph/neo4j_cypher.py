@@ -89,8 +89,6 @@ MATCH (d:Document)
 WHERE d.namespace IN $namespaces AND q IN d.title_norms
 WITH DISTINCT q, d.namespace AS ns
 OPTIONAL MATCH (e:Entity {key: ns + '|' + q})
-OPTIONAL MATCH (c:Chunk {namespace: ns})
-WITH q, ns, e, count(c) AS total
-RETURN q, total,
+RETURN q, ns,
        CASE WHEN e IS NULL THEN 0 ELSE size([(e)-[:MENTIONED_IN]->() | 1]) END AS df
 """

@@ -219,7 +219,8 @@ class Neo4jGraphStore:
         rows = await self._run(
             TITLE_MENTIONS, norms=list(dict.fromkeys(norms)), namespaces=list(namespaces)
         )
-        particular = {row["q"] for row in rows if row["df"] <= generic_df(row["total"])}
+        totals = await self.chunk_totals(namespaces) if rows else {}
+        particular = {row["q"] for row in rows if row["df"] <= generic_df(totals.get(row["ns"], 0))}
         return [norm for norm in dict.fromkeys(norms) if norm in particular]
 
     async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
