@@ -119,7 +119,15 @@ class RagbusClient:
         await self._http.aclose()
 
     async def _json(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
-        response = await self._http.request(method, url, **kwargs)
+        try:
+            response = await self._http.request(method, url, **kwargs)
+        except httpx.RemoteProtocolError:
+            # A pooled keep-alive connection the server closed as the request went out
+            # (uvicorn's keep-alive timer racing the client; encode/httpx#2487): a read is
+            # safe to send once more, on a fresh connection. A write is not, and is raised.
+            if method != "GET":
+                raise
+            response = await self._http.request(method, url, **kwargs)
         await _raise_for_error(response)
         return response.json()
 

@@ -97,3 +97,26 @@ async def test_a_refused_submission_keeps_the_status_the_api_answered(ask: AskPa
     assert outcome.status == "error"
     assert outcome.http_status == 429
     assert outcome.error == "ApiError: 429 too_many_requests: over 50 submissions per second"
+
+
+async def test_a_read_on_a_connection_the_server_dropped_is_sent_once_more() -> None:
+    """uvicorn may close a pooled keep-alive connection just as a request goes out: a GET
+    is sent again on a fresh one, a POST is not (it may have been done)."""
+    import httpx
+
+    from client.http import RagbusClient
+
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if len(calls) % 2:  # every first try of a request
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, json={"status": "completed"})
+
+    async with RagbusClient("http://api", transport=httpx.MockTransport(handler)) as client:
+        assert await client.status("r1") == {"status": "completed"}
+        assert calls == ["GET", "GET"]
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.submit("what is zinc?")
+        assert calls == ["GET", "GET", "POST"]
