@@ -17,12 +17,13 @@ The head alone is measured, on the body's embeddings, without the rules around i
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
-from cli.common import save_json
+from bench.provenance import run_record
 from infra.settings import Settings
 from workers.classify import nf_cats
 from workers.classify.cue_head import CueHead
@@ -103,7 +104,9 @@ def main(argv: list[str] | None = None) -> None:
             row["f1"],
         )
     if args.out:
-        save_json(report, args.out)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        recorded = {**report, "run": run_record()}
+        args.out.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
