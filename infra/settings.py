@@ -300,7 +300,9 @@ class Settings(BaseSettings):
         description="With convex fusion and BM25, the vector and sparse channels search again "
         "with what their first hits say (pseudo-relevance feedback: the query's embedding moved "
         "toward the three best chunks', BM25 with RM3's expanded terms), except for a question "
-        "that names a document's title (false: the first search only).",
+        "that names a particular document's title (one the collection does not mention as "
+        "often as a generic entity); fusion then gives the graph channels weight 0 (false: the "
+        "first search only, and the intent's weights for every question).",
     )
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (fusion=rrf).")
     chunk_chars: int = Field(800, ge=100, le=16_000, description="Target chunk size in characters.")

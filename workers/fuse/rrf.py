@@ -64,7 +64,8 @@ def question_weights(weights: Weights, results: ChannelResults) -> dict[Channel,
     names; a question that names no particular thing is about a topic, which the text
     channels' second search has widened to, and the graph's order only pulls their hits
     apart. Its chunks stay in the fused list, after every chunk the text channels score.
-    Measured through the pipeline (docs/evaluation.md → "The graph for topical questions")."""
+    Measured through the pipeline (docs/evaluation.md → "Topical questions: generic titles
+    and the graph")."""
     if not searched_again(results):
         return dict(weights)
     return {c: 0.0 if c in GRAPH_CHANNELS else w for c, w in weights.items()}

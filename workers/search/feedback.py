@@ -118,7 +118,8 @@ async def search_again(
 ) -> tuple[dict[Channel, list[RetrievedChunk]], str, SparseVec] | None:
     """The vector and sparse channels' new lists, the moved query embedding (packed) and the
     weighted terms they searched with; None where feedback does not apply: a channel did not
-    answer, the sparse side is not BM25, or the question names a document's title."""
+    answer, the sparse side is not BM25, or the question names a particular document's title
+    (`GraphStore.particular_titles`)."""
     if not all(rankings.get(channel) for channel in TEXT_WEIGHTS):
         return None
     store, sparse = await resources.vectors(), await resources.sparse()

@@ -122,7 +122,7 @@ class GraphStore(Protocol):
     async def particular_titles(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[str]:
         """Of `norms`, those that title a document and name a particular thing: mentioned in
         no more chunks than a generic entity (`generic_df`) in the document's namespace. "Diet"
-        titles a page of a nutrition collection and is in a tenth of its chunks; "Publix" is in
+        titles a page of a nutrition collection and is in 7 % of its chunks; "Publix" is in
         two."""
 
     async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
