@@ -36,13 +36,13 @@ $(VENV)/.installed: pyproject.toml
 
 # The SetFit intent model, trained from the bundled labelled queries when missing or when
 # they change (seconds on 2 cores, offline). `make test` does not need it: tests train their own.
-# NF-CATS's real questions (train split) join them when the shared data set is beside the
-# checkout: its terms keep it out of the repository, so it is read where it lies
+# NF-CATS's real questions (its train and valid splits) join them when the shared data set is
+# beside the checkout: its terms keep it out of the repository, so it is read where it lies
 # (`NF_CATS=path/to/train_valid_human.jsonl` points elsewhere, `NF_CATS=` leaves it out).
 NF_CATS ?= $(wildcard ../shared/data/nf_cats/train_valid_human.jsonl)
 # a model trained by older code, or against other library versions (its head is a pickled
 # scikit-learn model), is trained again: it may no longer be read
-INTENT_CODE := workers/classify/training.py workers/classify/cue_head.py workers/classify/model_meta.py pyproject.toml
+INTENT_CODE := workers/classify/training.py workers/classify/cue_head.py workers/classify/nf_cats.py workers/classify/model_meta.py pyproject.toml
 
 intent-model: $(INTENT_MODEL)
 

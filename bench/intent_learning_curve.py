@@ -1,11 +1,12 @@
 """How the intent head's macro-F1 on real questions grows with the real questions it is
 trained on: does more labelled data move it, and for which intent?
 
-Five-fold cross-validation over NF-CATS's **train** split (its valid split is never read
-here). Each fold trains the shipped head (`workers.classify.cue_head.CueHead`, its prior
-included) on the bundled rows plus a share of the other folds' NF-CATS rows, drawn at random
-(seeded), and predicts the held-out fold. The report gives, for each share, the macro-F1 over
-NF-CATS's four intents and each intent's F1, out of fold:
+Five-fold cross-validation over NF-CATS's **train** split (`--split all`: over train and
+valid, the rows the shipped model learns from). Each fold trains the shipped head
+(`workers.classify.cue_head.CueHead`, its prior included) on the bundled rows plus a share of
+the other folds' NF-CATS rows, drawn at random (seeded), and predicts the held-out fold. The
+report gives, for each share, the macro-F1 over NF-CATS's four intents and each intent's F1,
+out of fold:
 
     python -m bench.intent_learning_curve ../shared/data/nf_cats/train_valid_human.jsonl \\
         --out results/intent-learning-curve.json
@@ -95,9 +96,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("nf_cats", type=Path, help="NF-CATS's train_valid_human.jsonl")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
+    parser.add_argument(
+        "--split",
+        choices=("train", "all"),
+        default="train",
+        help="NF-CATS's rows to cross-validate over: its train split, or train and valid",
+    )
     args = parser.parse_args(argv)
     bundled = load_examples(bundled_data_dir() / "train.jsonl")
-    report = learning_curve(bundled, nf_cats.training_examples(args.nf_cats))
+    report = learning_curve(bundled, nf_cats.training_examples(args.nf_cats, args.split))
+    report["split"] = args.split
     for row in report["curve"]:
         print(
             f"{row['real_rows_trained_on']:5d} real rows: macro-F1 {row['macro_f1']:.3f}",

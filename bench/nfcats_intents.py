@@ -11,9 +11,10 @@ the model on real questions it never saw:
 
 The data set stays in `../shared/data` (its README asks that it is not copied into the repo);
 this writes the mapped rows wherever `--out` says. `--split train|valid` keeps one of
-NF-CATS's own splits: a model trained with the bundled data and the `train` rows
-(`ragbus train-intent --nf-cats FILE`, as `make intent-model` does) is scored on the `valid`
-rows, which it never saw.
+NF-CATS's own splits. The shipped model (`make intent-model`) trains on both, so a reading on
+real questions a model never saw trains one on the bundled data and the `train` rows alone
+(`ragbus train-intent --nf-cats FILE --nf-cats-split train --out DIR`) and scores it on the
+`valid` rows (`ragbus eval-intent --model DIR --data ROWS`).
 
 The mapping and the selection are the product's (`workers.classify.nf_cats`, which says
 which categories map to which intent and why); this writes them out as JSONL.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +16,13 @@ from infra.settings import Settings
 def register(app: typer.Typer) -> None:
     app.command("train-intent")(train_intent)
     app.command("eval-intent")(eval_intent)
+
+
+class NfCatsSplit(StrEnum):
+    """NF-CATS's splits to train on (`workers.classify.nf_cats.Split`, less `valid` alone)."""
+
+    ALL = "all"
+    TRAIN = "train"
 
 
 IntentData = Annotated[
@@ -56,11 +64,19 @@ def train_intent(
             "--nf-cats",
             exists=True,
             dir_okay=False,
-            help="NF-CATS's train_valid_human.jsonl: its train split, mapped to our intents "
-            "(workers.classify.nf_cats), is trained on too; its valid split stays held out. "
-            "`make intent-model` passes ../shared/data's copy when there is one.",
+            help="NF-CATS's train_valid_human.jsonl: its real questions, mapped to our "
+            "intents (workers.classify.nf_cats), are trained on too. `make intent-model` "
+            "passes ../shared/data's copy when there is one.",
         ),
     ] = None,
+    nf_cats_split: Annotated[
+        NfCatsSplit,
+        typer.Option(
+            "--nf-cats-split",
+            help="Which of NF-CATS's splits --nf-cats trains on: `all` (train and valid, the "
+            "shipped model) or `train` (its valid split held out, to score the model on it).",
+        ),
+    ] = NfCatsSplit.ALL,
     verbose: Verbose = False,
 ) -> None:
     """Train the intent model on the local MiniLM (offline, seeded): a head over the query's
@@ -93,7 +109,7 @@ def train_intent(
         for path in extra or []:
             examples += load_examples(path)
         if nf_cats is not None:
-            examples += nf_cats_examples(nf_cats)
+            examples += nf_cats_examples(nf_cats, nf_cats_split.value)
     except DatasetError as exc:
         errors.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None

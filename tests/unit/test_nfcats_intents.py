@@ -42,18 +42,24 @@ def test_rows_are_mapped_and_the_bundled_ones_left_out(tmp_path: Path) -> None:
     assert left_out == {"duplicate": 1, "category DEBATE": 1, "in the bundled data": 1}
 
 
-def test_training_takes_the_train_split_only(tmp_path: Path) -> None:
+def test_training_takes_both_public_splits_or_train_alone_and_never_a_test_row(
+    tmp_path: Path,
+) -> None:
     rows = [
         {"text": "How do I reset my router?", "label": "INSTRUCTION", "split": "train"},
         {"text": "Which laptop would you pick?", "label": "EXPERIENCE", "split": "valid"},
+        {"text": "What is a sourdough starter?", "label": "EVIDENCE-BASED", "split": "test"},
     ]
     source = tmp_path / "nfcats.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    examples = training_examples(source)
-    assert [(e.text, e.label) for e in examples] == [
-        ("How do I reset my router?", Intent.PROCEDURAL)
+    shipped = training_examples(source)
+    assert [(e.text, e.label, e.source) for e in shipped] == [
+        ("How do I reset my router?", Intent.PROCEDURAL, "nf-cats:train:INSTRUCTION"),
+        ("Which laptop would you pick?", Intent.RECOMMENDATION, "nf-cats:valid:EXPERIENCE"),
     ]
-    assert examples[0].source == "nf-cats:train:INSTRUCTION"
+    held_out = training_examples(source, "train")
+    assert [e.text for e in held_out] == ["How do I reset my router?"]
+    assert mapped_rows(source)[1] == {"split test": 1}
 
 
 def test_a_file_that_is_not_nf_cats_is_a_clear_error(tmp_path: Path) -> None:
@@ -64,4 +70,5 @@ def test_a_file_that_is_not_nf_cats_is_a_clear_error(tmp_path: Path) -> None:
     only_valid = tmp_path / "valid.jsonl"
     only_valid.write_text('{"text": "Why?", "label": "REASON", "split": "valid"}\n')
     with pytest.raises(DatasetError, match="no NF-CATS train rows"):
-        training_examples(only_valid)
+        training_examples(only_valid, "train")
+    assert len(training_examples(only_valid)) == 1

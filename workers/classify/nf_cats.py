@@ -4,8 +4,10 @@ NF-CATS (V. Bolotova, V. Blinov, F. Scholer, W. B. Croft, M. Sanderson, "A Non-F
 Question-Answering Taxonomy", SIGIR 2022; MIT) labels real community-QA questions with a
 non-factoid category. The data set is not in this repository (`../shared/data`'s terms: read
 it from there or from a path the user gives). `ragbus train-intent --nf-cats FILE` trains on
-its `train` split beside the bundled rows, and `make intent-model` passes the shared copy when
-there is one; its `valid` split stays held out for `ragbus eval-intent`.
+both its splits, `train` and `valid`, beside the bundled rows, and `make intent-model` passes
+the shared copy when there is one: the shipped model learns from every real question there is.
+To score a model on real questions it never saw, `--nf-cats-split train` trains on `train`
+alone and `ragbus eval-intent` scores its `valid` rows (`bench.nfcats_intents --split valid`).
 
 | NF-CATS | ragbus | why |
 |---|---|---|
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from contracts.enums import Intent
 from workers.classify.dataset import (
@@ -37,6 +39,11 @@ from workers.classify.dataset import (
     bundled_data_dir,
     load_examples,
 )
+
+Split = Literal["all", "train", "valid"]
+"""One of NF-CATS's two public splits, or `all`: both."""
+SPLITS: Final = ("train", "valid")
+"""The splits `train_valid_human.jsonl` holds. A row of any other (a test split) is never read."""
 
 MAPPING: Final = {
     "INSTRUCTION": "procedural",
@@ -52,7 +59,7 @@ def _key(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def mapped_rows(source: Path, split: str = "all") -> tuple[list[dict[str, str]], Counter[str]]:
+def mapped_rows(source: Path, split: Split = "all") -> tuple[list[dict[str, str]], Counter[str]]:
     """The mapped rows of NF-CATS's `split` (`train`, `valid` or `all`) not already in the
     bundled data, and what was left out and why."""
     bundled = {
@@ -60,6 +67,7 @@ def mapped_rows(source: Path, split: str = "all") -> tuple[list[dict[str, str]],
         for name in (TRAIN_FILE, TEST_FILE)
         for example in load_examples(bundled_data_dir() / name)
     }
+    wanted = SPLITS if split == "all" else (split,)
     rows: list[dict[str, str]] = []
     left_out: Counter[str] = Counter()
     seen: set[str] = set()
@@ -69,7 +77,7 @@ def mapped_rows(source: Path, split: str = "all") -> tuple[list[dict[str, str]],
         row = json.loads(line)
         text, category = str(row["text"]).strip(), str(row["label"])
         label = MAPPING.get(category)
-        if split != "all" and row.get("split") != split:
+        if row.get("split") not in wanted:
             left_out[f"split {row.get('split')}"] += 1
         elif label is None:
             left_out[f"category {category}"] += 1
@@ -84,14 +92,16 @@ def mapped_rows(source: Path, split: str = "all") -> tuple[list[dict[str, str]],
     return rows, left_out
 
 
-def training_examples(source: Path) -> list[Example]:
-    """NF-CATS's `train` split as training examples (mapped, deduplicated, not bundled);
-    `DatasetError` for a file that is not NF-CATS's JSONL or holds no train rows."""
+def training_examples(source: Path, split: Split = "all") -> list[Example]:
+    """NF-CATS's rows of `split` (`all`: train and valid; or `train` alone, to score on
+    `valid`) as training examples, mapped, deduplicated and not bundled; `DatasetError` for a
+    file that is not NF-CATS's JSONL or holds no such rows."""
     try:
-        rows, _ = mapped_rows(source, "train")
+        rows, _ = mapped_rows(source, split)
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         want = '{"text", "label", "split"}'
         raise DatasetError(f"{source}: want NF-CATS rows {want}: {exc}") from None
     if not rows:
-        raise DatasetError(f"{source}: no NF-CATS train rows with a mapped category")
+        which = "" if split == "all" else f"{split} "
+        raise DatasetError(f"{source}: no NF-CATS {which}rows with a mapped category")
     return [Example(row["text"], Intent(row["label"]), row["source"]) for row in rows]
