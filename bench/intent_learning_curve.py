@@ -29,19 +29,15 @@ from infra.settings import Settings
 from workers.classify import nf_cats
 from workers.classify.cue_head import CueHead
 from workers.classify.dataset import Example, bundled_data_dir, load_examples
-from workers.classify.training import DEFAULT_SEED, shared_body
+from workers.classify.training import DEFAULT_SEED, body_embeddings, shared_body
 
 SHARES: Final = (0.0, 0.25, 0.5, 0.75, 1.0)
 FOLDS: Final = 5
 
 
 def _encode(examples: list[Example]) -> np.ndarray:
-    from sentence_transformers import SentenceTransformer
-
     path, _ = shared_body(Settings())
-    body = SentenceTransformer(str(path), device="cpu")
-    texts = [e.text for e in examples]
-    return np.asarray(body.encode(texts, batch_size=64, normalize_embeddings=True))
+    return body_embeddings(path, [e.text for e in examples])
 
 
 def learning_curve(

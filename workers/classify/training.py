@@ -115,20 +115,27 @@ def train_intent_model(
     return meta
 
 
+def body_embeddings(body_path: Path, texts: Sequence[str]) -> np.ndarray:
+    """The unchanged body's embeddings of `texts`, L2-normalised as the encoder that hands
+    them to the head at query time makes them."""
+    from sentence_transformers import SentenceTransformer
+
+    body = SentenceTransformer(str(body_path), device="cpu")
+    vectors = body.encode(
+        list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
+    )
+    return np.asarray(vectors)
+
+
 def _shared_head(
     examples: Sequence[Example], body_path: Path, seed: int, say: Stage
 ) -> tuple[CueHead, int]:
-    """The cue head on the unchanged body's embeddings (L2-normalised, as the encoder that
-    hands them to it at query time makes them)."""
-    from sentence_transformers import SentenceTransformer
-
-    say("loading the MiniLM body")
-    body = SentenceTransformer(str(body_path), device="cpu")
+    """The cue head on the unchanged body's embeddings (`body_embeddings`)."""
     texts = [e.text for e in examples]
-    say(f"encoding {len(texts)} examples")
-    vectors = body.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    say(f"encoding {len(texts)} examples with the MiniLM body")
+    vectors = body_embeddings(body_path, texts)
     say(f"fitting the head on {len(texts)} embeddings and their cue words")
-    head = CueHead(seed=seed).fit(texts, np.asarray(vectors), [e.label.value for e in examples])
+    head = CueHead(seed=seed).fit(texts, vectors, [e.label.value for e in examples])
     return head, int(vectors.shape[1])
 
 
