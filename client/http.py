@@ -12,6 +12,10 @@ import httpx
 
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
 """Reads may be quiet for a while: the server pings every 15 s, so 60 s means it is gone."""
+KEEPALIVE_EXPIRY_S = 2.0
+"""How long an idle pooled connection is reused: well inside uvicorn's 5 s keep-alive timeout,
+so the client drops a connection before the server closes it under a request. httpx's default
+is the same 5 s, which races the server's timer (encode/httpx#2487)."""
 
 
 class SSEMessage(NamedTuple):
@@ -101,7 +105,11 @@ class RagbusClient:
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     async def __aenter__(self) -> Self:
@@ -121,10 +129,11 @@ class RagbusClient:
     async def _json(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
         try:
             response = await self._http.request(method, url, **kwargs)
-        except httpx.RemoteProtocolError:
-            # A pooled keep-alive connection the server closed as the request went out
-            # (uvicorn's keep-alive timer racing the client; encode/httpx#2487): a read is
-            # safe to send once more, on a fresh connection. A write is not, and is raised.
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            # A pooled keep-alive connection the server closed as the request went out: the
+            # client reads end of file (RemoteProtocolError) or, where the server's kernel
+            # answered the request with a reset, ECONNRESET (ReadError). A read is safe to
+            # send once more, on a fresh connection. A write is not, and is raised.
             if method != "GET":
                 raise
             response = await self._http.request(method, url, **kwargs)

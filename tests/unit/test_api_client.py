@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bench.load import AskPath, Outcome, load_queries, percentile, run_one, summarize
@@ -99,11 +100,20 @@ async def test_a_refused_submission_keeps_the_status_the_api_answered(ask: AskPa
     assert outcome.error == "ApiError: 429 too_many_requests: over 50 submissions per second"
 
 
-async def test_a_read_on_a_connection_the_server_dropped_is_sent_once_more() -> None:
-    """uvicorn may close a pooled keep-alive connection just as a request goes out: a GET
-    is sent again on a fresh one, a POST is not (it may have been done)."""
-    import httpx
-
+@pytest.mark.parametrize(
+    "dropped",
+    [
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx.ReadError("[Errno 104] Connection reset by peer"),
+    ],
+    ids=["closed", "reset"],
+)
+async def test_a_read_on_a_connection_the_server_dropped_is_sent_once_more(
+    dropped: httpx.TransportError,
+) -> None:
+    """uvicorn may close a pooled keep-alive connection just as a request goes out (the client
+    reads end of file, or a reset): a GET is sent again on a fresh one, a POST is not (it may
+    have been done)."""
     from client.http import RagbusClient
 
     calls: list[str] = []
@@ -111,12 +121,25 @@ async def test_a_read_on_a_connection_the_server_dropped_is_sent_once_more() -> 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.method)
         if len(calls) % 2:  # every first try of a request
-            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            raise dropped
         return httpx.Response(200, json={"status": "completed"})
 
     async with RagbusClient("http://api", transport=httpx.MockTransport(handler)) as client:
         assert await client.status("r1") == {"status": "completed"}
         assert calls == ["GET", "GET"]
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(type(dropped)):
             await client.submit("what is zinc?")
         assert calls == ["GET", "GET", "POST"]
+
+
+def test_the_client_drops_an_idle_connection_before_the_server_does() -> None:
+    """The pool's keep-alive expiry is shorter than the API server's (uvicorn's default, which
+    the launcher keeps): an idle connection is never reused as the server closes it."""
+    import uvicorn
+
+    from client.http import KEEPALIVE_EXPIRY_S, RagbusClient
+
+    client = RagbusClient("http://api")
+    pool = client._http._transport._pool  # type: ignore[attr-defined]
+    assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S
+    assert uvicorn.Config(app=None).timeout_keep_alive > KEEPALIVE_EXPIRY_S
