@@ -64,7 +64,9 @@ async def _node_chaos(cluster: Cluster, stop: asyncio.Event, every_s: float) -> 
 async def _supervise(cluster: Cluster, stop: asyncio.Event) -> None:
     """Start again, as a supervisor would, a process that exited on its own (one that started
     while a stream had no leader and gave up, say). A task of its own: the kills wait on the
-    API at times (an ingest job's submission), and the API may be the process that exited."""
+    API at times (an ingest job's submission), and the API may be the process that exited. It
+    runs until the checks are over, not only while the kills go on: a process started again as
+    the last NATS node came back may exit, and the checks read the API."""
     while not stop.is_set():
         cluster.revive_crashed()
         with contextlib.suppress(TimeoutError):
@@ -143,6 +145,8 @@ async def run_chaos(
     with tempfile.TemporaryDirectory(prefix="ragbus-chaos-", dir=work_dir) as tmp:
         cluster = Cluster(Path(tmp), nats_nodes=nats_nodes)
         phase = "boot"
+        checked = asyncio.Event()  # the supervisor's end: the checks are over
+        supervisor: asyncio.Task[None] | None = None
         try:
             await boot(cluster, seed_timeout_s=180)
 
@@ -155,7 +159,7 @@ async def run_chaos(
             started = time.monotonic()
             loops = [asyncio.create_task(clients.loop()) for _ in range(concurrency)]
             chaos = asyncio.create_task(_chaos(cluster, stop, duration_s, kill_every_s, job))
-            supervisor = asyncio.create_task(_supervise(cluster, stop))
+            supervisor = asyncio.create_task(_supervise(cluster, checked))
             nodes = (
                 asyncio.create_task(_node_chaos(cluster, stop, nats_kill_every_s))
                 if cluster.nats_cluster is not None
@@ -166,7 +170,6 @@ async def run_chaos(
             stop.set()
             phase = "ending the kills"
             await chaos
-            await supervisor
             if nodes is not None:
                 await nodes
             cluster.revive_all()
@@ -179,7 +182,11 @@ async def run_chaos(
             record = await wait_job(cluster.url, job["job_id"], 300) if "job_id" in job else {}
             phase = "verifying"
             requests = await verify_requests(cluster, clients.tracked, read_events)
+            checked.set()
+            await supervisor
         except BaseException:  # a timeout's cancellation included: the log says where it hung
+            if supervisor is not None:
+                supervisor.cancel()
             cluster.stop()
             print(f"the chaos run failed while {phase}; the roles' log: {_keep_log(cluster)}")
             raise

@@ -10,11 +10,13 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 from nats.js import JetStreamContext
 
@@ -34,6 +36,22 @@ VERIFY_CONCURRENCY = 16
 """Requests checked at once: each read waits half a second of quiet after its last event."""
 MISSED_LISTED = 20
 """Requests whose client stream missed an event, listed by id in the report at most."""
+API_BACK_WITHIN_S = 60.0
+"""How long a status read waits for the API to answer again: the supervisor starts a process
+that exited on its own again while the checks run, and an API starts in a few seconds."""
+
+
+async def _status(client: RagbusClient, request_id: str) -> dict[str, Any]:
+    """A request's record, read through the API, waiting out an API the supervisor is starting
+    again (a restart counts in the report's `crash_restarts`)."""
+    deadline = time.monotonic() + API_BACK_WITHIN_S
+    while True:
+        try:
+            return await client.status(request_id)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def _describe(
@@ -68,7 +86,7 @@ async def verify_requests(
         async def check(client: RagbusClient, request: Tracked) -> None:
             nonlocal missing_streams, missing_events, after_done
             async with checking:
-                state = await client.status(request.request_id)
+                state = await _status(client, request.request_id)
                 events = await read_events(js, request.request_id)
             statuses[str(state["status"])] += 1
             if state["status"] != "completed":

@@ -53,3 +53,24 @@ async def test_a_killed_process_is_left_to_its_restart(tmp_path: Path) -> None:
     cluster.stop()
     assert role.processes[0] is first
     assert not cluster.crash_restarts
+
+
+async def test_the_checks_wait_out_an_api_that_is_starting_again() -> None:
+    """A status read during the checks meets a refused connection while the supervisor starts
+    the API again: it reads again until the API answers, within `API_BACK_WITHIN_S`."""
+    import httpx
+
+    from bench.chaos_verify import _status
+    from client import RagbusClient
+
+    tries: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        tries.append(request.url.path)
+        if len(tries) < 3:
+            raise httpx.ConnectError("[Errno 111] Connection refused")
+        return httpx.Response(200, json={"status": "completed"})
+
+    async with RagbusClient("http://api", transport=httpx.MockTransport(handler)) as client:
+        assert await _status(client, "r1") == {"status": "completed"}
+    assert tries == ["/v1/queries/r1"] * 3
