@@ -16,6 +16,11 @@ KEEPALIVE_EXPIRY_S = 2.0
 """How long an idle pooled connection is reused: well inside uvicorn's 5 s keep-alive timeout,
 so the client drops a connection before the server closes it under a request. httpx's default
 is the same 5 s, which races the server's timer (encode/httpx#2487)."""
+POOL_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_S
+)
+"""httpx's default pool (100 connections, 20 kept alive) with the shorter keep-alive: a
+`Limits` left unset is unbounded, not httpx's default."""
 
 
 class SSEMessage(NamedTuple):
@@ -109,7 +114,7 @@ class RagbusClient:
             headers=headers,
             timeout=timeout,
             transport=transport,
-            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+            limits=POOL_LIMITS,
         )
 
     async def __aenter__(self) -> Self:

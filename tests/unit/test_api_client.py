@@ -134,12 +134,16 @@ async def test_a_read_on_a_connection_the_server_dropped_is_sent_once_more(
 
 def test_the_client_drops_an_idle_connection_before_the_server_does() -> None:
     """The pool's keep-alive expiry is shorter than the API server's (uvicorn's default, which
-    the launcher keeps): an idle connection is never reused as the server closes it."""
+    the launcher keeps): an idle connection is never reused as the server closes it. The pool's
+    size stays httpx's default."""
     import uvicorn
+    from httpx._config import DEFAULT_LIMITS
 
     from client.http import KEEPALIVE_EXPIRY_S, RagbusClient
 
     client = RagbusClient("http://api")
     pool = client._http._transport._pool  # type: ignore[attr-defined]
     assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S
+    assert pool._max_connections == DEFAULT_LIMITS.max_connections
+    assert pool._max_keepalive_connections == DEFAULT_LIMITS.max_keepalive_connections
     assert uvicorn.Config(app=None).timeout_keep_alive > KEEPALIVE_EXPIRY_S
