@@ -1,9 +1,12 @@
 """The `/v1` conversation endpoints: a session's turns, its memories, and forgetting them.
 
 A session is the caller tenant's: another tenant's session of the same id is another
-conversation, and this one answers 404 for it. Forgetting takes the turns and the memory
-index out of Redis at once, so nothing of the session is shown or recalled from then on,
-and asks the memory worker (`cmd.forget`) to remove the vectors.
+conversation, and this one answers 404 for it. A session exists while it has a turn or, with
+session-scoped memory, something it taught (memories outlive turns: RAGBUS_MEMORY_TTL_S against
+RAGBUS_SESSION_TTL_S); every path answers 404 for one that does not (`require_session`).
+Forgetting takes the turns and the memory index out of Redis at once, so nothing of the
+session is shown or recalled from then on, and asks the memory worker (`cmd.forget`) to
+remove the vectors.
 """
 
 from __future__ import annotations
@@ -76,16 +79,40 @@ SessionsDep = Annotated[SessionStore, Depends(sessions_of)]
 MemoriesDep = Annotated[MemoryIndex, Depends(memories_of)]
 
 
+async def require_session(
+    tenant: str,
+    session_id: str,
+    sessions: SessionStore,
+    memories: MemoryIndex,
+    settings: Settings,
+) -> None:
+    """404 unless the tenant has the session: a turn, or with session-scoped memory a memory
+    (never used, expired or forgotten: 404; another tenant's: 404, its keys are that
+    tenant's). With tenant-scoped memory a session's memories are every session's, so they
+    make no session exist."""
+    if await sessions.exists(tenant, session_id):
+        return
+    if settings.memory_scope == "session" and await memories.count(
+        _scope(tenant, session_id, settings)
+    ):
+        return
+    raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+
+
 @router.get("/sessions/{session_id}", response_model=SessionView, summary="A conversation")
 async def get_session(
-    session_id: SessionPath, caller: CallerDep, sessions: SessionsDep
+    session_id: SessionPath,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    memories: MemoriesDep,
+    settings: SettingsDep,
 ) -> SessionView:
     """The session's turns: each question as asked, as made standalone, and its answer
-    (`null` while the request runs). 404 when the session has no turn (never used, expired
-    or forgotten)."""
+    (`null` while the request runs); none when only its memories are left. 404 when the
+    session is unknown (never used, expired or forgotten)."""
     turns = await sessions.turns(caller.tenant, session_id)
     if not turns:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+        await require_session(caller.tenant, session_id, sessions, memories, settings)
     return SessionView(session_id=session_id, turns=turns)
 
 
@@ -128,10 +155,16 @@ def _scope(tenant: str, session_id: str, settings: Settings) -> str:
     summary="What a conversation remembers",
 )
 async def list_memories(
-    session_id: SessionPath, caller: CallerDep, memories: MemoriesDep, settings: SettingsDep
+    session_id: SessionPath,
+    caller: CallerDep,
+    sessions: SessionsDep,
+    memories: MemoriesDep,
+    settings: SettingsDep,
 ) -> MemoryList:
     """The memories the session's questions recall: accepted answers and facts the user stated,
-    oldest first. With RAGBUS_MEMORY_SCOPE=tenant every session of the tenant shares them."""
+    oldest first. With RAGBUS_MEMORY_SCOPE=tenant every session of the tenant shares them.
+    404 when the session is unknown."""
+    await require_session(caller.tenant, session_id, sessions, memories, settings)
     found = await memories.list(_scope(caller.tenant, session_id, settings))
     return MemoryList(
         scope=settings.memory_scope,
@@ -157,10 +190,13 @@ async def delete_memory(
     session_id: SessionPath,
     memory_id: Annotated[str, Path(pattern=r"^[0-9a-f-]{36}$", description="A memory's id.")],
     caller: CallerDep,
+    sessions: SessionsDep,
     memories: MemoriesDep,
     bus: BusDep,
     settings: SettingsDep,
 ) -> None:
+    """404 when the session is unknown, or the memory is not its scope's."""
+    await require_session(caller.tenant, session_id, sessions, memories, settings)
     scope = _scope(caller.tenant, session_id, settings)
     if not await memories.delete(scope, memory_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}")

@@ -54,9 +54,19 @@ class Memory:
     memory_id: str
     kind: MemoryKind
     text: str
+    """What the memory channel cites: an answer's text, or the fact the user stated."""
     title: str
     request_id: str
     created_at: float
+    question: str = ""
+    """An answer's question (standalone): embedded with it, so a later question finds it, but
+    never part of `text`, so it is never cited. Empty for a fact, and for an answer made before
+    the two were kept apart (its `text` then starts with the question's line)."""
+
+    @property
+    def recall_text(self) -> str:
+        """What is embedded for recall: the question and its answer, or the fact."""
+        return f"{self.question}\n{self.text}" if self.question else self.text
 
     def chunk(self, namespace: str) -> Chunk:
         return Chunk(
@@ -70,10 +80,12 @@ class Memory:
         )
 
 
-def new_memory(kind: MemoryKind, text: str, title: str, request_id: str) -> Memory:
+def new_memory(
+    kind: MemoryKind, text: str, title: str, request_id: str, question: str = ""
+) -> Memory:
     # stable per request and kind: a redelivered turn overwrites its memory, never doubles it
     memory_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ragbus/memory/{request_id}/{kind}"))
-    return Memory(memory_id, kind, text, title, request_id, time.time())
+    return Memory(memory_id, kind, text, title, request_id, time.time(), question)
 
 
 ADD_UNLESS_FORGOTTEN = """
@@ -114,11 +126,19 @@ class MemoryIndex:
         memories = [Memory(**json.loads(value)) for value in raw.values()]
         return sorted(memories, key=lambda m: m.created_at)
 
-    async def known(self, scope: str, memory_ids: Sequence[str]) -> set[str]:
+    async def count(self, scope: str) -> int:
+        return int(await self.redis.hlen(index_key(scope)))
+
+    async def get(self, scope: str, memory_ids: Sequence[str]) -> dict[str, Memory]:
+        """The memories of these ids the index still has (a deleted one is not)."""
         if not memory_ids:
-            return set()
+            return {}
         found = await self.redis.hmget(index_key(scope), list(memory_ids))
-        return {mid for mid, value in zip(memory_ids, found, strict=True) if value}
+        return {
+            mid: Memory(**json.loads(value))
+            for mid, value in zip(memory_ids, found, strict=True)
+            if value
+        }
 
     async def delete(self, scope: str, memory_id: str) -> bool:
         return bool(await self.redis.hdel(index_key(scope), memory_id))

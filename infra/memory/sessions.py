@@ -145,6 +145,11 @@ class SessionStore:
         raws = await self.redis.hmget(turns_key(tenant, session_id), ids)
         return [SessionTurn.model_validate_json(raw) for raw in raws if raw]
 
+    async def exists(self, tenant: str, session_id: str) -> bool:
+        """Whether the session has a turn (one recent enough to be kept)."""
+        low = repr(time.time() - self.ttl_s)
+        return bool(await self.redis.zcount(order_key(tenant, session_id), low, "+inf"))
+
     async def forget(self, tenant: str, session_id: str) -> int:
         """Delete the session's turns; returns how many there were."""
         count = await self._forget(
