@@ -61,7 +61,7 @@ from infra.logging import get_logger
 from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
 from infra.telemetry import mint_trace
-from infra.tenancy.quotas import Quotas, RateLimited
+from infra.tenancy.quotas import Quotas, RateLimited, submission_cost
 from orchestrator.state import RequestState
 from orchestrator.store import RECENT_KEPT, StateExists, StateStore
 
@@ -138,10 +138,11 @@ async def submit_query(
     return submitted, replayed
 
 
-async def take_submission(quotas: Quotas, caller: Caller) -> None:
-    """One submission of the caller's rate, or 429 with when to come back."""
+async def take_submission(quotas: Quotas, caller: Caller, cost: int = 1) -> None:
+    """`cost` submissions of the caller's rate (a research request's `submission_cost`), or
+    429 with when to come back."""
     try:
-        await quotas.take_submission(caller.tenant, caller.limits)
+        await quotas.take_submission(caller.tenant, caller.limits, cost)
     except RateLimited as exc:
         raise HTTPException(
             status.HTTP_429_TOO_MANY_REQUESTS,
@@ -178,7 +179,7 @@ async def create_query(
     idempotency: IdempotencyDep,
     idempotency_key: IdempotencyKey = None,
 ) -> QueryAccepted:
-    await take_submission(quotas, caller)
+    await take_submission(quotas, caller, submission_cost(settings, body.mode))
     submitted, replayed = await submit_query(
         body, caller, store, submitter, settings, idempotency, idempotency_key
     )
@@ -327,7 +328,7 @@ async def chat(
     idempotency_key: IdempotencyKey = None,
 ) -> EventSourceResponse:
     """With an `Idempotency-Key` seen before, the earlier request's events from the start."""
-    await take_submission(quotas, caller)
+    await take_submission(quotas, caller, submission_cost(settings, body.mode))
     submitted, replayed = await submit_query(
         body, caller, store, submitter, settings, idempotency, idempotency_key
     )

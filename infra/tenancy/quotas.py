@@ -1,7 +1,10 @@
 """Per-tenant limits: a request rate, and the documents, namespaces and bytes kept.
 
 The rate is a GCRA (generic cell rate algorithm: a token bucket kept as one timestamp) in one
-Lua call per submission, so every API replica shares it and nothing drifts. The stock limits
+Lua call per submission, so every API replica shares it and nothing drifts. A submission takes
+one token, except a research request, which takes one for itself and one for every child
+request it may start (`submission_cost`): its children are submitted by the saga, not the API,
+so they are charged up front, when their parent is admitted. The stock limits
 are counted when a batch is accepted (a document re-sent under its id counts once, with its
 new size) and given back when a document is deleted, atomically with the check, so two
 concurrent batches cannot both squeeze under a limit.
@@ -21,13 +24,13 @@ from infra.settings import Settings
 from infra.tenancy.registry import Limits
 
 _RATE = """
--- KEYS: the tenant's theoretical arrival time; ARGV: emission interval (s), burst
+-- KEYS: the tenant's theoretical arrival time; ARGV: emission interval (s), burst, cost (tokens)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local interval, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
-local next_tat = tat + interval
+local next_tat = tat + interval * cost
 local allow_at = next_tat - burst * interval
 if now < allow_at then return tostring(allow_at - now) end
 redis.call('SET', KEYS[1], tostring(next_tat), 'PX', math.ceil((next_tat - now) * 1000) + 1)
@@ -86,6 +89,19 @@ return 1
 Stock = Literal["documents", "namespaces", "bytes"]
 
 
+def research_cost(settings: Settings) -> int:
+    """What a research request takes from its tenant's rate: 1 for itself and 1 for each child
+    request it may start, RAGBUS_RESEARCH_MAX_CHILDREN sub-questions at each of
+    RAGBUS_RESEARCH_MAX_DEPTH levels (4 and 1 by default: 5)."""
+    breadth, depth = settings.research_max_children, settings.research_max_depth
+    return 1 + sum(breadth**level for level in range(1, depth + 1))
+
+
+def submission_cost(settings: Settings, mode: str) -> int:
+    """Tokens a submission of this mode takes: `research_cost` for research, else 1."""
+    return research_cost(settings) if mode == "research" else 1
+
+
 @dataclass(frozen=True)
 class Effective:
     """A tenant's limits after its own overrides of the settings'."""
@@ -111,9 +127,11 @@ def effective(settings: Settings, own: Limits | None = None) -> Effective:
 
 
 class RateLimited(Exception):
-    def __init__(self, retry_after_s: float, limit: float) -> None:
-        super().__init__(f"over {limit:g} submissions per second")
+    def __init__(self, retry_after_s: float, limit: float, cost: int = 1) -> None:
+        counts = f" (this one counts as {cost})" if cost > 1 else ""
+        super().__init__(f"over {limit:g} submissions per second{counts}")
         self.retry_after_s = retry_after_s
+        self.cost = cost
 
 
 class QuotaExceeded(Exception):
@@ -144,18 +162,21 @@ class Quotas:
         self._accept = redis.register_script(_ACCEPT)
         self._release = redis.register_script(_RELEASE)
 
-    async def take_submission(self, tenant: str, limits: Effective) -> None:
-        """One submission's worth of the rate, or `RateLimited` with when to come back."""
+    async def take_submission(self, tenant: str, limits: Effective, cost: int = 1) -> None:
+        """`cost` submissions' worth of the rate (`submission_cost`), all or none, or
+        `RateLimited` with when to come back. A cost over the tenant's burst is taken as the
+        burst: a full bucket always admits it."""
         if limits.requests_per_s <= 0:
             return
+        cost = max(1, min(cost, limits.burst))
         wait = float(
             await self._rate(
                 keys=[f"ragbus:rate:{{{tenant}}}"],
-                args=[repr(1.0 / limits.requests_per_s), str(limits.burst)],
+                args=[repr(1.0 / limits.requests_per_s), str(limits.burst), str(cost)],
             )
         )
         if wait > 0:
-            raise RateLimited(wait, limits.requests_per_s)
+            raise RateLimited(wait, limits.requests_per_s, cost)
 
     async def accept_documents(
         self, tenant: str, documents: list[DocumentSize], limits: Effective
