@@ -11,8 +11,7 @@ from api.auth import require_admin
 from api.deps import RedisDep, SettingsDep
 from api.schemas import ErrorResponse, TenantCreate
 from contracts.tenancy import TENANT_PATTERN
-from infra.logging import get_logger
-from infra.tenancy.nats_auth import APPLIED_KEY, wait_applied
+from infra.tenancy import tenants
 from infra.tenancy.quotas import Quotas, effective
 from infra.tenancy.registry import NewTenant, TenantError, TenantRegistry
 
@@ -25,39 +24,29 @@ router = APIRouter(
 
 TenantPath = Annotated[str, Path(pattern=TENANT_PATTERN)]
 
-log = get_logger(__name__)
 
-BUS_WAIT_S = 5.0
-
-
-async def _until_the_bus_follows(registry: TenantRegistry) -> None:
-    """Answer once the nats-server that follows the registry (`ragbus up`'s own, in `tenants`
-    mode) has reloaded its users, so the new NATS password works, or the revoked one stops,
-    when the answer comes. A bus nobody follows the registry for (no `APPLIED_KEY`) is not
-    waited for; one that takes longer than `BUS_WAIT_S` is logged."""
-    if not await registry.redis.exists(APPLIED_KEY):
-        return
-    version = await registry.version()
-    if not await wait_applied(registry.redis, version, timeout_s=BUS_WAIT_S):
-        log.warning("nats_users_not_reloaded_yet", version=version, waited_s=BUS_WAIT_S)
+def _bus_unavailable(exc: Exception) -> HTTPException:
+    return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
 
 
 @router.post(
     "/tenants",
     status_code=status.HTTP_201_CREATED,
     response_model=NewTenant,
-    summary="Create a tenant; its API key and NATS password are in this answer only",
+    summary="Create a tenant; its API key and NATS credentials are in this answer only",
+    description="In `tenants` mode the tenant's NATS account is on every server, with its "
+    "stream, when the answer comes; 503 when the bus did not take it (the name stays taken, "
+    "revoked).",
 )
-async def create_tenant(body: TenantCreate, redis: RedisDep) -> NewTenant:
-    registry = TenantRegistry(redis)
+async def create_tenant(body: TenantCreate, redis: RedisDep, settings: SettingsDep) -> NewTenant:
     try:
-        made = await registry.create(body.tenant, body.limits)
+        return await tenants.create(redis, settings, body.tenant, body.limits)
     except TenantError as exc:
         conflict = "exists" in str(exc)
         code = status.HTTP_409_CONFLICT if conflict else status.HTTP_422_UNPROCESSABLE_CONTENT
         raise HTTPException(code, str(exc)) from exc
-    await _until_the_bus_follows(registry)
-    return made
+    except (tenants.BusTenancyError, tenants.TrustError) as exc:
+        raise _bus_unavailable(exc) from exc
 
 
 @router.get("/tenants", summary="Every tenant, revoked ones included (never their secrets)")
@@ -78,12 +67,17 @@ async def get_tenant(tenant: TenantPath, redis: RedisDep, settings: SettingsDep)
     }
 
 
-@router.delete("/tenants/{tenant}", summary="Revoke a tenant: its keys stop working at once")
-async def revoke_tenant(tenant: TenantPath, redis: RedisDep) -> dict[str, Any]:
-    registry = TenantRegistry(redis)
+@router.delete(
+    "/tenants/{tenant}",
+    summary="Revoke a tenant: its keys stop working at once, and its NATS connections close",
+)
+async def revoke_tenant(
+    tenant: TenantPath, redis: RedisDep, settings: SettingsDep
+) -> dict[str, Any]:
     try:
-        revoked = await registry.revoke(tenant)
+        revoked = await tenants.revoke(redis, settings, tenant)
     except TenantError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-    await _until_the_bus_follows(registry)
+    except (tenants.BusTenancyError, tenants.TrustError) as exc:
+        raise _bus_unavailable(exc) from exc
     return revoked.public()

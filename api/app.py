@@ -20,8 +20,9 @@ from fastapi.routing import APIRoute
 from faststream.nats import NatsBroker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import admin, documents, ops, routes, sessions, web
+from api import admin, documents, ops, reference, routes, sessions, web
 from api.event_hub import EventHub
+from api.intake import Intake
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
@@ -70,7 +71,11 @@ def create_app(
                 publisher = create_broker(settings, name="ragbus-api")
                 await publisher.connect()
                 stack.push_async_callback(publisher.stop)
-            nc = await nats.connect(settings.nats_servers, name="ragbus-api-events")
+            nc = await nats.connect(
+                settings.nats_servers,
+                name="ragbus-api-events",
+                user_credentials=settings.nats_credentials,
+            )
             stack.push_async_callback(nc.drain)
             redis = connect_redis(settings.redis_url)
             stack.push_async_callback(redis.aclose)
@@ -85,6 +90,10 @@ def create_app(
             if orchestrator is not None and settings.submit_in_process:
                 app.state.saga = orchestrator
                 app.state.store = orchestrator.store  # its state cache: see `api.submission`
+            if settings.auth == "tenants":  # tenants' batches over the bus (`api.intake`)
+                intake = Intake(nc, app.state.bus, redis, settings)
+                await intake.start()
+                stack.push_async_callback(intake.stop)
             log.info("api_started", auth=settings.auth, nats=redacted(settings.nats_url))
             yield
         log.info("api_stopped")
@@ -99,6 +108,11 @@ def create_app(
             "ingested as jobs whose progress is an event stream too."
         ),
         lifespan=lifespan,
+        # FastAPI's own reference loads Swagger UI and ReDoc from a CDN and takes no key:
+        # `api.reference` serves /openapi.json and /docs instead.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
         # FastAPI's own span of each HTTP request is the root of a question's trace, on the
         # provider `infra.telemetry` installs; nothing when tracing is off (its wrapper cost
         # 2.5 % of the API process's CPU even with no SDK), and no span per dependency and
@@ -117,6 +131,7 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(ops.router)
     app.include_router(web.router)
+    app.include_router(reference.router)
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for error in UNAVAILABLE_ERRORS:

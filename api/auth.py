@@ -5,7 +5,11 @@
 - `tenants`: each tenant's own API key (`ragbus tenant create`); the caller is that tenant,
   and every request, event, document, namespace, job and Idempotency-Key is its own.
 
-The admin API (`/v1/admin`) is behind its own key, `RAGBUS_ADMIN_TOKEN`, in every mode.
+The admin API (`/v1/admin`) is behind its own key, `RAGBUS_ADMIN_TOKEN`, in every mode. The
+operator surfaces take an operator key (`RAGBUS_METRICS_TOKEN`, or the admin token): `/metrics`
+in `tenants` mode and wherever a metrics token is set (`require_metrics_key`), and
+`/openapi.json` in `tenants` mode (`require_reference_key`); `/healthz` and `/readyz` stay
+open, for orchestrators' probes.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 
 from api.deps import RedisDep, SettingsDep
 from contracts.tenancy import DEFAULT_TENANT
+from infra.settings import Settings
 from infra.tenancy.quotas import Effective, effective
 from infra.tenancy.registry import TenantRegistry
 
@@ -90,6 +95,43 @@ async def require_admin(
     offered = credentials.credentials if credentials else ""
     if not _same(offered, expected):
         raise _unauthorized("missing or invalid admin key")
+
+
+def metrics_key_needed(settings: Settings) -> bool:
+    """`/metrics` asks for an operator key in `tenants` mode, and in every mode once
+    RAGBUS_METRICS_TOKEN is set; otherwise it is open, as an unauthenticated install's is."""
+    return settings.auth == "tenants" or bool(settings.metrics_token)
+
+
+def check_operator(settings: Settings, offered: str, what: str) -> None:
+    """The offered bearer key is the metrics token or the admin token, or 401."""
+    keys = [key for key in (settings.metrics_token, settings.admin_token) if key]
+    if not keys:  # no key can be right: the same 401 as a wrong one, with the reason
+        raise _unauthorized(
+            f"{what} needs an operator key: set RAGBUS_METRICS_TOKEN or RAGBUS_ADMIN_TOKEN"
+        )
+    matches = [_same(offered, key) for key in keys]  # each compared, whichever matches
+    if not any(matches):
+        raise _unauthorized(f"{what}: missing or invalid operator key")
+
+
+def _offered_key(request: Request) -> str:
+    """The bearer key sent, read here rather than through `HTTPBearer`: the OpenAPI document
+    then declares no security scheme for a route that asks for a key only in some modes (one
+    declared but not enforced is a defect to a schema-driven client, or to Schemathesis)."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
+
+
+async def require_metrics_key(request: Request, settings: SettingsDep) -> None:
+    if metrics_key_needed(settings):
+        check_operator(settings, _offered_key(request), "/metrics")
+
+
+async def require_reference_key(request: Request, settings: SettingsDep) -> None:
+    """`/openapi.json`: open in `none` and `token` modes, an operator's in `tenants` mode."""
+    if settings.auth == "tenants":
+        check_operator(settings, _offered_key(request), "/openapi.json")
 
 
 CallerDep = Annotated[Caller, Depends(authenticate)]

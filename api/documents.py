@@ -45,6 +45,7 @@ from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, IngestProgress, Jo
 from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
 from contracts.tenancy import caller_namespace, store_namespace
 from infra.logging import get_logger
+from infra.runtime.bus import Bus
 from infra.runtime.ingest_jobs import open_job, read_job
 from infra.runtime.ingest_producer import (
     DocumentTooLarge,
@@ -55,7 +56,7 @@ from infra.runtime.ingest_producer import (
 )
 from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
-from infra.tenancy.quotas import DocumentSize, QuotaExceeded
+from infra.tenancy.quotas import DocumentSize, QuotaExceeded, Quotas
 
 log = get_logger(__name__)
 
@@ -80,18 +81,25 @@ def stored(caller: Caller, upload: DocumentUpload) -> DocumentIn:
     return DocumentIn.model_validate(fields)
 
 
+def job_status_url(job_id: str) -> str:
+    return f"/v1/ingest/{job_id}"
+
+
+def job_events_url(job_id: str) -> str:
+    return f"/v1/ingest/{job_id}/events"
+
+
 async def _start_job(
-    request: Request,
-    response: Response,
     caller: Caller,
     redis: aioredis.Redis,
     settings: Settings,
     publish: Callable[[str], Awaitable[JobReceipt]],
     idempotent: tuple[Idempotency, str, str] | None = None,
-) -> IngestAccepted:
-    """Make the job readable, publish it, and answer 202 with where to follow it.
-    `idempotent` = (the store, the key, the body's fingerprint): a key whose job was accepted
-    answers with that job; one whose job is still being published answers 409."""
+) -> tuple[IngestAccepted, bool]:
+    """Make the job readable, publish it, and say where to follow it, and whether the answer
+    is an earlier one replayed. `idempotent` = (the store, the key, the body's fingerprint): a
+    key whose job was accepted answers with that job; one whose job is still being published
+    answers 409."""
     job_id = new_request_id()
     if idempotent is not None:
         idempotency, key, body_print = idempotent
@@ -105,9 +113,7 @@ async def _start_job(
                     f"job {earlier.work_id} with this {IDEMPOTENCY_HEADER} is still being queued",
                     headers={"Retry-After": str(RETRY_AFTER_S)},
                 )
-            response.headers["Location"] = str(earlier.receipt["status_url"])
-            response.headers[REPLAYED_HEADER] = "true"
-            return IngestAccepted.model_validate(earlier.receipt)
+            return IngestAccepted.model_validate(earlier.receipt), True
     try:
         await open_job(redis, job_id, settings.state_ttl_s, caller.tenant)
         receipt = await publish(job_id)
@@ -119,7 +125,7 @@ async def _start_job(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             unconfirmed(
                 f"ingest job {job_id}",
-                f"/v1/ingest/{job_id}",
+                job_status_url(job_id),
                 idempotent[1] if idempotent is not None else None,
             ),
             headers={"Retry-After": str(RETRY_AFTER_S)},
@@ -128,15 +134,60 @@ async def _start_job(
         job_id=receipt.job_id,
         accepted=receipt.accepted,
         duplicates=receipt.duplicates,
-        status_url=request.app.url_path_for("get_job", job_id=receipt.job_id),
-        events_url=request.app.url_path_for("job_events", job_id=receipt.job_id),
+        status_url=job_status_url(receipt.job_id),
+        events_url=job_events_url(receipt.job_id),
     )
     if idempotent is not None:
         idempotency, key, body_print = idempotent
         done = Claim(work_id=job_id, fingerprint=body_print, receipt=accepted.model_dump())
         await idempotency.accepted("documents", key, done)
+    return accepted, False
+
+
+def _answer(response: Response, started: tuple[IngestAccepted, bool]) -> IngestAccepted:
+    accepted, replayed = started
     response.headers["Location"] = accepted.status_url
+    if replayed:
+        response.headers[REPLAYED_HEADER] = "true"
     return accepted
+
+
+async def accept_batch(
+    caller: Caller,
+    body: DocumentsRequest,
+    *,
+    bus: Bus,
+    redis: aioredis.Redis,
+    max_payload: int,
+    settings: Settings,
+    quotas: Quotas,
+    idempotency: Idempotency,
+    idempotency_key: str | None,
+) -> tuple[IngestAccepted, bool]:
+    """A batch of the caller's documents, checked, charged and queued as one job, as
+    `POST /v1/documents` and a tenant's batches over the bus (`api.intake`) take it alike;
+    refused with the HTTP error it answers."""
+    await take_submission(quotas, caller)
+    documents = [stored(caller, upload) for upload in body.documents]
+    try:
+        check_sizes(documents, max_payload)
+    except DocumentTooLarge as exc:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
+    sizes = [DocumentSize(d.namespace, d.id, len(d.text.encode())) for d in documents]
+    try:
+        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
+    except QuotaExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
+        ) from exc
+    return await _start_job(
+        caller,
+        redis,
+        settings,
+        lambda job_id: publish_job(bus, documents, job_id=job_id),
+        None if idempotency_key is None else (idempotency, idempotency_key, fingerprint(body)),
+    )
 
 
 @router.post(
@@ -169,29 +220,18 @@ async def ingest_documents(
     idempotency: IdempotencyDep,
     idempotency_key: IdempotencyKey = None,
 ) -> IngestAccepted:
-    await take_submission(quotas, caller)
-    documents = [stored(caller, upload) for upload in body.documents]
-    try:
-        check_sizes(documents, nc.max_payload)
-    except DocumentTooLarge as exc:
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
-    sizes = [DocumentSize(d.namespace, d.id, len(d.text.encode())) for d in documents]
-    try:
-        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
-    except QuotaExceeded as exc:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
-        ) from exc
-    return await _start_job(
-        request,
-        response,
+    started = await accept_batch(
         caller,
-        redis,
-        settings,
-        lambda job_id: publish_job(bus, documents, job_id=job_id),
-        None if idempotency_key is None else (idempotency, idempotency_key, fingerprint(body)),
+        body,
+        bus=bus,
+        redis=redis,
+        max_payload=nc.max_payload,
+        settings=settings,
+        quotas=quotas,
+        idempotency=idempotency,
+        idempotency_key=idempotency_key,
     )
+    return _answer(response, started)
 
 
 @router.delete(
@@ -212,13 +252,14 @@ async def delete_document(
     namespace: NamespaceQuery = "default",
 ) -> IngestAccepted:
     space = store_namespace(caller.tenant, namespace)
-    accepted = await _start_job(
-        request,
+    accepted = _answer(
         response,
-        caller,
-        redis,
-        settings,
-        lambda job_id: publish_deletion(bus, space, document_id, job_id=job_id),
+        await _start_job(
+            caller,
+            redis,
+            settings,
+            lambda job_id: publish_deletion(bus, space, document_id, job_id=job_id),
+        ),
     )
     await quotas.release_document(caller.tenant, space, document_id)
     return accepted

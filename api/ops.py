@@ -1,4 +1,6 @@
-"""Operational endpoints: liveness, readiness and Prometheus metrics (never behind auth)."""
+"""Operational endpoints: liveness and readiness (never behind auth: orchestrators probe them)
+and Prometheus metrics (behind an operator key in `tenants` mode, or once RAGBUS_METRICS_TOKEN
+is set: `api.auth.require_metrics_key`)."""
 
 from __future__ import annotations
 
@@ -6,13 +8,14 @@ import asyncio
 import os
 from collections.abc import Awaitable
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Depends, Response, status
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from api.auth import require_metrics_key
 from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
-from api.schemas import Health, Readiness
+from api.schemas import ErrorResponse, Health, Readiness
 from infra.runtime.bus import stream_specs
 from infra.runtime.readiness import QUERY_ROLES, ready_processes
 
@@ -83,9 +86,17 @@ async def readyz(
     return JSONResponse(body.model_dump(), status_code=code)
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus metrics")
+@router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[Depends(require_metrics_key)],
+    responses={401: {"model": ErrorResponse, "description": "No or a wrong operator key."}},
+    summary="Prometheus metrics",
+)
 async def metrics() -> Response:
-    """This process's metrics; under `ragbus up`, every process's, summed (`cli.entry`)."""
+    """This process's metrics; under `ragbus up`, every process's, summed (`cli.entry`). In
+    `tenants` mode, and in every mode once RAGBUS_METRICS_TOKEN is set, it needs a bearer
+    operator key: RAGBUS_METRICS_TOKEN or RAGBUS_ADMIN_TOKEN."""
     if os.environ.get(MULTIPROC_VARIABLE):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)

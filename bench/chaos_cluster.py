@@ -118,6 +118,7 @@ class Cluster:
             **os.environ,
             **SETTINGS_ENV,
             **nats_env,
+            # without its password until `start_services` has started it
             "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "RAGBUS_DATA_DIR": str(root / "data"),
             "RAGBUS_API_PORT": str(self.api_port),
@@ -136,6 +137,8 @@ class Cluster:
         else:
             self.nats = start_nats(self.nats_port, self.root / "nats")
         self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
+        # its URL carries the password made for its data directory (the same after a restart)
+        self.env["RAGBUS_REDIS_URL"] = self.redis.url
 
     async def nats_node_outage(self, stream: str | None = None, down_s: float = 5.0) -> str | None:
         """SIGKILL one NATS node (the leader of `stream` when given, else any node), keep it

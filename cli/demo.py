@@ -20,7 +20,7 @@ from cli.common import Verbose, console, interactive_logging
 from cli.ingest_job import describe, ingest_and_follow
 from client import RagbusClient
 from infra.runtime.ingest_producer import load_documents
-from infra.runtime.services import ensure_services
+from infra.runtime.services import ensure_services, redacted
 from infra.settings import Settings
 from launcher.runtime import WORKER_KINDS, serve
 
@@ -94,7 +94,7 @@ async def run_demo(
     settings = services.settings  # the URLs of what was actually found or started
     api_url = f"http://{settings.api_host}:{settings.api_port}"
     console.print(
-        f"      NATS {settings.nats_url} · Redis {settings.redis_url}\n"
+        f"      NATS {redacted(settings.nats_url)} · Redis {redacted(settings.redis_url)}\n"
         f"      starting the API ({api_url}), the orchestrator and workers: "
         + ", ".join(WORKER_KINDS)
     )

@@ -35,7 +35,11 @@ async def ingest_and_follow(
     """
     broker = create_broker(settings, name="ragbus-ingest")
     await broker.connect()
-    nc = await nats.connect(settings.nats_servers, name="ragbus-ingest-progress")
+    nc = await nats.connect(
+        settings.nats_servers,
+        name="ragbus-ingest-progress",
+        user_credentials=settings.nats_credentials,
+    )
     try:
         js = nc.jetstream()
         # Idempotent: lets a producer run before any worker has declared the streams.

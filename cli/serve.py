@@ -94,8 +94,12 @@ def ping(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 3.0)
     import nats
 
     async def check() -> None:
+        settings = Settings()
         nc = await nats.connect(
-            Settings().nats_servers, connect_timeout=timeout, allow_reconnect=False
+            settings.nats_servers,
+            connect_timeout=timeout,
+            allow_reconnect=False,
+            user_credentials=settings.nats_credentials,
         )
         try:
             await nc.jetstream().account_info()

@@ -1,6 +1,7 @@
 """`ragbus tenant create|list|revoke|nats-config`: tenants straight in Redis
-(RAGBUS_REDIS_URL), the same operations as the admin API, and the NATS users for a nats-server
-that `ragbus up` does not start."""
+(RAGBUS_REDIS_URL) and, in `tenants` mode, their NATS accounts pushed to the servers: the same
+operations as the admin API; and the one-time operator configuration for a NATS that `ragbus
+up` does not start."""
 
 from __future__ import annotations
 
@@ -11,25 +12,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import redis.asyncio as aioredis
 import typer
 from rich.table import Table
 
-from cli.common import console, errors
-from infra.runtime.redis_client import connect_redis
+from cli.common import console, errors, server_logging
+from infra.runtime.redis_client import connect_redis, started_redis_url
 from infra.settings import Settings
-from infra.tenancy.nats_auth import (
-    PASSWORD_FILE,
-    SERVICE_USER,
-    render,
-    service_password,
-    wait_applied,
-)
-from infra.tenancy.registry import Limits, NewTenant, TenantError, TenantRegistry, bcrypt_hash
+from infra.tenancy import tenants
+from infra.tenancy.registry import Limits, NewTenant, TenantError, TenantRegistry
 
 T = TypeVar("T")
 
 tenant_app = typer.Typer(
-    help="Tenants: their API keys, NATS users and limits.", no_args_is_help=True
+    help="Tenants: their API keys, NATS accounts and limits.", no_args_is_help=True
 )
 
 
@@ -40,17 +36,21 @@ def register(app: typer.Typer) -> None:
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _run(work: Callable[[TenantRegistry], Awaitable[T]]) -> T:
+def _run(work: Callable[[aioredis.Redis, Settings], Awaitable[T]]) -> T:
+    settings = Settings()
+    server_logging(settings)  # on stderr: stdout is the command's own
+
     async def main() -> T:
-        redis = connect_redis(Settings().redis_url)
+        # the Redis `ragbus up` started for this data directory asks for its password
+        redis = connect_redis(started_redis_url(settings.redis_url, settings.data_dir / "redis"))
         try:
-            return await work(TenantRegistry(redis))
+            return await work(redis, settings)
         finally:
             await redis.aclose()
 
     try:
         return asyncio.run(main())
-    except TenantError as exc:
+    except (TenantError, tenants.BusTenancyError, tenants.TrustError) as exc:
         errors.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from exc
 
@@ -64,8 +64,13 @@ def create(
     max_documents: Annotated[int | None, typer.Option(help="Documents kept.")] = None,
     max_namespaces: Annotated[int | None, typer.Option(help="Namespaces filled.")] = None,
     max_bytes: Annotated[int | None, typer.Option(help="Document bytes kept.")] = None,
+    creds_out: Annotated[
+        Path | None,
+        typer.Option("--creds-out", help="Also write its NATS credentials here (mode 0600)."),
+    ] = None,
 ) -> None:
-    """Create a tenant and print its API key and NATS credentials (shown this once)."""
+    """Create a tenant and print its API key and NATS credentials (shown this once). In
+    `tenants` mode its NATS account is on every server when this returns."""
     limits = Limits(
         requests_per_s=rps,
         burst=burst,
@@ -73,24 +78,18 @@ def create(
         namespaces=max_namespaces,
         bytes=max_bytes,
     )
-
-    async def work(registry: TenantRegistry) -> tuple[NewTenant, bool]:
-        made = await registry.create(name, limits)
-        return made, await wait_applied(registry.redis, await registry.version(), timeout_s=5.0)
-
-    made, applied = _run(work)
+    made: NewTenant = _run(lambda redis, settings: tenants.create(redis, settings, name, limits))
+    if creds_out is not None and made.nats_creds:
+        _write_secret(creds_out, made.nats_creds)
     if as_json:
         print(json.dumps(made.model_dump()))
     else:
-        for field, value in made.model_dump().items():
-            console.print(f"{field:15} {value}")
+        for field, value in made.model_dump(exclude={"nats_creds"}).items():
+            console.print(f"{field:18} {value}")
+        if made.nats_creds and creds_out is None:
+            console.print(made.nats_creds)
         console.print(
-            "[dim]Keep the API key and the NATS password: they are not shown again.[/dim]"
-        )
-    if not applied:
-        errors.print(
-            "[yellow]no nats-server started by `ragbus up` in tenants mode took the NATS user "
-            "within 5 s; a server run elsewhere needs its users from its operator[/yellow]"
+            "[dim]Keep the API key and the NATS credentials: they are not shown again.[/dim]"
         )
 
 
@@ -98,20 +97,20 @@ def create(
 def list_tenants(as_json: AsJson = False) -> None:
     """Every tenant, revoked ones included (never their secrets)."""
 
-    async def work(registry: TenantRegistry) -> list[dict[str, Any]]:
-        return [tenant.public() for tenant in await registry.list()]
+    async def work(redis: aioredis.Redis, _: Settings) -> list[dict[str, Any]]:
+        return [tenant.public() for tenant in await TenantRegistry(redis).list()]
 
-    tenants = _run(work)
+    listed = _run(work)
     if as_json:
-        print(json.dumps(tenants))
+        print(json.dumps(listed))
         return
-    table = Table("tenant", "active", "created", "nats user", "limits")
-    for t in tenants:
+    table = Table("tenant", "active", "created", "nats account", "limits")
+    for t in listed:
         table.add_row(
             str(t["tenant"]),
             "yes" if t["active"] else "revoked",
             str(t["created_at"])[:19],
-            str(t["nats_user"]),
+            str(t["nats_account"])[:12] + "…",
             json.dumps(t["limits"]) if t["limits"] else "defaults",
         )
     console.print(table)
@@ -119,12 +118,9 @@ def list_tenants(as_json: AsJson = False) -> None:
 
 @tenant_app.command("revoke")
 def revoke(name: str, as_json: AsJson = False) -> None:
-    """Revoke a tenant: its API key stops at once, its NATS user with the next reload."""
-
-    async def work(registry: TenantRegistry) -> dict[str, Any]:
-        return (await registry.revoke(name)).public()
-
-    revoked = _run(work)
+    """Revoke a tenant: its API key stops at once; in `tenants` mode its NATS connections are
+    closed and refused on every server when this returns."""
+    revoked = _run(lambda redis, settings: tenants.revoke(redis, settings, name)).public()
     print(json.dumps(revoked)) if as_json else console.print(f"revoked {name}")
 
 
@@ -133,26 +129,31 @@ def nats_config(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write it here (mode 0600), not to stdout.")
     ] = None,
+    resolver_dir: Annotated[
+        str, typer.Option(help="Where each server keeps the account JWTs it is given.")
+    ] = "/data/jwt",
 ) -> None:
-    """The nats-server `authorization` block for every active tenant, for a nats-server that
-    `ragbus up` does not start (docker-compose, a cluster): include it in the server's
-    configuration and reload it (`nats-server --signal reload`). The roles connect as user
-    `ragbus` with the password in `<data>/nats/service-password`."""
-    settings = Settings()
-    nats_dir = settings.data_dir / "nats"
-    hashed = bcrypt_hash(service_password(nats_dir))
-
-    async def work(registry: TenantRegistry) -> str:
-        return render(hashed, await registry.list())
-
-    block = _run(work)
+    """The lines every nats-server of a `tenants` install needs, once: the operator, the
+    system account and the account resolver (NATS's decentralized auth). Include them in each
+    node's configuration; tenants made or revoked later reach every node through the
+    resolver, with no file edited and no reload. The operator's keys are made on first use in
+    RAGBUS_NATS_TRUST_DIR (default <data>/nats/trust); the roles connect with
+    RAGBUS_NATS_CREDS=<that directory>/service.creds."""
+    trust = tenants.trust_for(Settings(), create=True)
+    block = trust.server_config(resolver_dir)
     if out is None:
         print(block, end="")
-        return
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write(block)
+    else:
+        _write_secret(out, block)
+        errors.print(f"wrote {out}")
     errors.print(
-        f"wrote {out}; connect the roles with RAGBUS_NATS_URL=nats://{SERVICE_USER}:<the "
-        f"password in {nats_dir / PASSWORD_FILE}>@<host>:4222"
+        f"connect the roles with RAGBUS_NATS_CREDS={trust.service_creds}; tenants are made "
+        "with RAGBUS_NATS_TRUST_DIR pointing at that directory",
+        soft_wrap=True,  # a path to copy, whole
     )
+
+
+def _write_secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)

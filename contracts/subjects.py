@@ -29,6 +29,12 @@ EVENTS_PREFIX: Final = "rag.events"
 INGEST_DOCS_PREFIX: Final = "rag.ingest.docs"
 INGEST_EVENTS_PREFIX: Final = "rag.ingest.events"
 DLQ_PREFIX: Final = "rag.dlq"
+INTAKE_PREFIX: Final = "rag.intake"
+"""`rag.intake.<tenant>`: a tenant's document batches over the bus, in the service account
+(`tenants` mode), where only that tenant's account can send them."""
+TENANT_DOCUMENTS: Final = "rag.documents"
+"""The subject a tenant's own NATS account sends its document batches to (a request); its
+account imports it as `rag.intake.<tenant>` from the service account."""
 MAX_DELIVERIES_ADVISORIES: Final = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 """What nats-server publishes when a consumer stops redelivering a message it never got an
 ack for (`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`)."""
@@ -74,6 +80,12 @@ def tenant_events_prefix(tenant: str) -> str:
     if not is_valid_tenant(tenant):
         raise ValueError(f"invalid tenant for a subject token: {tenant!r}")
     return f"{EVENTS_PREFIX}.{tenant}"
+
+
+def intake_subject(tenant: str) -> str:
+    if not is_valid_tenant(tenant):
+        raise ValueError(f"invalid tenant for a subject token: {tenant!r}")
+    return f"{INTAKE_PREFIX}.{tenant}"
 
 
 def ingest_docs_subject(job_id: str) -> str:

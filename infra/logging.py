@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@", re.IGNORECASE)
+
+
+def redact_passwords(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A URL's password in any text of a log line as `***` (`redis://:***@host:port/0`): the
+    services' URLs are redacted where they are logged (`infra.runtime.services.redacted`), and
+    this keeps one that is not out of the logs all the same."""
+    for key, value in event.items():
+        if isinstance(value, str) and "://" in value and "@" in value:
+            event[key] = _URL_PASSWORD.sub(r"\1***@", value)
+    return event
 
 
 def configure_logging(level: str = "INFO", json: bool = True) -> None:
@@ -15,6 +30,7 @@ def configure_logging(level: str = "INFO", json: bool = True) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
+        redact_passwords,
     ]
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()

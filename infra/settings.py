@@ -72,6 +72,18 @@ class Settings(BaseSettings):
         description="Server tags (nats-server `server_tags`, comma-separated) a stream's "
         "replicas must carry, e.g. a zone or a disk class; unset = any node of the cluster.",
     )
+    nats_creds: Path | None = Field(
+        None,
+        description="A `.creds` file (user JWT and nkey seed) the roles connect to NATS with: "
+        "the service account's user in `tenants` mode on a NATS run elsewhere "
+        "(`ragbus tenant nats-config` writes it); unset = none, or the one `ragbus up` makes "
+        "for the nats-server it starts.",
+    )
+    nats_trust_dir: Path | None = Field(
+        None,
+        description="`tenants` mode: the NATS operator's keys that sign every account "
+        "(`infra/tenancy/trust.py`); unset = `$RAGBUS_DATA_DIR/nats/trust`.",
+    )
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for saga state.")
     data_dir: Path = Field(Path(".ragbus"), description="Local stores and started services' data.")
     start_services: bool = Field(
@@ -103,10 +115,31 @@ class Settings(BaseSettings):
     admin_token: str | None = Field(
         None, description="Bearer token of the admin API (`/v1/admin`); unset = no admin API."
     )
+    metrics_token: str | None = Field(
+        None,
+        description="Bearer token of `/metrics` (a Prometheus scraper's), which the admin token "
+        "opens too; in `tenants` mode also of `/openapi.json`. Unset = `/metrics` is open in "
+        "`none` and `token` modes and needs the admin token in `tenants` mode.",
+    )
     shared_event_consumer: bool = Field(
         True,
         description="The API process follows every caller event with one JetStream consumer "
         "and hands each event stream its own; false = one ordered consumer per event stream.",
+    )
+    tenant_max_consumers: int = Field(
+        64,
+        ge=1,
+        description="`tenants` mode: JetStream consumers a tenant's NATS account may hold (on "
+        "its own copy of its events).",
+    )
+    tenant_max_connections: int = Field(
+        64, ge=1, description="`tenants` mode: NATS connections a tenant's account may hold."
+    )
+    tenant_events_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="`tenants` mode: bytes of JetStream storage a tenant's account has, for its "
+        "own copy of its events (the oldest go first).",
     )
     quota_requests_per_s: float = Field(
         50.0, ge=0, description="Submissions per second per tenant (token bucket); 0 = no limit."
@@ -439,6 +472,12 @@ class Settings(BaseSettings):
             raise ValueError("RAGBUS_AUTH_MODE=token needs RAGBUS_API_TOKEN")
         return self
 
+    @field_validator("auth_mode", "nats_creds", "nats_trust_dir", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """`RAGBUS_AUTH_MODE=` (docker-compose's `${VAR:-}`) means unset, not a value."""
+        return None if value == "" else value
+
     @field_validator("nats_url")
     @classmethod
     def _nats_urls_parse(cls, value: str) -> str:
@@ -449,6 +488,15 @@ class Settings(BaseSettings):
     def nats_servers(self) -> list[str]:
         """RAGBUS_NATS_URL as the list nats-py connects to: one URL per node."""
         return nats_servers(self.nats_url)
+
+    @property
+    def nats_credentials(self) -> str | None:
+        """What nats-py's `connect` (and FastStream's broker) take as `user_credentials`."""
+        return str(self.nats_creds) if self.nats_creds else None
+
+    @property
+    def trust_dir(self) -> Path:
+        return self.nats_trust_dir or self.data_dir / "nats" / "trust"
 
     @property
     def placement_tags(self) -> list[str]:

@@ -55,6 +55,11 @@ class WorkerChild:
             **os.environ,
             "RAGBUS_NATS_URL": self.settings.nats_url,
             "RAGBUS_REDIS_URL": self.settings.redis_url,
+            **(
+                {"RAGBUS_NATS_CREDS": str(self.settings.nats_creds)}
+                if self.settings.nats_creds
+                else {}
+            ),
             "RAGBUS_DATA_DIR": str(self.settings.data_dir.resolve()),
             "RAGBUS_START_SERVICES": "false",
             # the child sizes its thread pools to the same share of the cores as this process

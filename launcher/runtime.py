@@ -29,8 +29,7 @@ from infra.runtime.resources import Resources
 from infra.runtime.services import Services, ensure_services, redacted
 from infra.settings import Settings
 from infra.telemetry import setup_tracing, shutdown_tracing
-from infra.tenancy.nats_auth import NatsAuthorizer, service_password
-from infra.tenancy.registry import bcrypt_hash
+from infra.tenancy import tenants
 from launcher.processes import CLI_WORKER, WorkerChild
 
 if TYPE_CHECKING:
@@ -157,7 +156,6 @@ class Runtime:
         self.resources: Resources | None = None
         self.orchestrator: Orchestrator | None = None
         self.beacon: Beacon | None = None
-        self.authorizer: NatsAuthorizer | None = None
 
     async def start(self) -> None:
         owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
@@ -189,37 +187,36 @@ class Runtime:
         roles = (["orchestrator"] if self.run_orchestrator else []) + self.workers
         self.beacon = Beacon(self.resources.redis(), roles)
         await self.beacon.start()
-        self._authorize_tenants()
+        await self._publish_tenants()
         log.info(
             "runtime_started",
             orchestrator=self.run_orchestrator,
             workers=self.workers,
             auth=self.settings.auth,
             nats=redacted(self.settings.nats_url),
-            redis=self.settings.redis_url,
+            redis=redacted(self.settings.redis_url),
         )
 
-    def _authorize_tenants(self) -> None:
-        """In `tenants` mode, the nats-server this process started follows the registry."""
-        nats = self.services.started_service("nats-server") if self.services else None
-        if self.settings.auth != "tenants" or nats is None or self.resources is None:
+    async def _publish_tenants(self) -> None:
+        """In `tenants` mode, an orchestrator's process that holds the operator's keys pushes
+        the service account and every tenant's account to the servers again, so a server with
+        a new resolver directory knows them all (idempotent: several may)."""
+        if self.settings.auth != "tenants" or not self.run_orchestrator:
             return
-        nats_dir = self.settings.data_dir / "nats"
-        self.authorizer = NatsAuthorizer(
-            self.resources.redis(),
-            nats_dir.resolve(),
-            nats.process,
-            bcrypt_hash(service_password(nats_dir)),
-            log_path=nats.log_path,
-        )
-        self.authorizer.start()
+        if self.resources is None or not self.settings.trust_dir.exists():
+            return
+        try:
+            trust = tenants.trust_for(self.settings)
+            count = await tenants.reconcile(self.resources.redis(), self.settings, trust)
+        except Exception as exc:  # the roles run; tenants made before wait for the next start
+            log.warning("tenants_not_published", error=f"{type(exc).__name__}: {exc}")
+            return
+        log.info("tenants_published", tenants=count)
 
     async def stop(self) -> None:
         """Stop every part, each within `STOP_STEP_TIMEOUT_S`: a broker whose server vanished
         can wait forever on its consumers, and that must not keep the process (and the
         services it started) alive."""
-        if self.authorizer is not None:
-            await _bounded("nats-authorizer", self.authorizer.stop())
         if self.beacon is not None:
             await _bounded("readiness", self.beacon.stop())
         if self.orchestrator is not None:

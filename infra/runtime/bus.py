@@ -279,6 +279,7 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
         graceful_timeout=10.0,
         logger=logging.getLogger("ragbus.broker"),
         log_level=logging.DEBUG,
+        user_credentials=settings.nats_credentials,
     )
 
 

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nats
 import nats.errors
@@ -23,6 +24,9 @@ import nats.js.errors
 
 from infra.logging import get_logger
 from infra.runtime.services import LocalService, ServiceError, free_port, start_nats
+
+if TYPE_CHECKING:
+    from infra.tenancy.trust import Trust
 
 log = get_logger(__name__)
 
@@ -48,11 +52,14 @@ class NatsNode:
 
 @dataclass
 class NatsCluster:
-    """`size` nodes named n1…nN under `root`; `url` is what RAGBUS_NATS_URL takes."""
+    """`size` nodes named n1…nN under `root`; `url` is what RAGBUS_NATS_URL takes. With
+    `trust`, every node runs in operator mode (`tenants`), its accounts pushed to any node
+    reaching all of them through the resolver."""
 
     root: Path
     size: int = 3
     nodes: list[NatsNode] = field(default_factory=list)
+    trust: Trust | None = None
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -84,6 +91,7 @@ class NatsCluster:
             node.store_dir,
             extra_config=self._config(node),
             name=f"nats-server {node.name}",
+            trust=self.trust,
         )
 
     def start(self, timeout_s: float = 30.0) -> NatsCluster:
@@ -91,7 +99,8 @@ class NatsCluster:
         try:
             for node in self.nodes:
                 self.start_node(node)
-            wait_for_jetstream(self.url, timeout_s)
+            creds = str(self.trust.service_creds) if self.trust is not None else None
+            wait_for_jetstream(self.url, timeout_s, creds=creds)
         except BaseException:
             self.stop()
             raise
@@ -117,9 +126,15 @@ class NatsCluster:
                 node.service.stop()
 
 
-async def _jetstream_answers(url: str) -> bool:
+def _creds(creds: str | None) -> dict[str, str]:
+    return {"user_credentials": creds} if creds else {}
+
+
+async def _jetstream_answers(url: str, creds: str | None = None) -> bool:
     try:
-        nc = await nats.connect(url.split(","), connect_timeout=1, allow_reconnect=False)
+        nc = await nats.connect(
+            url.split(","), connect_timeout=1, allow_reconnect=False, **_creds(creds)
+        )
     except (OSError, nats.errors.Error):
         return False
     try:
@@ -131,14 +146,14 @@ async def _jetstream_answers(url: str) -> bool:
         await nc.close()
 
 
-def wait_for_jetstream(url: str, timeout_s: float = 30.0) -> None:
+def wait_for_jetstream(url: str, timeout_s: float = 30.0, *, creds: str | None = None) -> None:
     """Block until JetStream answers an API call at `url` (a node list): on a cluster, once
     its nodes have routed to each other and elected a meta leader. Each probe runs its own
     event loop on a thread of its own, so a caller inside a running loop may call this too."""
     deadline = time.monotonic() + timeout_s
     with ThreadPoolExecutor(1, thread_name_prefix="jetstream-probe") as probe:
         while time.monotonic() < deadline:
-            if probe.submit(asyncio.run, _jetstream_answers(url)).result():
+            if probe.submit(asyncio.run, _jetstream_answers(url, creds)).result():
                 return
             time.sleep(0.2)
     raise ServiceError(f"JetStream did not answer at {url} within {timeout_s:g} s")

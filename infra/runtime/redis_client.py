@@ -10,6 +10,12 @@ a second, which the API answers with 503 and `Retry-After`.
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
+from pathlib import Path
+from urllib.parse import quote, urlparse
+
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -40,3 +46,60 @@ def connect_redis(url: str) -> aioredis.Redis:
         socket_timeout=COMMAND_TIMEOUT_S,
         socket_keepalive=True,
     )
+
+
+PASSWORD_FILE = "password"
+"""In the data directory of a redis-server that ragbus starts (`infra.runtime.services`): its
+`requirepass`, made once per directory, mode 0600."""
+
+
+def started_redis_password(redis_dir: Path, *, create: bool = False) -> str | None:
+    """The password of the redis-server ragbus starts with its data in `redis_dir`; made (and
+    kept, readable by this user alone) when `create` and there is none yet."""
+    path = redis_dir / PASSWORD_FILE
+    if path.exists():
+        return path.read_text().strip() or None
+    if not create:
+        return None
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(24)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first: theirs is the one
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    return password
+
+
+def with_password(url: str, password: str) -> str:
+    """`redis://host:port/db` as `redis://:PASSWORD@host:port/db`."""
+    parsed = urlparse(url)
+    host = parsed.netloc.rsplit("@", 1)[-1]
+    user = quote(parsed.username, safe="") if parsed.username else ""
+    return parsed._replace(netloc=f"{user}:{quote(password, safe='')}@{host}").geturl()
+
+
+def _asks_for_password(url: str, timeout: float = 1.0) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=timeout
+        ) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"-NOAUTH")
+    except OSError:
+        return False
+
+
+def started_redis_url(url: str, redis_dir: Path) -> str:
+    """`url`, or, when it names no password and the Redis there asks for one that a
+    redis-server ragbus started with its data in `redis_dir` keeps (`ragbus up` of the same
+    data directory, still running), `url` with that password: how another command of the same
+    data directory (`ragbus tenant …`, a second `ragbus up`) reaches it."""
+    if urlparse(url).password is not None:
+        return url
+    password = started_redis_password(redis_dir)
+    if password is None or not _asks_for_password(url):
+        return url
+    return with_password(url, password)

@@ -9,6 +9,7 @@ The test fixtures start their own through the same functions, on free ports.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import subprocess
@@ -16,11 +17,15 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote, urlparse
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.settings import Settings, nats_servers
+
+if TYPE_CHECKING:
+    from infra.tenancy.trust import Trust
 
 log = get_logger(__name__)
 
@@ -151,14 +156,14 @@ def start_nats(
     store_dir: Path,
     max_payload: int = NATS_MAX_PAYLOAD,
     *,
-    service_password: str | None = None,
+    trust: Trust | None = None,
     extra_config: str = "",
     name: str = "nats-server",
 ) -> LocalService:
-    """A `nats-server -js` on `port`; with `service_password`, with authorization: the service
-    user `ragbus` and the tenants' users (`infra.tenancy.nats_auth`), and the URL it answers
-    carries the service user's credentials. `extra_config` is appended to its configuration
-    (a cluster node's name and routes: `infra.runtime.nats_cluster`)."""
+    """A `nats-server -js` on `port`; with `trust`, in operator mode (`tenants`): it trusts
+    that operator's accounts, pushed to its resolver (`<store>/jwt`), and takes no client
+    without a user JWT. `extra_config` is appended to its configuration (a cluster node's name
+    and routes: `infra.runtime.nats_cluster`)."""
     store_dir = store_dir.resolve()
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
@@ -167,31 +172,36 @@ def start_nats(
         f"host: 127.0.0.1\nport: {port}\nmax_payload: {max_payload}\n"
         f'jetstream {{ store_dir: "{store_dir}" }}\n{extra_config}'
     )
-    credentials = ""
-    if service_password is not None:
-        from infra.tenancy.nats_auth import AUTH_FILE, SERVICE_USER, write_auth
-        from infra.tenancy.registry import bcrypt_hash
-
-        write_auth(store_dir, bcrypt_hash(service_password), [])
-        text += f"include ./{AUTH_FILE}\n"
-        credentials = f"{SERVICE_USER}:{quote(service_password, safe='')}@"
-    config.write_text(text)
+    if trust is not None:
+        text += trust.server_config(store_dir / "jwt")
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
     process = subprocess.Popen(
         [_binary("nats-server"), "-c", str(config), "-l", str(log_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    url = f"nats://{credentials}127.0.0.1:{port}"
+    url = f"nats://127.0.0.1:{port}"
     _wait_until(lambda: nats_reachable(url), name, process, log_path)
     log.info("service_started", service=name, url=redacted(url), dir=str(store_dir))
     return LocalService(name, url, process, log_path)
 
 
 def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalService:
+    """A `redis-server` on `port` with its data in `data_dir`, behind a password made once per
+    data directory and kept in `<data_dir>/password` (mode 0600): `requirepass`, handed over on
+    its standard input rather than as `--requirepass`, so it is never in the process list. The
+    URL it answers carries it (`redis://:PASSWORD@127.0.0.1:PORT/0`); a log line shows it
+    redacted."""
     data_dir = data_dir.resolve()  # redis-server chdirs to --dir before opening its log file
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "redis-server.log"
+    from infra.runtime.redis_client import started_redis_password, with_password
+
+    password = started_redis_password(data_dir, create=True)
+    assert password is not None
     persistence = (
         ["--appendonly", "yes", "--save", ""]
         if persistent
@@ -200,6 +210,7 @@ def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalServ
     process = subprocess.Popen(
         [
             _binary("redis-server"),
+            "-",  # the configuration's first lines from standard input: the password
             "--port",
             str(port),
             "--bind",
@@ -210,13 +221,20 @@ def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalServ
             str(log_path),
             *persistence,
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    url = f"redis://127.0.0.1:{port}/0"
+    assert process.stdin is not None
+    try:
+        with process.stdin as config:
+            config.write(f'requirepass "{password}"\n'.encode())
+    except BrokenPipeError:
+        pass  # it exited before reading: `_wait_until` says why
+    url = with_password(f"redis://127.0.0.1:{port}/0", password)
     _wait_until(lambda: redis_reachable(url), "redis-server", process, log_path)
-    log.info("service_started", service="redis-server", url=url, dir=str(data_dir))
+    log.info("service_started", service="redis-server", url=redacted(url), dir=str(data_dir))
     return LocalService("redis-server", url, process, log_path)
 
 
@@ -243,21 +261,35 @@ def ensure_services_sync(settings: Settings) -> Services:
                     f"no node of the NATS cluster answers ({redacted(settings.nats_url)}); "
                     "ragbus starts a single local nats-server only for a single URL"
                 )
-            nats_dir = settings.data_dir / "nats"
-            password = None
-            if settings.auth == "tenants":
-                from infra.tenancy.nats_auth import service_password
+            trust = None
+            if settings.auth == "tenants":  # operator mode: an account per tenant
+                from infra.tenancy.trust import load
 
-                password = service_password(nats_dir)
+                trust = load(settings.trust_dir, create=True)
+                updates["nats_creds"] = str(trust.service_creds)
             nats = start_nats(
-                _port_for(settings.nats_url, 4222), nats_dir, service_password=password
+                _port_for(settings.nats_url, 4222), settings.data_dir / "nats", trust=trust
             )
             services.started.append(nats)
             updates["nats_url"] = nats.url
-        if not redis_reachable(settings.redis_url):
+        elif settings.auth == "tenants" and settings.nats_creds is None:
+            # a NATS run elsewhere: the roles are the service account's user, whose
+            # credentials `ragbus tenant nats-config` left in the trust directory
+            creds = settings.trust_dir / "service.creds"
+            if creds.exists():
+                updates["nats_creds"] = str(creds.resolve())
+        from infra.runtime.redis_client import started_redis_url
+
+        redis_dir = settings.data_dir / "redis"
+        # a redis-server an earlier run of this data directory started, still running, asks
+        # for the password that run made: the URL without one is given it
+        redis_url = started_redis_url(settings.redis_url, redis_dir)
+        if redis_url != settings.redis_url:
+            updates["redis_url"] = redis_url
+        if not redis_reachable(redis_url):
             if not settings.start_services:
-                raise ServiceError(f"Redis is not reachable at {settings.redis_url}")
-            redis = start_redis(_port_for(settings.redis_url, 6379), settings.data_dir / "redis")
+                raise ServiceError(f"Redis is not reachable at {redacted(settings.redis_url)}")
+            redis = start_redis(_port_for(settings.redis_url, 6379), redis_dir)
             services.started.append(redis)
             updates["redis_url"] = redis.url
     except BaseException:

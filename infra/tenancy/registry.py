@@ -2,12 +2,13 @@
 
 An API key is shown once, when the tenant is created; Redis keeps only its SHA-256 (a key is
 32 random bytes, so a fast hash is the right one: there is nothing to brute-force, and every
-request looks one up). The tenant's NATS password is kept as a bcrypt hash, the form
-nats-server's configuration takes.
+request looks one up). A tenant's NATS account is kept by its public key alone: its JWT is
+signed again from the operator's keys whenever it is pushed (`infra.tenancy.accounts`), and
+its users' credentials are shown once, like the API key.
 
 - `ragbus:tenants`: hash, tenant name -> its record (JSON);
 - `ragbus:tenant-keys`: hash, SHA-256 of an API key -> tenant name;
-- `ragbus:tenants:version`: bumped on every change, so the NATS authorization follows.
+- `ragbus:tenants:version`: bumped on every change.
 """
 
 from __future__ import annotations
@@ -17,20 +18,16 @@ import secrets
 from datetime import datetime
 from typing import Final
 
-import bcrypt
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.envelope import utcnow
-from contracts.subjects import tenant_events_prefix
 from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
 
 TENANTS_KEY: Final = "ragbus:tenants"
 KEYS_KEY: Final = "ragbus:tenant-keys"
 VERSION_KEY: Final = "ragbus:tenants:version"
 API_KEY_PREFIX: Final = "rbk_"
-NATS_USER_PREFIX: Final = "tenant-"
-BCRYPT_ROUNDS: Final = 10
 
 
 class TenantError(ValueError):
@@ -58,8 +55,7 @@ class Tenant(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
     key_hashes: list[str] = Field(default_factory=list)
-    nats_user: str
-    nats_password_bcrypt: str
+    nats_account: str = Field(description="the public key of the tenant's NATS account")
     limits: Limits = Field(default_factory=Limits)
 
     @property
@@ -72,7 +68,7 @@ class Tenant(BaseModel):
             "created_at": self.created_at.isoformat(),
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "active": self.active,
-            "nats_user": self.nats_user,
+            "nats_account": self.nats_account,
             "limits": self.limits.model_dump(exclude_none=True),
         }
 
@@ -82,31 +78,29 @@ class NewTenant(BaseModel):
 
     tenant: str
     api_key: str
-    nats_user: str
-    nats_password: str
-    events_subject: str = Field(description="what the tenant's NATS user may subscribe to")
-    inbox_prefix: str = Field(description="the inbox prefix its NATS client must use")
+    nats_account: str = Field(description="the public key of the tenant's own NATS account")
+    nats_creds: str | None = Field(
+        None,
+        description="a `.creds` file's text (user JWT and nkey seed) for the tenant's NATS "
+        "account; null where the bus runs without tenancy (auth mode not `tenants`)",
+    )
+    events_subject: str = Field(description="its events, live, in its own account")
+    events_stream: str = Field(description="its own JetStream stream of them, to replay")
+    documents_subject: str = Field(description="where its account sends document batches")
 
 
 def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def bcrypt_hash(password: str) -> str:
-    """nats-server 2.9 knows bcrypt hashes by the `$2a$` prefix; `$2b$` is the same scheme."""
-    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=BCRYPT_ROUNDS)).decode()
-    return "$2a$" + hashed[4:] if hashed.startswith("$2b$") else hashed
-
-
-def nats_inbox_prefix(tenant: str) -> str:
-    return f"_INBOX_{tenant}"
-
-
 class TenantRegistry:
     def __init__(self, redis: aioredis.Redis) -> None:
         self.redis = redis
 
-    async def create(self, name: str, limits: Limits | None = None) -> NewTenant:
+    async def create(
+        self, name: str, nats_account: str, limits: Limits | None = None
+    ) -> tuple[Tenant, str]:
+        """The tenant's record, and its API key (shown this once)."""
         if not is_valid_tenant(name):
             raise TenantError(
                 f"invalid tenant name {name!r}: use 1-32 lowercase letters, digits or inner '-'"
@@ -114,12 +108,10 @@ class TenantRegistry:
         if name in RESERVED_TENANTS:
             raise TenantError(f"the tenant name {name!r} is reserved")
         api_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
-        password = secrets.token_urlsafe(24)
         tenant = Tenant(
             tenant=name,
             key_hashes=[key_hash(api_key)],
-            nats_user=NATS_USER_PREFIX + name,
-            nats_password_bcrypt=bcrypt_hash(password),
+            nats_account=nats_account,
             limits=limits or Limits(),
         )
         if not await self.redis.hsetnx(TENANTS_KEY, name, tenant.model_dump_json()):
@@ -128,14 +120,7 @@ class TenantRegistry:
             pipe.hset(KEYS_KEY, key_hash(api_key), name)
             pipe.incr(VERSION_KEY)
             await pipe.execute()
-        return NewTenant(
-            tenant=name,
-            api_key=api_key,
-            nats_user=tenant.nats_user,
-            nats_password=password,
-            events_subject=f"{tenant_events_prefix(name)}.>",
-            inbox_prefix=nats_inbox_prefix(name),
-        )
+        return tenant, api_key
 
     async def get(self, name: str) -> Tenant | None:
         raw = await self.redis.hget(TENANTS_KEY, name)
@@ -149,8 +134,9 @@ class TenantRegistry:
         )
 
     async def revoke(self, name: str) -> Tenant:
-        """Its keys stop working at once and its NATS user goes with the next reload; its
-        data stays (a revoked tenant's name is never given to another)."""
+        """Its keys stop working at once (its NATS account is revoked by
+        `infra.tenancy.tenants`); its data stays (a revoked tenant's name is never given to
+        another)."""
         tenant = await self.get(name)
         if tenant is None:
             raise TenantError(f"no tenant {name!r}")

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import bcrypt
 import httpx
 import nats
 import nats.errors
@@ -28,6 +27,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts.events import caller_events
 from infra.runtime.services import free_port
+from infra.tenancy.accounts import connect_with_creds
+from tests.integration import bus_attacks
 from tests.up_process import ROOT, ragbus_up
 
 pytestmark = pytest.mark.integration
@@ -54,18 +55,21 @@ class TenantStack:
             timeout=60,
         )
 
-    def nats_url(self, user: str = "", password: str = "") -> str:
-        auth = f"{user}:{password}@" if user else ""
-        return f"nats://{auth}127.0.0.1:{self.nats_port}"
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    @property
+    def service_creds(self) -> str:
+        return str(Path(self.env["RAGBUS_DATA_DIR"]) / "nats" / "trust" / "service.creds")
 
 
 @dataclass
 class Tenant:
     name: str
     api_key: str
-    nats_user: str
-    nats_password: str
-    inbox_prefix: str
+    nats_account: str
+    nats_creds: str
 
     @property
     def headers(self) -> dict[str, str]:
@@ -99,13 +103,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantStack]:
 
 
 def _tenant(made: dict[str, Any]) -> Tenant:
-    return Tenant(
-        made["tenant"],
-        made["api_key"],
-        made["nats_user"],
-        made["nats_password"],
-        made["inbox_prefix"],
-    )
+    return Tenant(made["tenant"], made["api_key"], made["nats_account"], made["nats_creds"])
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +112,8 @@ def acme(stack: TenantStack) -> Tenant:
     done = stack.cli("tenant", "create", "acme", "--json")
     assert done.returncode == 0, done.stderr
     made = json.loads(done.stdout)
-    assert set(made) >= {"tenant", "api_key", "nats_user", "nats_password"}
+    assert set(made) >= {"tenant", "api_key", "nats_account", "nats_creds"}
+    assert made["nats_creds"].startswith("-----BEGIN NATS USER JWT-----")
     return _tenant(made)
 
 
@@ -307,56 +306,51 @@ def test_idempotency_keys_are_per_tenant(stack: TenantStack, acme: Tenant, beta:
     assert ids[0] != ids[1]
 
 
-def test_nats_config_prints_the_users_ragbus_up_gives_its_server(
-    stack: TenantStack, acme: Tenant, beta: Tenant
-) -> None:
-    """For a nats-server run elsewhere: the same users and permissions as the auth.conf the
-    started one reads, with bcrypt hashes only."""
-    done = stack.cli("tenant", "nats-config")
+def test_nats_config_prints_the_operator_lines_and_no_secret(stack: TenantStack) -> None:
+    """For a NATS run elsewhere: the operator, the system account and the resolver, once;
+    never a seed."""
+    done = stack.cli("tenant", "nats-config", "--resolver-dir", "/data/jwt")
     assert done.returncode == 0, done.stderr
-    printed = json.loads(done.stdout.removeprefix("authorization "))["users"]
-    applied_file = Path(stack.env["RAGBUS_DATA_DIR"]) / "nats" / "auth.conf"
-    applied = json.loads(applied_file.read_text().removeprefix("authorization "))["users"]
-    assert [(u["user"], u["permissions"]) for u in printed] == [
-        (u["user"], u["permissions"]) for u in applied
-    ]
-    assert {"ragbus", acme.nats_user, beta.nats_user} <= {u["user"] for u in printed}
-    assert acme.nats_password not in done.stdout
-    password = (Path(stack.env["RAGBUS_DATA_DIR"]) / "nats" / "service-password").read_text()
-    service = next(u for u in printed if u["user"] == "ragbus")
-    assert bcrypt.checkpw(password.strip().encode(), service["password"].encode())
+    assert done.stdout.startswith('operator: "')
+    assert "type: full" in done.stdout
+    assert 'dir: "/data/jwt"' in done.stdout
+    assert "resolver_preload" in done.stdout
+    trust = Path(stack.env["RAGBUS_DATA_DIR"]) / "nats" / "trust"
+    for seed_file in trust.glob("*.nk"):
+        assert seed_file.read_text().strip() not in done.stdout
+        assert seed_file.stat().st_mode & 0o077 == 0, seed_file
+    assert "service.creds" in done.stderr
 
 
-def test_a_revoked_tenant_is_refused_over_http_and_nats(stack: TenantStack) -> None:
-    made = json.loads(stack.cli("tenant", "create", "gone", "--json").stdout)
-    tenant = _tenant(made)
-    url = f"{stack.url}/v1/queries"
-    assert httpx.post(url, json={"query": "hi"}, headers=tenant.headers).status_code == 202
-    revoked = stack.cli("tenant", "revoke", "gone", "--json")
-    assert revoked.returncode == 0, revoked.stderr
-    assert httpx.post(url, json={"query": "hi"}, headers=tenant.headers).status_code == 401
-
-    async def connect() -> None:
-        nc = await nats.connect(
-            stack.nats_url(tenant.nats_user, tenant.nats_password),
-            allow_reconnect=False,
-            max_reconnect_attempts=0,
+async def _refused(stack: TenantStack, creds: str) -> str | None:
+    try:
+        nc = await connect_with_creds(
+            [stack.nats_url], creds, allow_reconnect=False, max_reconnect_attempts=0
         )
-        await nc.close()
+    except Exception as exc:
+        return str(exc)
+    await nc.close()
+    return None
 
-    def refused() -> str | None:
-        try:
-            asyncio.run(connect())
-        except Exception as exc:
-            return str(exc)
-        return None
 
-    # The NATS user goes with the next reload (about 1 s). A connection reset while the
-    # server reloads says neither yes nor no: try again until the server says why it refuses.
-    deadline = time.monotonic() + 10
-    while "Authorization" not in (why := refused() or ""):
-        assert time.monotonic() < deadline, f"the revoked NATS user is not refused: {why!r}"
-        time.sleep(0.5)
+async def test_a_revoked_tenant_is_refused_over_http_and_nats(stack: TenantStack) -> None:
+    made = await asyncio.to_thread(stack.cli, "tenant", "create", "gone", "--json")
+    tenant = _tenant(json.loads(made.stdout))
+    url = f"{stack.url}/v1/queries"
+    async with httpx.AsyncClient() as http:
+        accepted = await http.post(url, json={"query": "hi"}, headers=tenant.headers)
+        assert accepted.status_code == 202
+        connected = await connect_with_creds([stack.nats_url], tenant.nats_creds)
+        revoked = await asyncio.to_thread(stack.cli, "tenant", "revoke", "gone", "--json")
+        assert revoked.returncode == 0, revoked.stderr
+        assert (
+            await http.post(url, json={"query": "hi"}, headers=tenant.headers)
+        ).status_code == 401
+    # the revocation is on the server when the command returns: its connection is closed,
+    # and a new one refused
+    await asyncio.sleep(0.2)
+    assert not connected.is_connected
+    assert "Authorization" in (await _refused(stack, tenant.nats_creds) or "")
 
 
 def test_limits_answer_429(stack: TenantStack) -> None:
@@ -382,39 +376,17 @@ def test_limits_answer_429(stack: TenantStack) -> None:
     assert int(limited.headers["Retry-After"]) >= 1
 
 
-# -- NATS ----------------------------------------------------------------------------------
-
-
-async def _errors_of(connect: Any) -> tuple[Any, list[str]]:
-    errors: list[str] = []
-
-    async def on_error(exc: Exception) -> None:
-        errors.append(str(exc))
-
-    nc = await connect(on_error)
-    return nc, errors
-
-
-async def _tenant_nats(stack: TenantStack, tenant: Tenant) -> tuple[Any, list[str]]:
-    return await _errors_of(
-        lambda on_error: nats.connect(
-            stack.nats_url(tenant.nats_user, tenant.nats_password),
-            inbox_prefix=tenant.inbox_prefix,
-            error_cb=on_error,
-        )
-    )
+# -- NATS: an account per tenant ----------------------------------------------------------
 
 
 async def test_the_bus_refuses_clients_without_credentials(stack: TenantStack) -> None:
     with pytest.raises(Exception, match="Authorization"):
-        await nats.connect(stack.nats_url(), allow_reconnect=False, max_reconnect_attempts=0)
+        await nats.connect(stack.nats_url, allow_reconnect=False, max_reconnect_attempts=0)
 
 
 async def test_a_tenant_made_by_the_admin_api_connects_to_the_bus_at_once(
     stack: TenantStack,
 ) -> None:
-    # The admin API answers once the server has reloaded its users: a SIGHUP returns before
-    # the server has read them, and a first connection in between was refused.
     async with httpx.AsyncClient(base_url=stack.url) as http:
         made = await http.post(
             "/v1/admin/tenants",
@@ -423,17 +395,20 @@ async def test_a_tenant_made_by_the_admin_api_connects_to_the_bus_at_once(
         )
     assert made.status_code == 201, made.text
     gamma = _tenant(made.json())
-    nc = await nats.connect(
-        stack.nats_url(gamma.nats_user, gamma.nats_password),
-        inbox_prefix=gamma.inbox_prefix,
-        allow_reconnect=False,
-        max_reconnect_attempts=0,
+    nc = await connect_with_creds(
+        [stack.nats_url], gamma.nats_creds, allow_reconnect=False, max_reconnect_attempts=0
     )
-    await nc.close()
+    try:  # its stream is there too, empty
+        info = await nc.jetstream().stream_info("RAG_EVENTS")
+        assert info.config.subjects == ["rag.events.gamma.>"]
+    finally:
+        await nc.close()
 
 
-async def test_a_tenant_follows_its_own_events_over_nats(stack: TenantStack, beta: Tenant) -> None:
-    nc, errors = await _tenant_nats(stack, beta)
+async def test_a_tenant_follows_and_replays_its_own_events_over_nats(
+    stack: TenantStack, beta: Tenant
+) -> None:
+    nc = await connect_with_creds([stack.nats_url], beta.nats_creds)
     try:
         live = await nc.subscribe("rag.events.beta.>")
         await nc.flush()
@@ -449,103 +424,73 @@ async def test_a_tenant_follows_its_own_events_over_nats(stack: TenantStack, bet
             if event["type"] == "done":
                 break
         assert "phase" in kinds
-        # and replays them from JetStream, through a consumer whose filter is its own
+        # and replays them from its own account's stream, with a consumer named as it likes
         js = nc.jetstream()
         replay = await js.subscribe(
             f"rag.events.beta.{view['request_id']}",
             stream="RAG_EVENTS",
-            ordered_consumer=True,
-            config=ConsumerConfig(name="beta-replay", deliver_policy=DeliverPolicy.ALL),
+            durable="replay",
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
         )
-        first = json.loads((await replay.next_msg(timeout=5)).data)
-        assert first["request_id"] == view["request_id"]
-        assert errors == []
+        replayed = []
+        while not replayed or replayed[-1]["type"] != "done":
+            msg = await replay.next_msg(timeout=5)
+            await msg.ack()
+            replayed.append(json.loads(msg.data))
+        assert [e["type"] for e in replayed if e["type"] != "phases"][-1] == "done"
+        assert {e["request_id"] for e in replayed} == {view["request_id"]}
     finally:
         await nc.close()
 
 
-async def test_a_tenant_cannot_reach_another_tenants_events_over_nats(
-    stack: TenantStack, beta: Tenant, acme_secret: dict[str, Any]
+async def test_a_tenant_feeds_documents_over_the_bus(stack: TenantStack, beta: Tenant) -> None:
+    """A batch sent to `rag.documents` from the tenant's account is a job of its own, checked
+    and answered as `POST /v1/documents` is; a retry with the same Idempotency-Key replays."""
+    nc = await connect_with_creds([stack.nats_url], beta.nats_creds)
+    batch = {"documents": [{"id": "bus-note", "namespace": "bus", "text": "Over the bus: 42."}]}
+    try:
+        key = {"Idempotency-Key": "bus-batch-1"}
+        answer = json.loads(
+            (await nc.request("rag.documents", json.dumps(batch).encode(), 10, headers=key)).data
+        )
+        assert answer["status"] == 202, answer
+        job_id = answer["job"]["job_id"]
+        again = json.loads(
+            (await nc.request("rag.documents", json.dumps(batch).encode(), 10, headers=key)).data
+        )
+        assert (again["status"], again["job"]["job_id"], again["replayed"]) == (202, job_id, True)
+        for bad, code in ((b"not json", 422), (b'{"documents": []}', 422), (b"{}", 422)):
+            refused = json.loads((await nc.request("rag.documents", bad, 10)).data)
+            assert refused["status"] == code, refused
+            assert refused["error"]
+    finally:
+        await nc.close()
+    await asyncio.to_thread(wait_job, stack, beta, job_id)
+    async with httpx.AsyncClient(base_url=stack.url) as http:
+        mine = await http.get("/v1/documents", params={"namespace": "bus"}, headers=beta.headers)
+        assert "bus-note" in mine.text
+        theirs = await http.get(f"/v1/ingest/{job_id}", headers={"Authorization": "Bearer x"})
+        assert theirs.status_code == 401
+
+
+async def test_no_tenant_reaches_another_or_ragbus_on_the_bus(
+    stack: TenantStack, acme: Tenant, beta: Tenant, acme_secret: dict[str, Any]
 ) -> None:
-    rid = acme_secret["request_id"]
-    nc, errors = await _tenant_nats(stack, beta)
-    try:
-        subs = [
-            await nc.subscribe(subject)
-            for subject in (
-                "rag.events.>",
-                "rag.events.acme.>",
-                f"rag.events.acme.{rid}",
-                "rag.events.*.>",
-                ">",
-                "_INBOX.>",
-                "rag.dlq.>",
-            )
-        ]
-        await nc.flush()
-        await asyncio.sleep(0.5)
-        assert sum("permissions violation" in e for e in errors) >= len(subs)
-        # a denied JetStream API call is never answered: a second tells it from an allowed one
-        # (answered in milliseconds on loopback) as well as the client's default of five
-        js = nc.jetstream(timeout=1.0)
-        for config in (
-            ConsumerConfig(name="steal-1"),  # filtered form on acme's subject
-            None,  # the unfiltered create subject
-        ):
-            with pytest.raises(nats.errors.TimeoutError):
-                await js.subscribe(
-                    f"rag.events.acme.{rid}",
-                    stream="RAG_EVENTS",
-                    ordered_consumer=True,
-                    config=config,
-                )
-        # the filter in the subject must be the consumer's own: nats-server checks it
-        steal = {
-            "stream_name": "RAG_EVENTS",
-            "config": {
-                "name": "steal-2",
-                "filter_subject": "rag.events.>",
-                "deliver_subject": f"{beta.inbox_prefix}.steal",
-                "ack_policy": "none",
-                "deliver_policy": "all",
-            },
-        }
-        answer = await nc.request(
-            "$JS.API.CONSUMER.CREATE.RAG_EVENTS.steal-2.rag.events.beta.x",
-            json.dumps(steal).encode(),
-            timeout=3,
+    """Every attack of `bus_attacks`, by beta against acme and ragbus: 0 leaks."""
+    attacks = await bus_attacks.run(
+        bus_attacks.Parties(
+            servers=[stack.nats_url],
+            service_creds=stack.service_creds,
+            attacker="beta",
+            victim="acme",
+            attacker_creds=beta.nats_creds,
+            victim_creds=acme.nats_creds,
         )
-        assert json.loads(answer.data)["error"]["err_code"] == 10131
-        for api_subject in (
-            "$JS.API.STREAM.MSG.GET.RAG_EVENTS",
-            "$JS.API.DIRECT.GET.RAG_EVENTS",
-            "$JS.API.STREAM.INFO.RAG_EVENTS",
-        ):
-            with pytest.raises(nats.errors.TimeoutError):
-                await nc.request(api_subject, b'{"seq": 1}', timeout=1)
-        for sub in subs:
-            with pytest.raises(nats.errors.TimeoutError):
-                await sub.next_msg(timeout=0.2)
-    finally:
-        await nc.close()
-
-
-async def test_a_tenant_cannot_publish_work(stack: TenantStack, beta: Tenant) -> None:
-    """A forged submission or tool command never reaches the streams."""
-    nc, errors = await _tenant_nats(stack, beta)
-    forged = {
-        "request_id": "forged-by-beta",
-        "tenant": "acme",
-        "type": "query.submitted",
-        "query": "What is the Zephyr project codename?",
-    }
-    try:
-        for subject in ("rag.query.submitted", "rag.cmd.tool", "rag.ingest.docs.x", "rag.res.fuse"):
-            await nc.publish(subject, json.dumps(forged).encode())
-        await nc.flush()
-        await asyncio.sleep(0.5)
-        assert sum("permissions violation for publish" in e for e in errors) == 4
-    finally:
-        await nc.close()
-    async with httpx.AsyncClient(base_url=stack.url, headers=beta.headers) as client:
-        assert (await client.get("/v1/queries/forged-by-beta")).status_code == 404
+    )
+    report = bus_attacks.summary(attacks)
+    print(json.dumps(report, indent=1))
+    assert report["tried"] >= 50
+    assert report["leaked"] == 0, report["leaks"]
+    async with httpx.AsyncClient(base_url=stack.url, headers=acme.headers) as http:
+        view = await http.get(f"/v1/queries/{acme_secret['request_id']}")
+        assert view.json()["status"] == "completed"

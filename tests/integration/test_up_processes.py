@@ -96,7 +96,14 @@ async def test_up_runs_two_processes_and_restarts_its_worker_child(tmp_path: Pat
             await ask(http, "Who sculpted the Colossus of Rhodes?")
             # /metrics reports the roles of both processes: generation runs in the parent,
             # search (which classifies a plain question) and fusion in the child.
-            metrics = (await http.get("/metrics")).text
+            # with an operator key configured (RAGBUS_METRICS_TOKEN, or the admin token),
+            # /metrics needs it: send it whenever one is
+            key = env.get("RAGBUS_METRICS_TOKEN") or env.get("RAGBUS_ADMIN_TOKEN")
+            scrape = await http.get(
+                "/metrics", headers={"Authorization": f"Bearer {key}"} if key else {}
+            )
+            assert scrape.status_code == 200, scrape.text
+            metrics = scrape.text
             for phase in ("intent_classification", "fusion", "generation"):
                 assert f'ragbus_step_seconds_count{{phase="{phase}"}}' in metrics, phase
 
