@@ -94,3 +94,43 @@ def test_the_cluster_profile_is_three_routed_nodes_that_ragbus_lists(
     )
     assert settings.nats_servers == [f"nats://{node}:4222" for node in nodes]
     assert settings.stream_replicas == 3
+
+
+DEPLOY = COMPOSE.parent / "infra" / "deploy"
+
+
+@pytest.mark.parametrize("env_file", ["tenants.env", "cluster-tenants.env"])
+def test_the_tenants_profiles_trust_the_operator_that_nats_init_makes(
+    services: dict[str, dict[str, Any]], env_file: str
+) -> None:
+    """Each NATS configuration a tenants profile names includes the operator's lines that the
+    `nats-init` service writes to the trust volume, which every node mounts where the include
+    points, and every node starts after it; the roles connect with the service account's
+    creds from the same volume."""
+    env = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / env_file).read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert env["RAGBUS_AUTH_MODE"] == "tenants"
+    assert env["RAGBUS_NATS_CREDS"].startswith("/trust/")
+    init = services["nats-init"]
+    assert "nats-trust:/trust" in init["volumes"]
+    assert init["command"][:4] == ["ragbus", "tenant", "nats-config", "--out"]
+    assert init["command"][4] == "/trust/server.conf"
+    for key in ("NATS_CONFIG", "NATS_CLUSTER_CONFIG"):
+        if key not in env:
+            continue
+        config = (DEPLOY / env[key]).read_text()
+        # nats-server resolves an include against the including file's folder, /etc/nats
+        assert "include ../../trust/server.conf" in config
+        included = re.findall(r"^include \./(\S+)", config, re.MULTILINE)
+        assert included and all((DEPLOY / name).exists() for name in included)
+    nodes = ["nats", "nats-2", "nats-3"] if "cluster" in env_file else ["nats"]
+    for node in nodes:
+        assert "nats-trust:/trust:ro" in services[node]["volumes"], node
+        assert services[node]["depends_on"]["nats-init"]["condition"] == (
+            "service_completed_successfully"
+        )
+    for name in ragbus_services():
+        assert "nats-trust:/trust:ro" in services[name]["volumes"], name
