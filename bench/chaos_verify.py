@@ -127,6 +127,7 @@ async def verify_requests(
         async with RagbusClient(cluster.url, timeout=30) as client:
             await asyncio.gather(*(check(client, request) for request in tracked))
         dead_letters = (await js.stream_info(sj.STREAM_DLQ)).state.messages
+        dead_letter_kinds = await _dead_letter_kinds(js, {t.request_id: t for t in tracked})
     finally:
         await nc.close()
     return {
@@ -139,7 +140,38 @@ async def verify_requests(
         "events_missed": missing_events,
         "events_after_done": after_done,
         "dead_letters": dead_letters,
+        "dead_letter_kinds": dead_letter_kinds,
     }
+
+
+DEAD_LETTER_ERROR_CHARS = 120
+
+
+async def _dead_letter_kinds(
+    js: JetStreamContext, tracked: dict[str, Tracked]
+) -> list[dict[str, Any]]:
+    """Every dead letter, grouped by subject, reason and error, with how its request ended
+    (from the client's view): what an operator paged by them would want to know first."""
+    info = await js.stream_info(sj.STREAM_DLQ)
+    kinds: Counter[tuple[str, str, str, str]] = Counter()
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            letter = json.loads((await js.get_msg(sj.STREAM_DLQ, seq)).data or b"{}")
+        except Exception:  # a gap (deleted, aged out)
+            continue
+        request = tracked.get(str(letter.get("request_id")))
+        kinds[
+            (
+                str(letter.get("original_subject")),
+                str(letter.get("reason")),
+                str(letter.get("error", ""))[:DEAD_LETTER_ERROR_CHARS],
+                request.status if request is not None else "not a client's request",
+            )
+        ] += 1
+    return [
+        {"subject": subject, "reason": reason, "error": error, "request": status, "count": n}
+        for (subject, reason, error, status), n in kinds.most_common()
+    ]
 
 
 def _stored_chunks(data_dir: Path, env: dict[str, str]) -> dict[str, set[str]]:
