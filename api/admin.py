@@ -67,6 +67,26 @@ async def get_tenant(tenant: TenantPath, redis: RedisDep, settings: SettingsDep)
     }
 
 
+@router.post(
+    "/tenants/{tenant}/nats-creds",
+    summary="New NATS credentials for a tenant (tenants mode); in this answer only",
+    description="For lost credentials, a second client, or a tenant made before tenants had "
+    "NATS accounts, which gets its account now. Earlier credentials keep working until the "
+    "tenant is revoked.",
+)
+async def issue_nats_creds(
+    tenant: TenantPath, redis: RedisDep, settings: SettingsDep
+) -> dict[str, str]:
+    try:
+        text = await tenants.issue_creds(redis, settings, tenant)
+    except TenantError as exc:
+        code = status.HTTP_404_NOT_FOUND if "no active" in str(exc) else status.HTTP_409_CONFLICT
+        raise HTTPException(code, str(exc)) from exc
+    except (tenants.BusTenancyError, tenants.TrustError) as exc:
+        raise _bus_unavailable(exc) from exc
+    return {"tenant": tenant, "nats_creds": text}
+
+
 @router.delete(
     "/tenants/{tenant}",
     summary="Revoke a tenant: its keys stop working at once, and its NATS connections close",

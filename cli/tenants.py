@@ -124,6 +124,23 @@ def revoke(name: str, as_json: AsJson = False) -> None:
     print(json.dumps(revoked)) if as_json else console.print(f"revoked {name}")
 
 
+@tenant_app.command("creds")
+def creds(
+    name: str,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write them here (mode 0600), not to stdout.")
+    ] = None,
+) -> None:
+    """New NATS credentials for a tenant (`tenants` mode): lost ones, a second client, or a
+    tenant made before tenants had NATS accounts (it gets its account now). Shown this once."""
+    text = _run(lambda redis, settings: tenants.issue_creds(redis, settings, name))
+    if out is None:
+        print(text, end="")
+    else:
+        _write_secret(out, text)
+        errors.print(f"wrote {out}")
+
+
 @tenant_app.command("nats-config")
 def nats_config(
     out: Annotated[

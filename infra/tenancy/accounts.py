@@ -72,7 +72,8 @@ class TenantAccount:
     revoked_at: int | None = None
 
 
-def events_subject(tenant: str) -> str:
+def events_filter(tenant: str) -> str:
+    """Every event of the tenant's: `rag.events.<tenant>.>`."""
     return f"{sj.tenant_events_prefix(tenant)}.>"
 
 
@@ -87,13 +88,13 @@ def account_jwt(trust: Trust, settings: Settings, tenant: TenantAccount) -> str:
         else [
             jwt.import_(
                 "events",
-                events_subject(tenant.tenant),
+                events_filter(tenant.tenant),
                 trust.service_account,
                 "stream",
                 jwt.activation(
                     trust.service,
                     tenant.account,
-                    events_subject(tenant.tenant),
+                    events_filter(tenant.tenant),
                     "stream",
                     f"{tenant.tenant} events",
                 ),
@@ -221,7 +222,7 @@ async def _declare_stream(settings: Settings, tenant: TenantAccount, creds_text:
         js = nc.jetstream()
         config = StreamConfig(
             name=TENANT_STREAM,
-            subjects=[events_subject(tenant.tenant)],
+            subjects=[events_filter(tenant.tenant)],
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
             discard=DiscardPolicy.OLD,

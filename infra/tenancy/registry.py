@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.envelope import utcnow
 from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
@@ -46,6 +46,9 @@ class Limits(BaseModel):
     bytes: int | None = Field(default=None, ge=0)
 
 
+LEGACY_FIELDS: Final = frozenset({"nats_user", "nats_password_bcrypt"})
+
+
 class Tenant(BaseModel):
     """What Redis keeps of a tenant (never its keys or passwords in the clear)."""
 
@@ -55,7 +58,21 @@ class Tenant(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
     key_hashes: list[str] = Field(default_factory=list)
-    nats_account: str = Field(description="the public key of the tenant's NATS account")
+    nats_account: str | None = Field(
+        None,
+        description="the public key of the tenant's NATS account; none for a tenant made "
+        "before tenants had accounts, until `ragbus tenant creds` gives it one",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_nats_users(cls, data: Any) -> Any:
+        """A record of a ragbus whose tenants were NATS users of one account: those users are
+        gone (`tenants.issue_creds` makes the tenant an account)."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in LEGACY_FIELDS}
+        return data
+
     limits: Limits = Field(default_factory=Limits)
 
     @property
@@ -146,6 +163,18 @@ class TenantRegistry:
             pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
             if tenant.key_hashes:
                 pipe.hdel(KEYS_KEY, *tenant.key_hashes)
+            pipe.incr(VERSION_KEY)
+            await pipe.execute()
+        return tenant
+
+    async def set_account(self, name: str, nats_account: str) -> Tenant:
+        """Give a tenant made before tenants had NATS accounts its account."""
+        tenant = await self.get(name)
+        if tenant is None:
+            raise TenantError(f"no tenant {name!r}")
+        tenant.nats_account = nats_account
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
             pipe.incr(VERSION_KEY)
             await pipe.execute()
         return tenant

@@ -26,6 +26,7 @@ def _on_the_bus(settings: Settings) -> Trust | None:
 
 
 def _account(tenant: Tenant) -> TenantAccount:
+    assert tenant.nats_account is not None, tenant.tenant
     revoked = int(tenant.revoked_at.timestamp()) if tenant.revoked_at is not None else None
     return TenantAccount(tenant.tenant, tenant.nats_account, revoked)
 
@@ -53,9 +54,9 @@ async def create(
     return NewTenant(
         tenant=name,
         api_key=api_key,
-        nats_account=record.nats_account,
+        nats_account=jwt.public(account_key),
         nats_creds=creds,
-        events_subject=accounts.events_subject(name),
+        events_subject=accounts.events_filter(name),
         events_stream=accounts.TENANT_STREAM,
         documents_subject=sj.TENANT_DOCUMENTS,
     )
@@ -66,7 +67,7 @@ async def revoke(redis: aioredis.Redis, settings: Settings, name: str) -> Tenant
     refused on every server when this returns."""
     revoked = await TenantRegistry(redis).revoke(name)
     trust = _on_the_bus(settings)
-    if trust is not None:
+    if trust is not None and revoked.nats_account is not None:
         await accounts.publish_account(trust, settings, _account(revoked))
     log.info("tenant_revoked", tenant=name, bus=bool(trust))
     return revoked
@@ -76,9 +77,27 @@ async def reconcile(redis: aioredis.Redis, settings: Settings, trust: Trust) -> 
     """Push the service account and every tenant's account again, and declare the active
     tenants' streams: what `ragbus up` does when it starts in `tenants` mode, so a server
     with a new resolver directory (or a ragbus with new exports) is brought up to date."""
-    tenants = await TenantRegistry(redis).list()
+    tenants = [t for t in await TenantRegistry(redis).list() if t.nats_account is not None]
     await accounts.reconcile(trust, settings, [_account(t) for t in tenants])
     return len(tenants)
+
+
+async def issue_creds(redis: aioredis.Redis, settings: Settings, name: str) -> str:
+    """New NATS credentials for an active tenant (lost ones, or a rotation: the earlier ones
+    keep working until the tenant is revoked); a tenant made before tenants had accounts
+    gets its account first. `tenants` mode only."""
+    trust = _on_the_bus(settings)
+    if trust is None:
+        raise TenantError("NATS credentials exist in tenants mode only (RAGBUS_AUTH_MODE=tenants)")
+    registry = TenantRegistry(redis)
+    tenant = await registry.get(name)
+    if tenant is None or not tenant.active:
+        raise TenantError(f"no active tenant {name!r}")
+    if tenant.nats_account is None:
+        tenant = await registry.set_account(name, jwt.public(jwt.new_key("account")))
+        await accounts.publish_account(trust, settings, _account(tenant), with_stream=True)
+        log.info("tenant_account_made", tenant=name, nats_account=tenant.nats_account)
+    return accounts.user_creds(trust, _account(tenant))
 
 
 def trust_for(settings: Settings, *, create: bool = False) -> Trust:
@@ -92,6 +111,7 @@ __all__ = [
     "TenantError",
     "TrustError",
     "create",
+    "issue_creds",
     "reconcile",
     "revoke",
     "trust_for",

@@ -23,9 +23,11 @@ import httpx
 import nats
 import nats.errors
 import pytest
+import redis.asyncio as aioredis
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts.events import caller_events
+from infra.runtime.redis_client import started_redis_url
 from infra.runtime.services import free_port
 from infra.tenancy.accounts import connect_with_creds
 from tests.integration import bus_attacks
@@ -494,3 +496,49 @@ async def test_no_tenant_reaches_another_or_ragbus_on_the_bus(
     async with httpx.AsyncClient(base_url=stack.url, headers=acme.headers) as http:
         view = await http.get(f"/v1/queries/{acme_secret['request_id']}")
         assert view.json()["status"] == "completed"
+
+
+async def test_new_creds_for_a_tenant_and_for_one_made_before_accounts(
+    stack: TenantStack, beta: Tenant
+) -> None:
+    """Lost credentials are issued again; a tenant a ragbus made when tenants were NATS users
+    of one account is listed, and gets an account of its own with its first credentials."""
+    again = await asyncio.to_thread(stack.cli, "tenant", "creds", "beta")
+    assert again.returncode == 0, again.stderr
+    nc = await connect_with_creds([stack.nats_url], again.stdout)
+    await nc.close()
+    redis = aioredis.from_url(
+        started_redis_url(
+            stack.env["RAGBUS_REDIS_URL"], Path(stack.env["RAGBUS_DATA_DIR"]) / "redis"
+        )
+    )
+    legacy = {
+        "tenant": "elder",
+        "created_at": "2026-11-01T00:00:00+00:00",
+        "revoked_at": None,
+        "key_hashes": [],
+        "nats_user": "tenant-elder",
+        "nats_password_bcrypt": "$2a$10$" + "x" * 53,
+        "limits": {},
+    }
+    await redis.hset("ragbus:tenants", "elder", json.dumps(legacy))
+    await redis.aclose()
+    listed = await asyncio.to_thread(stack.cli, "tenant", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    elder = next(t for t in json.loads(listed.stdout) if t["tenant"] == "elder")
+    assert elder["nats_account"] is None
+    async with httpx.AsyncClient(base_url=stack.url) as http:
+        made = await http.post(
+            "/v1/admin/tenants/elder/nats-creds", headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        assert made.status_code == 200, made.text
+        gone = await http.post(
+            "/v1/admin/tenants/nobody/nats-creds", headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        assert gone.status_code == 404
+    nc = await connect_with_creds([stack.nats_url], made.json()["nats_creds"])
+    try:
+        info = await nc.jetstream().stream_info("RAG_EVENTS")
+        assert info.config.subjects == ["rag.events.elder.>"]
+    finally:
+        await nc.close()
