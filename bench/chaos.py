@@ -228,6 +228,7 @@ async def run_chaos(
             "sse_events_after_done": requests["events_after_done"],
             "sse_streams_missing": requests["streams_missing"],
             "dead_letters": requests["dead_letters"],
+            "dead_letter_kinds": requests["dead_letter_kinds"],
             "roles_log_kept": kept_log,
             "ingest": ingest,
             "latency_ms": {
