@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -12,6 +13,27 @@ from client import RagbusClient
 LONG_VALUE = 40
 """Metadata values longer than this are shown after the short ones, where the line is cut."""
 _MARKS = {"completed": "[green]✓[/green]", "failed": "[red]✗[/red]", "skipped": "[dim]–[/dim]"}
+
+
+@dataclass
+class Found:
+    """What a question's search channels found, from its phase events: how many chunks each
+    channel that ran returned, and how many sources the answer cites."""
+
+    channels: dict[str, int] = field(default_factory=dict)
+    cited: int = 0
+
+    @property
+    def nothing_indexed(self) -> bool:
+        """Every search channel ran and found nothing: the namespaces hold no documents (a
+        dense search returns its nearest chunks whatever the question, when there are any)."""
+        return bool(self.channels) and not any(self.channels.values()) and not self.cited
+
+    def record(self, data: dict[str, Any]) -> None:
+        metadata = data.get("metadata") or {}
+        channel, count = metadata.get("channel"), metadata.get("count")
+        if data.get("status") == "completed" and isinstance(count, int) and channel:
+            self.channels[str(channel)] = self.channels.get(str(channel), 0) + count
 
 
 def _phase_line(data: dict[str, Any]) -> str | None:
@@ -54,10 +76,11 @@ async def ask_question(
     namespaces: Sequence[str] | None = None,
     session_id: str | None = None,
     mode: str | None = None,
+    found: Found | None = None,
 ) -> str | None:
     """Ask (one request that submits and streams), print phases and answer tokens live, then
     the sources; returns the final status. In a session, a follow-up's standalone question is
-    shown when it differs from the asked."""
+    shown when it differs from the asked. `found` collects what the search channels found."""
     streaming = streamed = False
     answer: dict[str, Any] | None = None
     status: str | None = None
@@ -77,6 +100,8 @@ async def ask_question(
             console.print()
             streaming = False
         if message.event == "phase":
+            if found is not None:
+                found.record(data)
             standalone = (data.get("metadata") or {}).get("standalone_query")
             if data.get("phase") == "query_rewrite" and standalone and standalone != question:
                 console.print(f"[bold]understood as[/bold] {standalone}", highlight=False)
@@ -96,6 +121,8 @@ async def ask_question(
     if streaming:
         console.print()
     if answer is not None:
+        if found is not None:
+            found.cited = len(answer.get("citations") or {})
         if not streamed:
             console.print(f"[bold]answer[/bold] {answer.get('content', '')}", highlight=False)
         if note := (answer.get("metadata") or {}).get("note"):

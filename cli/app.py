@@ -1,10 +1,17 @@
 """`ragbus`: run the services, ingest documents, ask questions, benchmark, and export specs.
 
 The one Typer application. Each command module registers its commands on it; the order of
-the calls below is the order `ragbus --help` lists them.
+the calls below is the order `ragbus --help` lists them. `main` is where every command fails
+well: a failure a person can fix (nothing answers at a URL, a token refused, a `Failure` a
+command raised) is one sentence on stderr and exit status 1 (`cli.common.explain`), with the
+traceback only under `--verbose` or RAGBUS_VERBOSE=1; any other exception is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
+
+import sys
+import traceback
 
 import typer
 
@@ -47,7 +54,18 @@ tenants.register(app)  # tenant create|list|revoke|nats-config
 
 
 def main() -> None:
-    app()
+    from cli.common import exit_code, explain, say, verbose_asked
+
+    try:
+        app()
+    except Exception as exc:
+        sentence = explain(exc)
+        if sentence is None:
+            raise
+        if verbose_asked(sys.argv[1:]):
+            traceback.print_exception(exc)
+        say(sentence)
+        sys.exit(exit_code(exc))
 
 
 __all__ = ["app", "main"]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import DEFAULT_API, ApiUrl, Token, Verbose, console, errors, interactive_logging
+from cli.common import DEFAULT_API, ApiUrl, Failure, Token, Verbose, console, interactive_logging
 from contracts.enums import Intent
 from infra.settings import Settings
 
@@ -48,11 +48,14 @@ def ask(
     token: Token = None,
     verbose: Verbose = False,
 ) -> None:
-    """Ask over HTTP: phases with their durations, the answer as it streams, its sources."""
-    from cli.answers import ask_question
-    from client import ApiError, RagbusClient
+    """Ask over HTTP: phases with their durations, the answer as it streams, its sources.
+    Exits 1 when the request does not complete, or when the namespaces asked hold no
+    documents."""
+    from cli.answers import Found, ask_question
+    from client import RagbusClient
 
     interactive_logging(Settings(), verbose)
+    found = Found()
 
     async def run() -> str | None:
         async with RagbusClient(api, token=token) as client:
@@ -65,12 +68,28 @@ def ask(
                 namespaces=namespace,
                 session_id=session,
                 mode=mode.value,
+                found=found,
             )
 
-    try:
-        status = asyncio.run(run())
-    except ApiError as exc:
-        errors.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from None
+    status = asyncio.run(run())  # what cannot be reached is told by `cli.app.main`
     if status != "completed":
         raise typer.Exit(1)
+    if found.nothing_indexed:
+        raise Failure(_nothing_indexed(namespace or [], api))
+
+
+def _nothing_indexed(namespaces: list[str], api: str) -> str:
+    from infra.runtime.services import redacted
+
+    if not namespaces:
+        return (
+            f"nothing is indexed in the namespace 'default' of the API at {redacted(api)}: "
+            "ingest documents first (`ragbus ingest PATH`), or ask another with --namespace"
+        )
+    names = ", ".join(repr(name) for name in namespaces)
+    which = "the namespace" if len(namespaces) == 1 else "the namespaces"
+    return (
+        f"no documents are indexed in {which} {names} at {redacted(api)}: check the name, or "
+        f"ingest into it (`ragbus ingest --namespace {namespaces[0]} PATH`); without "
+        "--namespace, 'default' is searched"
+    )

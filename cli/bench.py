@@ -22,6 +22,7 @@ from cli.common import (
     Token,
     Verbose,
     Warmup,
+    check_api,
     console,
     errors,
     interactive_logging,
@@ -85,6 +86,7 @@ def bench(
 
     settings = Settings()
     interactive_logging(settings, verbose=False)
+    check_api(api, token)  # before the load: it answers, and takes the token
     texts = load_queries(queries)
     report = asyncio.run(
         run_bench(
@@ -240,7 +242,9 @@ def bench_ingest(
         for doc in islice(load_documents(path), limit)
     ]
     started = time.perf_counter()
-    _, final = asyncio.run(ingest_and_follow(settings, documents, console, timeout_s=6 * 3600))
+    _, final = asyncio.run(
+        ingest_and_follow(settings, documents, console, timeout_s=6 * 3600, require_worker=True)
+    )
     seconds = time.perf_counter() - started
     if final is None or final.get("status") != "completed":
         errors.print(f"ingest did not complete: {final or 'no progress events'}")

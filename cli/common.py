@@ -1,5 +1,7 @@
 """What every `ragbus` command module shares: the terminal consoles, the common options
-(`--api`, `--token`, `--verbose`, `--out`), logging set-up and writing a report.
+(`--api`, `--token`, `--verbose`, `--out`), logging set-up, writing a report, and failing well:
+one sentence on stderr for what could not be reached and what fixes it (`explain`, `Failure`),
+a traceback only with `--verbose` or RAGBUS_VERBOSE=1.
 
 A command module imports this and nothing else of `cli` but the support modules
 (`cli.answers`, `cli.ingest_job`); this module imports nothing of `cli`.
@@ -9,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -93,3 +97,181 @@ def write_out(text: str, out: Path | None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n", encoding="utf-8")
     errors.print(f"wrote {out}")
+
+
+# Failing well: the person at the terminal gets one sentence, not a traceback.
+
+PREFIX = "ragbus: "
+VERBOSE_VARIABLE = "RAGBUS_VERBOSE"
+INTERRUPTED = 130
+"""The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it."""
+API_HINT = (
+    "is `ragbus up` running? It serves on RAGBUS_API_PORT; point at another with --api or "
+    "RAGBUS_API_URL"
+)
+TOKEN_HINT = (
+    "pass it with --token or RAGBUS_API_TOKEN (in `tenants` mode, a key `ragbus tenant create` "
+    "made)"
+)
+
+
+class Failure(Exception):
+    """What a command could not do, as the sentence that tells the person why and what fixes
+    it: `ragbus` prints it on one line of stderr and exits with `code`."""
+
+    def __init__(self, sentence: str, code: int = 1) -> None:
+        super().__init__(sentence)
+        self.sentence, self.code = sentence, code
+
+
+def say(sentence: str) -> None:
+    """One line on stderr, unwrapped and without markup (a URL or a path stays whole)."""
+    sys.stderr.write(PREFIX + " ".join(sentence.split()) + "\n")
+    sys.stderr.flush()
+
+
+def verbose_asked(args: Sequence[str]) -> bool:
+    """`--verbose`/`-v` among a command line's options, or RAGBUS_VERBOSE set to a true value:
+    then a failure shows its traceback too."""
+    if os.environ.get(VERBOSE_VARIABLE, "").strip().lower() in {"1", "true", "yes", "on"}:
+        return True
+    options = list(args)[: list(args).index("--")] if "--" in args else list(args)
+    return any(arg in ("--verbose", "-v") for arg in options)
+
+
+def _redacted(url: str) -> str:
+    from infra.runtime.services import redacted
+
+    return redacted(url)
+
+
+def _setting(name: str) -> str:
+    """A service URL from the settings, fit to print; the default when they do not load."""
+    try:
+        value = str(getattr(Settings(), name))
+    except Exception:  # invalid settings are another failure, told by their own message
+        value = str(Settings.model_fields[name].default)
+    return _redacted(value)
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, the members of a group, and what each was raised from, depth first."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+
+
+def _http_origin(exc: BaseException) -> str:
+    """`scheme://host:port` of the request an httpx error is about."""
+    try:
+        url = exc.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError when none is set
+        return "the API URL (--api)"
+    return _redacted(f"{url.scheme}://{url.netloc.decode()}")
+
+
+def _api_sentence(exc: Any) -> str:
+    """A non-2xx answer from the API (`client.ApiError`)."""
+    where = "the API"
+    path = ""
+    if exc.url:
+        import httpx
+
+        url = httpx.URL(exc.url)
+        where = f"the API at {_redacted(f'{url.scheme}://{url.netloc.decode()}')}"
+        path = url.path
+    if exc.status == 401:
+        if not exc.token_sent:
+            return f"{where} asks for a token and none was sent: {TOKEN_HINT}"
+        return f"{where} refused the token ({exc.message}): {TOKEN_HINT}"
+    if exc.status == 403:
+        return f"{where} does not allow this with the token sent ({exc.message})"
+    if exc.code == "http_error" and exc.status in (404, 405):
+        return (
+            f"what answers at {where.removeprefix('the API at ')} is not the ragbus API "
+            f"({exc.status} on {path or 'its path'}): point at ragbus with --api or RAGBUS_API_URL"
+        )
+    return f"{where} answered {exc}"
+
+
+def explain(exc: BaseException) -> str | None:
+    """The sentence for a failure a person can fix (a service not reachable, a token refused,
+    a `Failure` a command raised); None for one that is a bug, shown with its traceback."""
+    import httpx
+    import nats.errors
+    import redis.exceptions
+
+    from client import ApiError
+
+    for cause in _causes(exc):
+        if isinstance(cause, Failure):
+            return cause.sentence
+        if isinstance(cause, ApiError):
+            return _api_sentence(cause)
+        if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
+            return f"no API answers at {_http_origin(cause)} ({API_HINT})"
+        if isinstance(cause, httpx.TimeoutException | httpx.RemoteProtocolError):
+            return f"the API at {_http_origin(cause)} stopped answering ({type(cause).__name__})"
+        if isinstance(cause, nats.errors.NoServersError):
+            return (
+                f"no NATS server answers at {_setting('nats_url')} "
+                "(is `ragbus up` running? Or set RAGBUS_NATS_URL)"
+            )
+        if isinstance(cause, nats.errors.AuthorizationError):
+            return (
+                f"the NATS server at {_setting('nats_url')} refused the credentials: "
+                "set RAGBUS_NATS_CREDS to the .creds file of the service account"
+            )
+        if isinstance(cause, nats.errors.TimeoutError):
+            return (
+                f"the NATS server at {_setting('nats_url')} did not answer in time "
+                "(is JetStream enabled, `nats-server -js`?)"
+            )
+        if isinstance(cause, redis.exceptions.AuthenticationError):
+            return (
+                f"the Redis at {_setting('redis_url')} refused the password: put the right one "
+                "in RAGBUS_REDIS_URL (redis://:PASSWORD@host:port/0)"
+            )
+        if isinstance(cause, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return (
+                f"no Redis answers at {_setting('redis_url')} "
+                "(is `ragbus up` running? Or set RAGBUS_REDIS_URL)"
+            )
+    return None
+
+
+def exit_code(exc: BaseException) -> int:
+    for cause in _causes(exc):
+        if isinstance(cause, Failure):
+            return cause.code
+    return 1
+
+
+def check_api(api: str, token: str | None, timeout_s: float = 5.0) -> None:
+    """Before a long run against the API (`eval`, `bench`): does it answer, and does it take
+    the token? Raises what `explain` tells (`httpx.ConnectError`, `client.ApiError`)."""
+    import httpx
+
+    from client.http import ApiError
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = api.rstrip("/") + "/v1/whoami"
+    response = httpx.get(url, headers=headers, timeout=timeout_s)
+    if response.is_success:
+        return
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", response.text[:200]
+    raise ApiError(response.status_code, code, message, url=url, token_sent=bool(token))

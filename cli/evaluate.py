@@ -16,12 +16,13 @@ from cli.common import (
     ApiUrl,
     Token,
     Verbose,
+    check_api,
     console,
     errors,
     interactive_logging,
     save_json,
 )
-from cli.ingest_job import ingest_and_follow
+from cli.ingest_job import ingest_to_workers
 from infra.settings import Settings
 
 Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1)]
@@ -70,6 +71,7 @@ def eval_command(
 
     settings = Settings()
     interactive_logging(settings, verbose)
+    check_api(api, token)  # before any ingestion or load: it answers, and takes the token
 
     async def go() -> tuple[dict[str, Any], Any]:
         async with RagbusClient(api, token=token) as client:
@@ -78,7 +80,7 @@ def eval_command(
                 client,
                 beir,
                 console,
-                ingest_job=ingest_and_follow,
+                ingest_job=ingest_to_workers,
                 split=split,
                 namespace=namespace,
                 ingest=not skip_ingest,
@@ -136,12 +138,13 @@ def bench_conversations(
 
     settings = Settings()
     interactive_logging(settings, verbose)
+    check_api(api, token)  # before any ingestion or load: it answers, and takes the token
     talks = load_conversations(conversations)
     where = namespace or default_namespace(beir)
 
     async def go() -> dict[str, Any]:
         if not skip_ingest:
-            await ingest_set(settings, load_beir(beir, "test"), where, console, ingest_and_follow)
+            await ingest_set(settings, load_beir(beir, "test"), where, console, ingest_to_workers)
         columns = (TextColumn("conversations"), BarColumn(), MofNCompleteColumn())
         async with RagbusClient(api, token=token) as client:
             with Progress(*columns, console=console, transient=True) as bar:
@@ -190,6 +193,7 @@ def bench_research(
 
     settings = Settings()
     interactive_logging(settings, verbose)
+    check_api(api, token)  # before any ingestion or load: it answers, and takes the token
     data = load_beir(beir, split)
     if limit is not None:
         data = data.first(limit)
@@ -197,7 +201,7 @@ def bench_research(
 
     async def go() -> dict[str, Any]:
         if not skip_ingest:
-            await ingest_set(settings, data, where, console, ingest_and_follow)
+            await ingest_set(settings, data, where, console, ingest_to_workers)
         columns = (TextColumn("questions"), BarColumn(), MofNCompleteColumn())
         async with RagbusClient(api, token=token) as client:
             with Progress(*columns, console=console, transient=True) as bar:
@@ -244,6 +248,7 @@ def bench_critic(
     from client import RagbusClient
 
     interactive_logging(Settings(), verbose)
+    check_api(api, token)  # before any load: it answers, and takes the token
     data = load_beir(beir, split)
     if limit is not None:
         data = data.first(limit)

@@ -37,6 +37,10 @@ class ApiError(Exception):
     code: str
     message: str
     field: str | None = None
+    url: str | None = None
+    """The request's URL (where the answer came from), for telling a person which server."""
+    token_sent: bool = False
+    """Whether the request carried a bearer token (a 401 then means a wrong one, not none)."""
 
     def __str__(self) -> str:
         where = f" ({self.field})" if self.field else ""
@@ -47,11 +51,27 @@ async def _raise_for_error(response: httpx.Response) -> None:
     if response.is_success:
         return
     await response.aread()
+    url: str | None = None
+    token_sent = False
+    try:
+        url = str(response.request.url)
+        token_sent = "authorization" in response.request.headers
+    except RuntimeError:  # a response built without a request
+        pass
     try:
         error = response.json()["error"]
-        raise ApiError(response.status_code, error["code"], error["message"], error.get("field"))
+        raise ApiError(
+            response.status_code,
+            error["code"],
+            error["message"],
+            error.get("field"),
+            url=url,
+            token_sent=token_sent,
+        )
     except (ValueError, KeyError, TypeError):
-        raise ApiError(response.status_code, "http_error", response.text[:500]) from None
+        raise ApiError(
+            response.status_code, "http_error", response.text[:500], url=url, token_sent=token_sent
+        ) from None
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEMessage]:

@@ -21,6 +21,12 @@ from infra.runtime.bus import Bus
 log = get_logger(__name__)
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+KINDS_READ = ".md, .markdown and .txt files, folders of them, and BEIR corpus .jsonl files"
+"""What `load_documents` reads, as a person is told it."""
+
+
+class NotDocuments(ValueError):
+    """A path `load_documents` cannot read documents from: its message says what it reads."""
 
 
 HEADER_ALLOWANCE = 512
@@ -125,13 +131,20 @@ def _from_jsonl(path: Path) -> Iterator[DocumentIn]:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+                doc_id = row.get("_id") or row["id"]
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise NotDocuments(
+                    f"line {number} of {path} is not a BEIR corpus row: a JSON object with "
+                    '"_id" (or "id"), "title" and "text"'
+                ) from None
             text = str(row.get("text") or "")
             if not text.strip():
                 log.warning("ingest_row_empty", path=str(path), line=number)
                 continue
             yield DocumentIn(
-                id=str(row.get("_id") or row["id"]),
+                id=str(doc_id),
                 title=str(row.get("title") or ""),
                 text=text,
                 metadata=row.get("metadata") or {},
@@ -152,4 +165,4 @@ def load_documents(path: Path) -> Iterator[DocumentIn]:
         if document is not None:
             yield document
     else:
-        raise ValueError(f"cannot ingest {path}: expected a .jsonl corpus, .md/.txt or a folder")
+        raise NotDocuments(f"cannot ingest {path}: ragbus reads {KINDS_READ}")
