@@ -31,6 +31,9 @@ def _goals(report: dict[str, Any]) -> list[str]:
         missed.append("every document indexed exactly once")
     if (requests["completed_share"] or 0) < 0.95:
         missed.append("95 % completed")
+    if report["dead_letters"]:
+        # an operator pages on the dead-letter stream: a failover or a kill must not fill it
+        missed.append("no dead letter")
     return missed
 
 

@@ -7,8 +7,9 @@ minute chaos run saw it once in 14,256 requests: a redelivered command's phases,
 after the done its first delivery had led to). The fence closes the window with JetStream's
 own compare-and-set: read the subject's last message; a `done` there means the request has
 ended and the event is dropped; otherwise publish with `Nats-Expected-Last-Subject-Sequence`
-set to that message's sequence, which the stream refuses (error 10071) when anything, a done
-included, has landed on the subject since. A refused publish reads again, and so does every
+set to that message's sequence, which the stream refuses (error 10071, or 10164 on a cluster
+while another message for the subject is in flight through its replicas) when anything, a
+done included, has landed on the subject since. A refused publish reads again, and so does every
 re-send (`acked`): nats-server 2.12 checks the sequence before the `Nats-Msg-Id` dedupe, so a
 re-send of an event the stream took, with its old expectation, would be refused; with the
 fresh one, the dedupe drops it.
@@ -43,9 +44,13 @@ from infra.runtime.bus import (
 log = get_logger(__name__)
 
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-WRONG_LAST_SEQUENCE = 10071
-"""JetStream's error code for a publish whose `Nats-Expected-Last-Subject-Sequence` is not the
-subject's last sequence any more."""
+WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
+"""JetStream's error codes for a publish whose `Nats-Expected-Last-Subject-Sequence` is not the
+subject's last sequence any more: 10071 names the sequence found; 10164 (nats-server 2.12, a
+clustered stream) says only "wrong last sequence", when another message for the subject is
+still in flight through the stream's replicas. Either means: read the tail again. Taking 10164
+for a failure had dead-lettered every such event's command on a cluster (34 in eight minutes
+of `ragbus chaos --nats-nodes 3`), each a late step of a request that had completed."""
 
 MAX_FENCED_TRIES = 16
 """A refused publish reads and tries again; each refusal means another message landed on the
@@ -114,7 +119,7 @@ async def _fenced(bus: Bus, fence: DoneFence, event: CallerEvent) -> bool:
             try:
                 await bus.broker.publish(body, subject, headers=headers, stream=sj.STREAM_EVENTS)
             except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE:
+                if exc.err_code not in WRONG_LAST_SEQUENCE:
                     raise
                 FENCED_EVENTS.labels(outcome="refused").inc()
                 continue

@@ -8,6 +8,7 @@ import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats.js.errors
 import pytest
 from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
@@ -179,3 +180,26 @@ async def test_a_subject_with_nothing_on_it_reads_as_sequence_zero(js: JetStream
     may go out fenced."""
     tail = await DoneFence(js).tail(sj.STREAM_EVENTS, sj.events_subject(DEFAULT_TENANT, "none"))
     assert tail == SubjectTail(0, done=False)
+
+
+async def test_a_clustered_streams_constant_refusal_reads_again(
+    broker: NatsBroker, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server 2.12 on a clustered stream refuses with 10164, "wrong last sequence", while
+    another message for the subject is in flight through the replicas: read again and send,
+    as for 10071. Taken for a failure, it had dead-lettered the step's command."""
+    bus = Bus(broker)
+    bus.fence = DoneFence(js)
+    publish = broker.publish
+    refusals = iter([nats.js.errors.BadRequestError(code=400, err_code=10164)])
+
+    async def in_flight_once(*args: object, **kwargs: object) -> object:
+        for refusal in refusals:
+            raise refusal
+        return await publish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(broker, "publish", in_flight_once)
+    before = {o: _fenced(o) for o in ("refused", "sent")}
+    await emit_unless_done(bus, _phase("fence-7"), _live)
+    assert {o: _fenced(o) - n for o, n in before.items()} == {"refused": 1, "sent": 1}
+    assert await _types_on(js, "fence-7") == ["phase"]
