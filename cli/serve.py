@@ -13,6 +13,7 @@ import typer
 from cli.common import console, errors, server_logging
 from infra.errors import StartupError
 from infra.settings import Settings
+from launcher.processes import SIGNALS
 from launcher.runtime import WORKER_KINDS, embedded_layout_problem, serve, up_layout
 
 WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
@@ -35,19 +36,46 @@ def _serve(
 ) -> None:
     settings = Settings()
     server_logging(settings)
-    try:
-        asyncio.run(
-            serve(
-                settings,
-                api=api,
-                orchestrator=orchestrator,
-                workers=workers,
-                child_workers=child_workers,
-            )
+    code = asyncio.run(
+        _run(
+            settings,
+            api=api,
+            orchestrator=orchestrator,
+            workers=workers,
+            child_workers=child_workers,
         )
-    except StartupError as exc:  # a missing service, an unmigrated store: say so, no traceback
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+async def _run(
+    settings: Settings,
+    *,
+    api: bool,
+    orchestrator: bool,
+    workers: tuple[str, ...],
+    child_workers: tuple[str, ...],
+) -> int:
+    """Serve until stopped; the exit code. A start that cannot work (a taken port, a service
+    that does not answer, a data directory in use or unusable) is one sentence on stderr and
+    exit code 1, with nothing left running."""
+    code = 1
+    try:
+        await serve(
+            settings,
+            api=api,
+            orchestrator=orchestrator,
+            workers=workers,
+            child_workers=child_workers,
+        )
+        code = 0
+    except StartupError as exc:
         typer.secho(f"ragbus: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from exc
+    finally:
+        # after a signal, exit once everything stopped, even if a thread still loads a model
+        SIGNALS.stopped(code)
+    return code
 
 
 def up() -> None:

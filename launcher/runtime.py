@@ -3,18 +3,27 @@
 `ragbus up` runs everything together; `ragbus worker search` runs one kind for
 scale-out. Each process declares the streams and consumers it needs (idempotent),
 finds or starts NATS and Redis, and shuts down cleanly on SIGINT / SIGTERM.
+
+Failing well (`serve`): before anything starts, the process that owns the data directory
+takes its lock (`infra.runtime.data_lock`) and an API binds its port (`reserve_api_port`), so
+a start that cannot work ends at once with one sentence (`StartupError`). A signal stops it in
+every state, starting included (`launcher.processes.StopSignals`): its worker child and the
+services it started are stopped, or killed `launcher.processes.STOP_DEADLINE_S` after the
+signal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import importlib
 import os
-import signal
+import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from faststream.nats import NatsBroker, NatsRouter
 
@@ -22,6 +31,7 @@ from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.blas import limit_blas_threads
 from infra.runtime.bus import Bus, create_broker, declare_topology
+from infra.runtime.data_lock import DataLock, acquire, child_env, lock_needed, unusable
 from infra.runtime.done_fence import DoneFence
 from infra.runtime.heap import settle_heap
 from infra.runtime.readiness import Beacon
@@ -30,10 +40,14 @@ from infra.runtime.services import Services, ensure_services, redacted
 from infra.settings import Settings
 from infra.telemetry import setup_tracing, shutdown_tracing
 from infra.tenancy import tenants
-from launcher.processes import CLI_WORKER, WorkerChild
+from launcher.processes import CLI_WORKER, SIGNALS, WorkerChild
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from orchestrator.service import Orchestrator
+
+T = TypeVar("T")
 
 log = get_logger(__name__)
 
@@ -163,7 +177,7 @@ class Runtime:
             from infra.retrieval.vectors.legacy import refuse_unmigrated
 
             refuse_unmigrated(self.requested)  # before anything starts: a clear message
-        self.services = await ensure_services(self.requested)
+        self.services = await find_services(self.requested, self)
         self.settings = self.services.settings
         if self.on_services is not None:
             await self.on_services(self.settings)
@@ -231,6 +245,38 @@ class Runtime:
 
 
 STOP_STEP_TIMEOUT_S = 10.0
+SERVICES_WAIT_S = 20.0
+"""How long a cancelled start waits for the thread that finds or starts the services (its
+own waits end within 15 s a service) before it stops what that thread started."""
+
+
+async def find_services(settings: Settings, into: Runtime | None = None) -> Services:
+    """`ensure_services`, safe to cancel: its thread cannot be stopped, so a cancelled caller
+    still waits for it and stops whatever it started (or hands it to `into`, whose `stop`
+    stops it), rather than leaving a nats-server or a redis-server behind. A data directory
+    the services cannot be put in is said in one sentence."""
+    finding = asyncio.ensure_future(ensure_services(settings))
+    try:
+        return await asyncio.shield(finding)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            services = await asyncio.wait_for(finding, SERVICES_WAIT_S)
+            if into is not None:
+                into.services = services
+            else:
+                services.stop()
+        raise
+    except OSError as exc:
+        if _under(exc.filename, settings.data_dir):
+            raise unusable(settings.data_dir.absolute(), exc) from None
+        raise
+
+
+def _under(filename: object, folder: Path) -> bool:
+    if not isinstance(filename, str | os.PathLike):
+        return False
+    path, root = os.path.abspath(filename), os.path.abspath(folder)
+    return path == root or path.startswith(root + os.sep)
 
 
 async def _bounded(part: str, stopping: Awaitable[object]) -> None:
@@ -251,6 +297,106 @@ def process_role(*, api: bool, orchestrator: bool, workers: Sequence[str]) -> st
     return "worker-" + "-".join(workers) if workers else "idle"
 
 
+API_STOP_TIMEOUT_S = 4.0
+"""How long the API gets to close its connections (an open event stream included) when the
+process stops; uvicorn's own graceful shutdown ends a second before."""
+
+
+def port_in_use(port: int) -> str:
+    return (
+        f"port {port} (RAGBUS_API_PORT) is in use by another program; stop it or set "
+        "RAGBUS_API_PORT to a free port"
+    )
+
+
+def reserve_api_port(host: str, port: int) -> socket.socket:
+    """The API's socket, bound now (before any model loads or service starts) and held until
+    uvicorn listens on it, so the port cannot be taken in between and a taken one ends the
+    start at once, in one sentence (`StartupError`): uvicorn itself would log the error and
+    call `sys.exit` inside the event loop."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(port_in_use(port)) from None
+        raise StartupError(
+            f"the API cannot listen on {host}:{port} ({(exc.strerror or str(exc)).lower()}); "
+            "set RAGBUS_API_HOST to an address of this machine and RAGBUS_API_PORT to a free port"
+        ) from None
+    return sock
+
+
+@contextlib.contextmanager
+def preflight(
+    settings: Settings, *, api: bool, kinds: Sequence[str]
+) -> Iterator[tuple[DataLock | None, socket.socket | None]]:
+    """What a process checks before it starts anything: the data directory's lock when it
+    runs a kind that owns a store (`data_lock.lock_needed`), then the API's port. Both are
+    held for the block; a failure raises `StartupError` with the sentence to print."""
+    lock = acquire(settings.data_dir) if lock_needed(settings, kinds) else None
+    try:
+        sock = reserve_api_port(settings.api_host, settings.api_port) if api else None
+        try:
+            yield lock, sock
+        finally:
+            if sock is not None:
+                sock.close()
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+class _ApiServer:
+    """uvicorn's server without its signal handlers: `StopSignals` stays in charge, so a
+    signal stops the whole process, not the API alone; and a start that fails (its lifespan,
+    its socket) raises `StartupError` rather than calling `sys.exit` in the loop."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        self.server = Server(config)
+        self.port = config.port
+
+    async def serve(self, sock: socket.socket) -> None:
+        try:
+            await self.server.serve(sockets=[sock])
+        except SystemExit:
+            raise StartupError(
+                "the API did not start (its start-up failed; the log above says why)"
+            ) from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError(port_in_use(self.port)) from None
+            raise
+
+
+async def _uncancellable(stopping: Coroutine[Any, Any, T]) -> T:
+    """Run `stopping` to its end even when the caller is cancelled meanwhile (a stop must not
+    stop half-way); the cancellation is passed on afterwards."""
+    task = asyncio.ensure_future(stopping)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
 async def serve(
     settings: Settings,
     *,
@@ -261,10 +407,61 @@ async def serve(
     resources_factory: ResourcesFactory = Resources,
     child_workers: Sequence[str] = (),
     child_entry: Sequence[str] = CLI_WORKER,
+    api_socket: socket.socket | None = None,
 ) -> None:
     """Run until SIGINT / SIGTERM (or cancellation); `child_workers` run in a child process
     (`launcher.processes`, started as `python <child_entry> <kinds>`) on the services this one
-    found or started."""
+    found or started. `api_socket`: the API's port, already bound (`preflight`).
+
+    It returns once every part is stopped: on a signal while starting (the start is
+    cancelled), while serving, or while it stops after a failure; it raises `StartupError`
+    when it cannot start, after stopping what it started."""
+    stop = asyncio.Event()
+    with (
+        SIGNALS.listen(stop.set),
+        preflight(settings, api=api and api_socket is None, kinds=[*workers, *child_workers]) as (
+            lock,
+            reserved,
+        ),
+    ):
+        await _serve(
+            settings,
+            stop,
+            api_socket=api_socket or reserved,
+            lock=lock,
+            orchestrator=orchestrator,
+            workers=workers,
+            ready=ready,
+            resources_factory=resources_factory,
+            child_workers=child_workers,
+            child_entry=child_entry,
+        )
+
+
+async def _first(task: asyncio.Task[Any], stop: asyncio.Event) -> bool:
+    """Wait for `task` or `stop`: whether the task finished first."""
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    return task.done()
+
+
+async def _serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    api_socket: socket.socket | None,
+    lock: DataLock | None,
+    orchestrator: bool,
+    workers: Sequence[str],
+    ready: asyncio.Event | None,
+    resources_factory: ResourcesFactory,
+    child_workers: Sequence[str],
+    child_entry: Sequence[str],
+) -> None:
+    api = api_socket is not None
     setup_tracing(process_role(api=api, orchestrator=orchestrator, workers=workers))
     child: WorkerChild | None = None
 
@@ -272,12 +469,15 @@ async def serve(
         """The child starts as soon as the services answer: it loads its own models while
         this process loads its own, instead of after them."""
         nonlocal child
+        if stop.is_set():
+            return
         child = WorkerChild(
             found,
             child_workers,
             restarts=CHILD_RESTARTS,
             window_s=CHILD_RESTART_WINDOW_S,
             entry=child_entry,
+            env=child_env(lock),
         )
         await child.start()
 
@@ -289,20 +489,41 @@ async def serve(
         child_workers=child_workers,
         on_services=start_child if child_workers else None,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # not available on Windows loops (NotImplementedError) or off the main thread
-        # (RuntimeError, e.g. when a test runs `serve` in a thread): cancellation still stops it
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    starting: asyncio.Task[None] | None = None
+    api_server: _ApiServer | None = None
     server_task: asyncio.Task[None] | None = None
     supervisor: asyncio.Task[None] | None = None
+
+    async def stop_all() -> None:
+        """Every part, the child beside this process's own, the services last."""
+        if starting is not None and not starting.done():
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await starting
+        if child is not None:
+            child.terminate()
+        if api_server is not None and server_task is not None and not server_task.done():
+            api_server.server.should_exit = True
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(server_task, API_STOP_TIMEOUT_S)
+        if child is not None:
+            await child.stop()
+        if supervisor is not None:
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
+        await runtime.stop()
+        shutdown_tracing()
+
     try:
-        await runtime.start()
+        starting = asyncio.create_task(runtime.start(), name="ragbus-start")
+        if not await _first(starting, stop):
+            log.info("start_cancelled", reason="signal")
+            return  # a signal while starting: stop what started
+        starting.result()  # a start-up error
         if child is not None:
             supervisor = asyncio.create_task(child.supervise(stop), name="worker-process")
-        if api:
+        if api_socket is not None:
             import uvicorn
 
             from api.app import create_app
@@ -318,14 +539,18 @@ async def serve(
                 log_config=None,
                 access_log=False,
                 lifespan="on",
+                timeout_graceful_shutdown=int(API_STOP_TIMEOUT_S) - 1,
             )
-            server = uvicorn.Server(config)
-            server_task = asyncio.create_task(server.serve(), name="uvicorn")
+            api_server = _ApiServer(config)
+            server_task = asyncio.create_task(api_server.serve(api_socket), name="uvicorn")
             # uvicorn offers a flag, not an event, for "listening".
-            while not server.started and not server_task.done():  # noqa: ASYNC110
+            while not api_server.server.started and not server_task.done():
+                if stop.is_set():
+                    return
                 await asyncio.sleep(0.05)
             if server_task.done():
-                server_task.result()  # surface a bind error
+                server_task.result()  # a start-up error
+                raise StartupError("the API stopped as it started (the log above says why)")
             log.info(
                 "api_listening",
                 url=f"http://{runtime.settings.api_host}:{runtime.settings.api_port}",
@@ -334,25 +559,11 @@ async def serve(
         limit_blas_threads(runtime.settings.blas_threads)
         if ready is not None:
             ready.set()
-        waiters = [asyncio.create_task(stop.wait())]
-        if server_task is not None:
-            waiters.append(server_task)  # type: ignore[arg-type]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if server_task is None:
+            await stop.wait()
+        elif await _first(server_task, stop):
+            server_task.result()  # the API failed while serving
         if child is not None and child.failed:
             raise StartupError(child.failed)
     finally:
-        if server_task is not None and not server_task.done():
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server_task, 10)
-        if child is not None:
-            await child.stop()
-        if supervisor is not None:
-            supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervisor
-        await runtime.stop()
-        shutdown_tracing()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):  # as when adding them
-                loop.remove_signal_handler(sig)
+        await _uncancellable(stop_all())

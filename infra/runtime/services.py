@@ -255,7 +255,11 @@ def ensure_services_sync(settings: Settings) -> Services:
     try:
         if not nats_reachable(settings.nats_url):
             if not settings.start_services:
-                raise ServiceError(f"NATS is not reachable at {redacted(settings.nats_url)}")
+                raise ServiceError(
+                    f"NATS is not reachable at {redacted(settings.nats_url)} (RAGBUS_NATS_URL) "
+                    "and RAGBUS_START_SERVICES is false; start NATS there, point "
+                    "RAGBUS_NATS_URL at a running server, or set RAGBUS_START_SERVICES=true"
+                )
             if len(settings.nats_servers) > 1:
                 raise ServiceError(
                     f"no node of the NATS cluster answers ({redacted(settings.nats_url)}); "
@@ -288,7 +292,12 @@ def ensure_services_sync(settings: Settings) -> Services:
             updates["redis_url"] = redis_url
         if not redis_reachable(redis_url):
             if not settings.start_services:
-                raise ServiceError(f"Redis is not reachable at {redacted(settings.redis_url)}")
+                raise ServiceError(
+                    f"Redis is not reachable at {redacted(settings.redis_url)} "
+                    "(RAGBUS_REDIS_URL) and RAGBUS_START_SERVICES is false; start Redis there, "
+                    "point RAGBUS_REDIS_URL at a running server, or set "
+                    "RAGBUS_START_SERVICES=true"
+                )
             redis = start_redis(_port_for(settings.redis_url, 6379), redis_dir)
             services.started.append(redis)
             updates["redis_url"] = redis.url
