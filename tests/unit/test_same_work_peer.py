@@ -216,6 +216,7 @@ def test_ragbus_bench_reports_its_ratio_to_both_peers(
         return {**RAGBUS_RUN, "concurrency": options["concurrency"], "duration_s": 1.0}
 
     monkeypatch.setattr("bench.load.run_bench", ragbus_run)
+    monkeypatch.setattr("cli.bench.check_api", lambda _api, _token: None)  # no stack here
     monkeypatch.setattr("infra.retrieval.encoder.load_encoder", lambda _settings: encoder)
     monkeypatch.setenv("RAGBUS_DATA_DIR", str(settings.data_dir))
     queries, out = tmp_path / "queries.txt", tmp_path / "bench.json"
