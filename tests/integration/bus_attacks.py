@@ -69,12 +69,14 @@ async def _quiet(coro: Any) -> Any:
 
 @dataclass
 class Parties:
-    servers: list[str]
+    servers: list[str]  # ragbus's own connection's; the others' too, unless given
     service_creds: str  # a path
     attacker: str  # tenant names
     victim: str
     attacker_creds: str  # creds texts
     victim_creds: str
+    attacker_servers: list[str] | None = None  # on a cluster: a node of its own
+    victim_servers: list[str] | None = None
 
 
 async def run(p: Parties) -> list[Attack]:
@@ -85,8 +87,10 @@ async def run(p: Parties) -> list[Attack]:
         errors.append(str(exc))
 
     service = await nats.connect(p.servers, user_credentials=p.service_creds)
-    victim = await connect_with_creds(p.servers, p.victim_creds)
-    attacker = await connect_with_creds(p.servers, p.attacker_creds, error_cb=on_error)
+    victim = await connect_with_creds(p.victim_servers or p.servers, p.victim_creds)
+    attacker = await connect_with_creds(
+        p.attacker_servers or p.servers, p.attacker_creds, error_cb=on_error
+    )
     service_spy, victim_spy, attacker_spy = Spy(), Spy(), Spy()
     await service.subscribe(">", cb=service_spy.take)
     await victim.subscribe(">", cb=victim_spy.take)
@@ -350,6 +354,19 @@ async def run(p: Parties) -> list[Attack]:
         for nc in (attacker, victim, service):
             await _quiet(nc.close())
     return attacks
+
+
+async def assert_no_leak(parties: Parties) -> dict[str, Any]:
+    """Run every attack and fail on any leak; the summary, printed (`pytest -s` shows it)."""
+    report = summary(await run(parties))
+    print(json.dumps(report, indent=1))
+    assert report["tried"] >= MIN_ATTACKS
+    assert report["leaked"] == 0, report["leaks"]
+    return report
+
+
+MIN_ATTACKS = 50
+"""Fewer would mean that attacks went missing from the suite."""
 
 
 def summary(attacks: list[Attack]) -> dict[str, Any]:

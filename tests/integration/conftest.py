@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from api.app import create_app
 from infra.runtime.ingest_jobs import read_job
@@ -113,9 +114,16 @@ async def running(settings: Settings, **kwargs: object) -> AsyncIterator[Runtime
 
 @contextlib.asynccontextmanager
 async def serving_api(runtime: Runtime) -> AsyncIterator[str]:
-    port = free_port()
     assert runtime.broker is not None
     app = create_app(runtime.settings, broker=runtime.broker, orchestrator=runtime.orchestrator)
+    async with serving(app) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    """`app` under uvicorn on a free port, until the block ends; its base URL."""
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on")
     )

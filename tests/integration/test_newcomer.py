@@ -16,15 +16,14 @@ from pathlib import Path
 
 import nats
 import pytest
-import uvicorn
 
 from api.app import create_app
 from contracts import subjects as sj
 from infra.runtime.readiness import role_key
 from infra.runtime.redis_client import connect_redis
-from infra.runtime.services import LocalService, free_port
+from infra.runtime.services import LocalService
 from infra.settings import Settings
-from tests.integration.conftest import own_services, stack_settings
+from tests.integration.conftest import own_services, serving, stack_settings
 
 pytestmark = pytest.mark.integration
 
@@ -80,22 +79,8 @@ def one_sentence(code: int, stderr: str, *expected: str, exit_code: int = 1) -> 
 @contextlib.asynccontextmanager
 async def api_serving(settings: Settings) -> AsyncIterator[str]:
     """The API alone (no orchestrator, no worker), on a free port."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=port, log_config=None, lifespan="on"
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 15)
+    async with serving(create_app(settings)) as url:
+        yield url
 
 
 @pytest.fixture
