@@ -147,6 +147,8 @@ def _chaos(r: Report) -> str:
     )
     if "sse_events_after_done" in r:
         text += f", {r['sse_events_after_done']} after a done"
+    if "dead_letters" in r:
+        text += f", {r['dead_letters']} dead letters"
     if ingest:
         done = ingest["documents_done"] + ingest["documents_unchanged"]
         text += f", {done} of {ingest['documents']} documents"
