@@ -9,6 +9,7 @@ The test fixtures start their own through the same functions, on free ports.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -86,6 +87,23 @@ def _greets(host: str, port: int, hello: bytes | None, expect: bytes, timeout: f
             return sock.recv(64).startswith(expect)
     except OSError:
         return False
+
+
+def nats_info(url: str, timeout: float = 1.0) -> dict[str, object] | None:
+    """The INFO a NATS server greets with (its first line, JSON), or None when none answers."""
+    host, port = _host_port(url, 4222)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            line = sock.makefile("rb").readline(64 * 1024)
+    except OSError:
+        return None
+    if not line.startswith(b"INFO "):
+        return None
+    try:
+        info = json.loads(line[5:])
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def nats_reachable(url: str) -> bool:
@@ -249,6 +267,20 @@ def _port_for(url: str, default: int) -> int:
             return free_port()
 
 
+def refuse_nats_without_accounts(settings: Settings) -> None:
+    """`tenants` mode on a NATS that takes clients without credentials would put every tenant
+    in one account again: refused, in a sentence, before anything connects."""
+    for server in settings.nats_servers:
+        info = nats_info(server)
+        if info is not None and not info.get("auth_required"):
+            raise ServiceError(
+                f"the NATS at {redacted(server)} takes clients without credentials, so its "
+                "tenants would share one account; RAGBUS_AUTH_MODE=tenants needs a NATS that "
+                "trusts ragbus's operator (add the lines of `ragbus tenant nats-config` to its "
+                "configuration), or point RAGBUS_NATS_URL at a free port and ragbus starts one"
+            )
+
+
 def ensure_services_sync(settings: Settings) -> Services:
     services = Services(settings)
     updates: dict[str, str] = {}
@@ -276,12 +308,14 @@ def ensure_services_sync(settings: Settings) -> Services:
             )
             services.started.append(nats)
             updates["nats_url"] = nats.url
-        elif settings.auth == "tenants" and settings.nats_creds is None:
-            # a NATS run elsewhere: the roles are the service account's user, whose
-            # credentials `ragbus tenant nats-config` left in the trust directory
-            creds = settings.trust_dir / "service.creds"
-            if creds.exists():
-                updates["nats_creds"] = str(creds.resolve())
+        elif settings.auth == "tenants":
+            refuse_nats_without_accounts(settings)
+            if settings.nats_creds is None:
+                # a NATS run elsewhere: the roles are the service account's user, whose
+                # credentials `ragbus tenant nats-config` left in the trust directory
+                creds = settings.trust_dir / "service.creds"
+                if creds.exists():
+                    updates["nats_creds"] = str(creds.resolve())
         from infra.runtime.redis_client import started_redis_url
 
         redis_dir = settings.data_dir / "redis"

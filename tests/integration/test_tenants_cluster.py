@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
 from infra.runtime.nats_cluster import NatsCluster
-from infra.runtime.services import LocalService
+from infra.runtime.services import LocalService, ServiceError, refuse_nats_without_accounts
 from infra.settings import Settings
 from infra.tenancy import tenants
 from infra.tenancy.accounts import connect_with_creds
@@ -175,3 +175,15 @@ async def test_no_tenant_reaches_another_or_ragbus_on_a_cluster(tenancy: Tenancy
             victim_creds=victim.nats_creds,
         )
     )
+
+
+def test_tenants_mode_refuses_a_nats_that_takes_anyone(
+    tenancy: Tenancy, own_nats: LocalService
+) -> None:
+    """A NATS without accounts (no credentials asked) would put every tenant in one account
+    again: `ragbus up` in tenants mode refuses it in a sentence; the operator's cluster is
+    taken."""
+    refuse_nats_without_accounts(tenancy.settings)
+    plain = tenancy.settings.model_copy(update={"nats_url": own_nats.url})
+    with pytest.raises(ServiceError, match="takes clients without credentials"):
+        refuse_nats_without_accounts(plain)
