@@ -115,10 +115,15 @@ class Up:
         self.seen: set[int] = set()
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, *command: str) -> subprocess.Popen[bytes]:
+        """`ragbus up`, or another command (`worker classify`, `api`)."""
         with self.log.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "cli", "up"], cwd=ROOT, env=self.env, stdout=out, stderr=err
+                [sys.executable, "-m", "cli", *(command or ("up",))],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=err,
             )
         return self.process
 
@@ -348,3 +353,27 @@ def test_a_second_up_on_the_same_data_directory_refuses(tmp_path: Path) -> None:
     finally:
         first.kill()
         second.kill()
+
+
+@pytest.mark.parametrize(
+    "command", [("worker", "classify"), ("api", "--orchestrator")], ids=["worker", "api"]
+)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_signal_stops_a_worker_or_an_api_and_the_services_it_started(
+    tmp_path: Path, command: tuple[str, ...], sig: signal.Signals
+) -> None:
+    """`ragbus worker` and `ragbus api` stop as `ragbus up` does, with the nats-server and
+    redis-server they started themselves (no NATS or Redis at their URLs)."""
+    stack = Up(tmp_path, RAGBUS_LOG_LEVEL="INFO")
+    try:
+        stack.start(*command)
+        stack.wait_for(lambda: "runtime_started" in stack.stderr(), "runtime_started")
+        code, took = stack.stop_with(sig)
+        print(f"stop of ragbus {' '.join(command)} while serving, {sig.name}: {took:.2f} s")
+        assert code == 0, stack.stderr()[-3000:]
+        assert took < STOP_LIMIT_S
+        assert "Traceback" not in stack.stderr()
+        assert len(stack.seen) >= 2  # nats-server, redis-server
+        stack.assert_nothing_left()
+    finally:
+        stack.kill()
