@@ -377,3 +377,46 @@ def test_a_signal_stops_a_worker_or_an_api_and_the_services_it_started(
         stack.assert_nothing_left()
     finally:
         stack.kill()
+
+
+def test_a_demo_on_a_taken_port_ends_at_once(up: Up) -> None:
+    """`make demo` on a laptop where something already listens on port 8000."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", up.api_port))
+        taken.listen()
+        started = time.monotonic()
+        code = up.start("demo", "--no-serve").wait(30)
+        took = time.monotonic() - started
+        up.look()
+    assert code == 1
+    assert sentence(up.stderr()) == (
+        f"ragbus: port {up.api_port} (RAGBUS_API_PORT) is in use by another program; stop it "
+        "or set RAGBUS_API_PORT to a free port"
+    )
+    print(f"demo on a taken port: exit after {took:.2f} s")
+    up.assert_nothing_left()
+
+
+def test_a_demo_on_a_data_directory_in_use_refuses(tmp_path: Path) -> None:
+    """A second terminal's `ragbus demo` beside a running `ragbus up` of the same directory."""
+    (tmp_path / "up").mkdir()
+    (tmp_path / "demo").mkdir()
+    first = Up(tmp_path / "up")
+    demo = Up(tmp_path / "demo", RAGBUS_DATA_DIR=str(first.data_dir))
+    demo.data_dir = tmp_path / "demo" / "data"  # what only the demo would make
+    try:
+        process = first.start()
+        first.wait_for(first.has_worker_child, "a worker child")
+        code = demo.start("demo", "--no-serve").wait(30)
+        demo.look()
+        assert code == 1
+        assert sentence(demo.stderr()) == (
+            f"ragbus: the data directory {first.data_dir} is in use by another ragbus process "
+            f"(PID {process.pid}); stop that process, or set RAGBUS_DATA_DIR to another "
+            "directory"
+        )
+        assert not demo.seen and not listening(demo.nats_port) and not listening(demo.api_port)
+        assert process.poll() is None
+    finally:
+        first.kill()
+        demo.kill()
