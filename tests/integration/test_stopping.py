@@ -420,3 +420,17 @@ def test_a_demo_on_a_data_directory_in_use_refuses(tmp_path: Path) -> None:
     finally:
         first.kill()
         demo.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_ctrl_c_during_a_demos_start_stops_everything(up: Up, sig: signal.Signals) -> None:
+    """Ctrl-C while `ragbus demo` starts its services and loads its models: it stops, with
+    the services it started, and says how (128 + the signal's number)."""
+    up.start("demo", "--no-serve")
+    up.wait_for(lambda: len(up.look()) >= 2, "its nats-server and redis-server")
+    code, took = up.stop_with(sig)
+    print(f"demo stopped while starting, {sig.name}: {took:.2f} s, exit {code}")
+    assert code == 128 + sig
+    assert took < STOP_LIMIT_S
+    assert "Traceback" not in up.stderr()
+    up.assert_nothing_left()
