@@ -33,6 +33,8 @@ def prepare_metrics(args: Sequence[str]) -> None:
 
 def main() -> None:
     prepare_metrics(sys.argv[1:])
-    from cli.app import main as cli_main
-
+    try:
+        from cli.app import main as cli_main
+    except KeyboardInterrupt:  # Ctrl-C while Python imports: nothing has started yet
+        sys.exit(130)
     cli_main()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -37,6 +38,23 @@ STOP_TIMEOUT_S = 6.0
 own `STOP_DEADLINE_S`, with time left to stop the services after it."""
 CLI_WORKER = ("-m", "cli", "worker")
 """How the child is started by default: `python -m cli worker <kinds>`."""
+
+
+PR_SET_PDEATHSIG = 1
+_PRCTL: Callable[[int, int], int] | None
+try:  # resolved here: the child may not import between fork and exec
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _PRCTL = None
+
+
+def _stop_with_parent() -> None:
+    """In the child, before it runs: SIGTERM when its parent dies, SIGKILLed or not, so a
+    killed `ragbus up` leaves no worker using the stores whose lock died with it (Linux
+    `prctl`; elsewhere nothing). The event loop's thread starts the child, and lives as long
+    as the parent: the signal follows the thread that forked, not only the process."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class WorkerChild:
@@ -85,7 +103,12 @@ class WorkerChild:
         # a process group of its own: a Ctrl-C reaches this process only, which stops the
         # child (one SIGTERM, a clean stop) rather than the child seeing two signals
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, *self.entry, *self.kinds, env=self._env(), process_group=0
+            sys.executable,
+            *self.entry,
+            *self.kinds,
+            env=self._env(),
+            process_group=0,
+            preexec_fn=_stop_with_parent,
         )
         log.info("worker_process_started", pid=self.process.pid, workers=self.kinds)
 

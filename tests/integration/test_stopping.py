@@ -151,15 +151,22 @@ class Up:
             return False
         return response.status_code == 200
 
-    def has_worker_child(self) -> bool:
+    def worker_children(self) -> list[int]:
+        """`python -m cli worker …` below it (an argument `worker`, not a path that holds the
+        word, as a test's own temporary folder may)."""
         assert self.process is not None
+        found = []
         for pid in descendants(self.process.pid):
             try:
-                if b"worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    return True
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-        return False
+            if b"worker" in argv:
+                found.append(pid)
+        return found
+
+    def has_worker_child(self) -> bool:
+        return bool(self.worker_children())
 
     def stop_with(self, *signals: signal.Signals) -> tuple[int, float]:
         """Send the signals, one after the other; (exit code, seconds until it exited)."""
@@ -434,3 +441,30 @@ def test_ctrl_c_during_a_demos_start_stops_everything(up: Up, sig: signal.Signal
     assert took < STOP_LIMIT_S
     assert "Traceback" not in up.stderr()
     up.assert_nothing_left()
+
+
+def test_ctrl_c_while_python_imports_ends_quietly(up: Up) -> None:
+    """Before anything starts (the CLI's imports take a second or two): exit 130, no
+    KeyboardInterrupt traceback."""
+    process = up.start()
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    code = process.wait(STOP_LIMIT_S)
+    assert code == 130, up.stderr()[-3000:]
+    assert "Traceback" not in up.stderr()
+    up.assert_nothing_left()
+
+
+def test_a_killed_ups_worker_child_stops_with_it(up: Up) -> None:
+    """SIGKILL takes `ragbus up` and its lock on the data directory at once; its worker child
+    is told (its parent-death signal) and stops too, so no process goes on using the stores
+    without the lock. The services it started are the operator's to stop, as after any kill."""
+    process = up.start()
+    up.wait_for(up.has_worker_child, "a worker child")
+    children = up.worker_children()
+    process.kill()
+    process.wait(10)
+    deadline = time.monotonic() + STOP_LIMIT_S
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in children), "the worker child outlived its parent"
