@@ -261,12 +261,14 @@ def test_a_second_signal_kills_what_is_left_at_once(up: Up) -> None:
     up.assert_nothing_left()
 
 
-def test_a_taken_api_port_ends_the_start_at_once(up: Up) -> None:
+@pytest.mark.parametrize("command", [("up",), ("demo", "--no-serve")], ids=["up", "demo"])
+def test_a_taken_api_port_ends_the_start_at_once(up: Up, command: tuple[str, ...]) -> None:
+    """`ragbus up`, and `make demo` on a laptop where something already listens on 8000."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", up.api_port))
         taken.listen()
         started = time.monotonic()
-        code = up.start().wait(30)
+        code = up.start(*command).wait(30)
         took = time.monotonic() - started
         up.look()
     assert code == 1
@@ -274,7 +276,7 @@ def test_a_taken_api_port_ends_the_start_at_once(up: Up) -> None:
         f"ragbus: port {up.api_port} (RAGBUS_API_PORT) is in use by another program; stop it "
         "or set RAGBUS_API_PORT to a free port"
     )
-    print(f"taken API port: exit after {took:.2f} s")
+    print(f"taken API port, ragbus {command[0]}: exit after {took:.2f} s")
     up.assert_nothing_left()
     assert not (up.data_dir / "nats").exists()  # before any service started
 
@@ -384,24 +386,6 @@ def test_a_signal_stops_a_worker_or_an_api_and_the_services_it_started(
         stack.assert_nothing_left()
     finally:
         stack.kill()
-
-
-def test_a_demo_on_a_taken_port_ends_at_once(up: Up) -> None:
-    """`make demo` on a laptop where something already listens on port 8000."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", up.api_port))
-        taken.listen()
-        started = time.monotonic()
-        code = up.start("demo", "--no-serve").wait(30)
-        took = time.monotonic() - started
-        up.look()
-    assert code == 1
-    assert sentence(up.stderr()) == (
-        f"ragbus: port {up.api_port} (RAGBUS_API_PORT) is in use by another program; stop it "
-        "or set RAGBUS_API_PORT to a free port"
-    )
-    print(f"demo on a taken port: exit after {took:.2f} s")
-    up.assert_nothing_left()
 
 
 def test_a_demo_on_a_data_directory_in_use_refuses(tmp_path: Path) -> None:
