@@ -256,13 +256,6 @@ async def publish_account(
         ) from exc
 
 
-async def publish_service(trust: Trust, settings: Settings) -> None:
-    """Push the system and service accounts as this ragbus makes them (a newer ragbus's
-    exports reach servers preloaded by an older one)."""
-    async with system_connection(trust, settings) as nc:
-        await push(nc, trust.service_jwt())
-
-
 async def reconcile(trust: Trust, settings: Settings, tenants: list[TenantAccount]) -> None:
     """Every tenant's account as the registry has it, pushed again (a server whose resolver
     directory is new learns them all); active tenants' streams declared."""

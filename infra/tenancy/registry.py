@@ -8,7 +8,6 @@ its users' credentials are shown once, like the API key.
 
 - `ragbus:tenants`: hash, tenant name -> its record (JSON);
 - `ragbus:tenant-keys`: hash, SHA-256 of an API key -> tenant name;
-- `ragbus:tenants:version`: bumped on every change.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
 
 TENANTS_KEY: Final = "ragbus:tenants"
 KEYS_KEY: Final = "ragbus:tenant-keys"
-VERSION_KEY: Final = "ragbus:tenants:version"
 API_KEY_PREFIX: Final = "rbk_"
 
 
@@ -133,10 +131,7 @@ class TenantRegistry:
         )
         if not await self.redis.hsetnx(TENANTS_KEY, name, tenant.model_dump_json()):
             raise TenantError(f"tenant {name!r} exists (revoked tenants keep their name)")
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(KEYS_KEY, key_hash(api_key), name)
-            pipe.incr(VERSION_KEY)
-            await pipe.execute()
+        await self.redis.hset(KEYS_KEY, key_hash(api_key), name)
         return tenant, api_key
 
     async def get(self, name: str) -> Tenant | None:
@@ -163,7 +158,6 @@ class TenantRegistry:
             pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
             if tenant.key_hashes:
                 pipe.hdel(KEYS_KEY, *tenant.key_hashes)
-            pipe.incr(VERSION_KEY)
             await pipe.execute()
         return tenant
 
@@ -173,10 +167,7 @@ class TenantRegistry:
         if tenant is None:
             raise TenantError(f"no tenant {name!r}")
         tenant.nats_account = nats_account
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
-            pipe.incr(VERSION_KEY)
-            await pipe.execute()
+        await self.redis.hset(TENANTS_KEY, name, tenant.model_dump_json())
         return tenant
 
     async def authenticate(self, api_key: str) -> Tenant | None:
@@ -188,6 +179,3 @@ class TenantRegistry:
             return None
         tenant = await self.get(name.decode() if isinstance(name, bytes) else str(name))
         return tenant if tenant is not None and tenant.active else None
-
-    async def version(self) -> int:
-        return int(await self.redis.get(VERSION_KEY) or 0)
