@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from infra.logging import get_logger
+from infra.runtime.parent_death import stop_with_parent
 from infra.settings import Settings
 
 log = get_logger(__name__)
@@ -38,23 +38,6 @@ STOP_TIMEOUT_S = 6.0
 own `STOP_DEADLINE_S`, with time left to stop the services after it."""
 CLI_WORKER = ("-m", "cli", "worker")
 """How the child is started by default: `python -m cli worker <kinds>`."""
-
-
-PR_SET_PDEATHSIG = 1
-_PRCTL: Callable[[int, int], int] | None
-try:  # resolved here: the child may not import between fork and exec
-    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux
-    _PRCTL = None
-
-
-def _stop_with_parent() -> None:
-    """In the child, before it runs: SIGTERM when its parent dies, SIGKILLed or not, so a
-    killed `ragbus up` leaves no worker using the stores whose lock died with it (Linux
-    `prctl`; elsewhere nothing). The event loop's thread starts the child, and lives as long
-    as the parent: the signal follows the thread that forked, not only the process."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class WorkerChild:
@@ -108,7 +91,7 @@ class WorkerChild:
             *self.kinds,
             env=self._env(),
             process_group=0,
-            preexec_fn=_stop_with_parent,
+            preexec_fn=stop_with_parent,  # a killed `ragbus up` leaves no worker
         )
         log.info("worker_process_started", pid=self.process.pid, workers=self.kinds)
 

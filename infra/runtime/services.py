@@ -9,6 +9,7 @@ The test fixtures start their own through the same functions, on free ports.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sysconfig
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +25,7 @@ from urllib.parse import urlparse
 
 from infra.errors import StartupError
 from infra.logging import get_logger
+from infra.runtime.parent_death import stop_with_parent
 from infra.settings import Settings, nats_servers
 
 if TYPE_CHECKING:
@@ -177,6 +180,7 @@ def start_nats(
     trust: Trust | None = None,
     extra_config: str = "",
     name: str = "nats-server",
+    with_parent: bool = False,
 ) -> LocalService:
     """A `nats-server -js` on `port`; with `trust`, in operator mode (`tenants`): it trusts
     that operator's accounts, pushed to its resolver (`<store>/jwt`), and takes no client
@@ -200,6 +204,7 @@ def start_nats(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=stop_with_parent if with_parent else None,
     )
     url = f"nats://127.0.0.1:{port}"
     _wait_until(lambda: nats_reachable(url), name, process, log_path)
@@ -207,7 +212,9 @@ def start_nats(
     return LocalService(name, url, process, log_path)
 
 
-def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalService:
+def start_redis(
+    port: int, data_dir: Path, persistent: bool = True, *, with_parent: bool = False
+) -> LocalService:
     """A `redis-server` on `port` with its data in `data_dir`, behind a password made once per
     data directory and kept in `<data_dir>/password` (mode 0600): `requirepass`, handed over on
     its standard input rather than as `--requirepass`, so it is never in the process list. The
@@ -243,6 +250,7 @@ def start_redis(port: int, data_dir: Path, persistent: bool = True) -> LocalServ
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=stop_with_parent if with_parent else None,
     )
     assert process.stdin is not None
     try:
@@ -281,7 +289,10 @@ def refuse_nats_without_accounts(settings: Settings) -> None:
             )
 
 
-def ensure_services_sync(settings: Settings) -> Services:
+def ensure_services_sync(settings: Settings, *, with_parent: bool = False) -> Services:
+    """The services the settings point at, started where nothing answers and that is allowed.
+    `with_parent`: what it starts stops when this process dies, SIGKILLed or not (call it from
+    a thread that lives as long as the process: `infra.runtime.parent_death`)."""
     services = Services(settings)
     updates: dict[str, str] = {}
     try:
@@ -304,7 +315,10 @@ def ensure_services_sync(settings: Settings) -> Services:
                 trust = load(settings.trust_dir, create=True)
                 updates["nats_creds"] = str(trust.service_creds)
             nats = start_nats(
-                _port_for(settings.nats_url, 4222), settings.data_dir / "nats", trust=trust
+                _port_for(settings.nats_url, 4222),
+                settings.data_dir / "nats",
+                trust=trust,
+                with_parent=with_parent,
             )
             services.started.append(nats)
             updates["nats_url"] = nats.url
@@ -332,7 +346,9 @@ def ensure_services_sync(settings: Settings) -> Services:
                     "point RAGBUS_REDIS_URL at a running server, or set "
                     "RAGBUS_START_SERVICES=true"
                 )
-            redis = start_redis(_port_for(settings.redis_url, 6379), redis_dir)
+            redis = start_redis(
+                _port_for(settings.redis_url, 6379), redis_dir, with_parent=with_parent
+            )
             services.started.append(redis)
             updates["redis_url"] = redis.url
     except BaseException:
@@ -342,5 +358,15 @@ def ensure_services_sync(settings: Settings) -> Services:
     return services
 
 
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="services")
+"""The one thread that starts services for `ensure_services`: it lives as long as the process,
+so the parent-death signal of what it starts fires when the process dies, not before."""
+
+
 async def ensure_services(settings: Settings) -> Services:
-    return await asyncio.to_thread(ensure_services_sync, settings)
+    """`ensure_services_sync` off the event loop; what it starts stops with this process, so a
+    SIGKILLed `ragbus up` leaves no nats-server or redis-server behind."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        _STARTER, functools.partial(ensure_services_sync, settings, with_parent=True)
+    )

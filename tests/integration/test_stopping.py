@@ -127,6 +127,19 @@ class Up:
             )
         return self.process
 
+    def make(self, target: str, **variables: str) -> subprocess.Popen[bytes]:
+        """`make <target>` in the checkout, as a newcomer types it, with this venv."""
+        with self.log.open("wb") as out, self.err.open("wb") as err:
+            self.process = subprocess.Popen(
+                ["make", "--no-print-directory", target, f"VENV={sys.prefix}"]
+                + [f"{name}={value}" for name, value in variables.items()],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=err,
+            )
+        return self.process
+
     def look(self) -> set[int]:
         assert self.process is not None
         now = descendants(self.process.pid)
@@ -279,6 +292,34 @@ def test_a_taken_api_port_ends_the_start_at_once(up: Up, command: tuple[str, ...
     print(f"taken API port, ragbus {command[0]}: exit after {took:.2f} s")
     up.assert_nothing_left()
     assert not (up.data_dir / "nats").exists()  # before any service started
+
+
+MADE = (Path(sys.prefix) / ".installed").exists()
+"""`make setup` made this venv: `make demo` finds it set up and goes on to the demo."""
+
+
+@pytest.mark.skipif(not MADE, reason="this venv was not made by `make setup`")
+def test_make_demo_on_a_taken_port_ends_in_one_sentence(up: Up) -> None:
+    """The newcomer's very first command, on a laptop where something already listens on the
+    API's port: `make demo` finds the setup done, trains the intent model into the (new) data
+    directory, and its `ragbus demo` ends at once in the sentence; make says the recipe failed
+    and exits 2, and nothing is left running. (`NF_CATS=`: the shared data set is no part of
+    a newcomer's clone.)"""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", up.api_port))
+        taken.listen()
+        code = up.make("demo", NF_CATS="").wait(180)
+        up.look()
+    assert code == 2, up.stderr()[-3000:]
+    stderr = up.stderr()
+    assert "Traceback" not in stderr, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if line.startswith("ragbus: ")]
+    assert said == [
+        f"ragbus: port {up.api_port} (RAGBUS_API_PORT) is in use by another program; stop it "
+        "or set RAGBUS_API_PORT to a free port"
+    ], stderr[-3000:]
+    assert (up.data_dir / "intent-model" / "meta.json").exists()
+    up.assert_nothing_left()
 
 
 def test_no_nats_it_may_not_start_ends_the_start_at_once(tmp_path: Path) -> None:
@@ -439,16 +480,19 @@ def test_ctrl_c_while_python_imports_ends_quietly(up: Up) -> None:
     up.assert_nothing_left()
 
 
-def test_a_killed_ups_worker_child_stops_with_it(up: Up) -> None:
+def test_a_killed_up_leaves_nothing_running(up: Up) -> None:
     """SIGKILL takes `ragbus up` and its lock on the data directory at once; its worker child
-    is told (its parent-death signal) and stops too, so no process goes on using the stores
-    without the lock. The services it started are the operator's to stop, as after any kill."""
+    and the nats-server and redis-server it started are told (their parent-death signal) and
+    stop too, so no process goes on using the stores without the lock, and nothing is left
+    for the person at the keyboard to find and kill."""
     process = up.start()
     up.wait_for(up.has_worker_child, "a worker child")
-    children = up.worker_children()
+    up.wait_for(up.ready, "ready")
+    started = up.look()
+    assert len(started) >= 3, started  # the worker child, nats-server, redis-server
     process.kill()
     process.wait(10)
     deadline = time.monotonic() + STOP_LIMIT_S
-    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(alive(pid) for pid in children), "the worker child outlived its parent"
+    up.assert_nothing_left()
