@@ -21,6 +21,51 @@ regex engine pydantic uses, and to the ECMA-262 engines JSON Schema validators u
 is white space to the first two only), and the OpenAPI must say what the server accepts."""
 
 
+MAX_PAGES = 10_000
+"""Pages (or slides) one document may have: a file with more is refused at parsing."""
+MAX_FILE_BYTES = 256 * 1024 * 1024
+"""The largest file any upload may carry (the configured limit is at most this)."""
+
+
+class PageSpan(BaseModel):
+    """Where one page of a parsed file (a PDF page, an image, a slide) starts in its document's
+    `text`: the page runs to the next span's `start`, or to the end. Chunks never cross a
+    page, so each knows the page that holds its text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int = Field(ge=1, le=MAX_PAGES, description="1-based, as the file counts them")
+    start: int = Field(ge=0, le=MAX_DOCUMENT_CHARS, description="character offset in `text`")
+    label: str = Field(
+        default="",
+        max_length=32,
+        description='how a person names it: "p. 3", "slide 2"; empty means "p. <number>"',
+    )
+
+    def named(self) -> str:
+        return self.label or f"p. {self.number}"
+
+
+class FileRef(BaseModel):
+    """An uploaded file as it waits in the JetStream object store (a claim check): messages
+    carry this reference, never the file's bytes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bucket: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    name: str = Field(min_length=1, max_length=512, description="the object's name in `bucket`")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0, le=MAX_FILE_BYTES)
+    filename: str = Field(
+        min_length=1, max_length=512, description="the name it was uploaded under"
+    )
+    media_type: str = Field(
+        default="",
+        max_length=128,
+        description="what the uploader declared; parsing trusts the bytes, not this",
+    )
+
+
 class DocumentIn(BaseModel):
     """A document as producers submit it (`POST /v1/documents`, `ragbus ingest`)."""
 
@@ -34,6 +79,14 @@ class DocumentIn(BaseModel):
         description=f"Free-form, up to {MAX_METADATA_CHARS:,} characters as JSON.",
     )
     namespace: str = Field(default="default", pattern=STORE_NAMESPACE_PATTERN)
+    pages: list[PageSpan] = Field(
+        default_factory=list,
+        max_length=MAX_PAGES,
+        description="a parsed file's pages, in order (empty for text sent as text)",
+    )
+    file: FileRef | None = Field(
+        default=None, description="the original file this text was parsed from, kept"
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -42,12 +95,52 @@ class DocumentIn(BaseModel):
             raise ValueError(f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
         return metadata
 
+    @field_validator("pages")
+    @classmethod
+    def _ordered_pages(cls, pages: list[PageSpan]) -> list[PageSpan]:
+        starts = [page.start for page in pages]
+        if starts != sorted(starts):
+            raise ValueError("pages must be in the order of their starts")
+        return pages
+
     def content_hash(self) -> str:
-        """Identity of this version of the document: the broker dedupes re-sent copies by it."""
+        """Identity of this version of the document: the broker dedupes re-sent copies by it.
+        (A text document's hash is what it was before pages existed: stores keep it.)"""
         digest = hashlib.sha256()
         for part in (self.namespace, self.id, self.title, self.text):
             digest.update(part.encode())
             digest.update(b"\x00")
+        if self.pages:
+            digest.update(",".join(f"{p.number}:{p.start}:{p.label}" for p in self.pages).encode())
+        if self.file is not None:
+            digest.update(b"\x00file:" + self.file.sha256.encode())
+        return digest.hexdigest()
+
+
+class FileDocument(BaseModel):
+    """A file to parse into a document: what `DocumentIn` holds, but the file in place of the
+    text (`rag.ingest.parse.<job>`: the parse worker makes the `DocumentIn`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)
+    title: str = Field(default="", max_length=1000, description="empty: the file's own title")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    namespace: str = Field(default="default", pattern=STORE_NAMESPACE_PATTERN)
+    file: FileRef
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded_metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        return DocumentIn._bounded_metadata(metadata)
+
+    def content_hash(self) -> str:
+        """This version's identity, as `DocumentIn.content_hash` is the text's."""
+        digest = hashlib.sha256()
+        for part in (self.namespace, self.id, self.title, self.file.sha256):
+            digest.update(part.encode())
+            digest.update(b"\x00")
+        digest.update(json.dumps(self.metadata, sort_keys=True, default=str).encode())
         return digest.hexdigest()
 
 
@@ -56,6 +149,15 @@ class IngestDocument(Envelope):
 
     type: Literal["ingest.document"] = "ingest.document"
     document: DocumentIn
+
+
+class IngestFile(Envelope):
+    """One file of a job, to be parsed (`rag.ingest.parse.<job>`). `request_id` is the job id.
+    The parse worker publishes the document it makes with this message's `event_id`, so the
+    job counts the file once, whether it was parsed or refused."""
+
+    type: Literal["ingest.file"] = "ingest.file"
+    document: FileDocument
 
 
 class IngestDeletion(Envelope):
@@ -98,6 +200,14 @@ class JobCounts(BaseModel):
 class IngestProgressData(JobCounts):
     document_id: str | None = None
     error: str | None = None
+    stage: Literal["parsed", "indexed"] | None = Field(
+        default=None,
+        description="what just happened to `document_id`: a file `parsed` into its pages (not "
+        "yet counted in the job), or the document `indexed` (counted, done or failed)",
+    )
+    pages: int | None = Field(
+        default=None, ge=0, description="with `parsed`: how many pages the file had"
+    )
 
 
 class IngestProgress(Envelope):

@@ -13,6 +13,8 @@ MAX_TITLE_CHARS: Final = 1_000
 MAX_SOURCE_CHARS: Final = 2_000
 MAX_NAMESPACE_CHARS: Final = 97
 """A store namespace: a tenant (32), `__` and the tenant's own name for it (63)."""
+MAX_PAGE_LABEL_CHARS: Final = 32
+"""How a person names a page of a file: "p. 3", "slide 2"."""
 MAX_SNIPPET_CHARS: Final = 600
 """The start of a cited passage an answer carries."""
 FUSED_OPENINGS: Final = 3

@@ -15,6 +15,7 @@ from contracts.limits import (
     MAX_ID_CHARS,
     MAX_MESSAGE_CHARS,
     MAX_NAMESPACE_CHARS,
+    MAX_PAGE_LABEL_CHARS,
     MAX_SNIPPET_CHARS,
     MAX_SOURCE_CHARS,
     MAX_TITLE_CHARS,
@@ -37,6 +38,11 @@ PackedVector = Annotated[
         "check, `claim:<field>`: the vector waits in the request's claim store",
     ),
 ]
+
+
+PAGE_DOC = "the page (or slide) of the parsed file that holds the passage; none for text"
+LABEL_DOC = 'how a person names that page: "p. 3", "slide 2"'
+SECTION_DOC = "the heading path that holds the passage"
 
 
 class ChunkVectors(BaseModel):
@@ -73,6 +79,9 @@ class RetrievedChunk(BaseModel):
     source: str = Field(default="", max_length=MAX_SOURCE_CHARS)
     namespace: str = Field(default="default", max_length=MAX_NAMESPACE_CHARS)
     text: str = Field(default="", max_length=MAX_CHUNK_CHARS)
+    page: int | None = Field(default=None, ge=1, description=PAGE_DOC)
+    page_label: str = Field(default="", max_length=MAX_PAGE_LABEL_CHARS, description=LABEL_DOC)
+    section: str = Field(default="", max_length=MAX_TITLE_CHARS, description=SECTION_DOC)
     vectors: ChunkVectors | None = None
     score: float = 0.0
     rank: int = Field(default=0, ge=0)
@@ -121,6 +130,16 @@ class Citation(BaseModel):
     document_id: str = Field(max_length=MAX_ID_CHARS)
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     source: str = Field(default="", max_length=MAX_SOURCE_CHARS)
+    page: int | None = Field(default=None, ge=1, description=PAGE_DOC)
+    page_label: str = Field(default="", max_length=MAX_PAGE_LABEL_CHARS, description=LABEL_DOC)
+    section: str = Field(default="", max_length=MAX_TITLE_CHARS, description=SECTION_DOC)
+    namespace: str = Field(
+        default="",
+        max_length=MAX_NAMESPACE_CHARS,
+        description="the namespace that holds the document, as the caller names it: set where "
+        "the passage has a page, so its original file can be fetched "
+        "(`GET /v1/documents/{document_id}?namespace=…`)",
+    )
     score: float = 0.0
     snippet: str = Field(
         default="",

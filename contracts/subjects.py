@@ -28,6 +28,10 @@ RES_PREFIX: Final = "rag.res"
 EVENTS_PREFIX: Final = "rag.events"
 INGEST_DOCS_PREFIX: Final = "rag.ingest.docs"
 INGEST_EVENTS_PREFIX: Final = "rag.ingest.events"
+INGEST_PARSE_PREFIX: Final = "rag.ingest.parse"
+"""`rag.ingest.parse.<job>`: files to parse (`contracts.ingest.IngestFile`), for `worker-parse`."""
+FILES_BUCKET: Final = "RAG_FILES"
+"""The JetStream object store the uploaded files wait in (and are kept in, as the originals)."""
 DLQ_PREFIX: Final = "rag.dlq"
 INTAKE_PREFIX: Final = "rag.intake"
 """`rag.intake.<tenant>`: a tenant's document batches over the bus, in the service account
@@ -90,6 +94,10 @@ def intake_subject(tenant: str) -> str:
 
 def ingest_docs_subject(job_id: str) -> str:
     return f"{INGEST_DOCS_PREFIX}.{_checked(job_id)}"
+
+
+def ingest_parse_subject(job_id: str) -> str:
+    return f"{INGEST_PARSE_PREFIX}.{_checked(job_id)}"
 
 
 def ingest_events_subject(job_id: str) -> str:

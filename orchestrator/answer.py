@@ -11,6 +11,7 @@ from contracts.events import AnswerData
 from contracts.limits import FUSED_OPENINGS, MAX_SNIPPET_CHARS
 from contracts.models import Citation, RetrievedChunk, listed
 from contracts.sessions import MEMORY_PREFIX
+from contracts.tenancy import caller_namespace
 from orchestrator.state import AttemptRecord, RequestState
 
 FALLBACK_PASSAGES = FUSED_OPENINGS
@@ -27,19 +28,30 @@ def snippet(text: str) -> str:
     return text[: MAX_SNIPPET_CHARS - 1].rsplit(" ", 1)[0] + "…"
 
 
+def cite(chunk: RetrievedChunk, tenant: str) -> Citation:
+    """A fused chunk as the answer cites it: with its page and section where it has them,
+    and, for a page of a parsed file, the namespace (as the caller names it) that its
+    original file is fetched from."""
+    return Citation(
+        chunk_id=chunk.chunk_id,
+        document_id=chunk.document_id,
+        title=chunk.title,
+        source=chunk.source,
+        page=chunk.page,
+        page_label=chunk.page_label,
+        section=chunk.section,
+        namespace=caller_namespace(tenant, chunk.namespace) if chunk.page is not None else "",
+        score=chunk.score,
+        snippet=snippet(chunk.text),
+        channels=chunk.channels,
+        kind="memory" if chunk.document_id.startswith(MEMORY_PREFIX) else "document",
+    )
+
+
 def build_answer(state: RequestState, finished: datetime, critic_note: str | None) -> AnswerData:
     by_id = {c.chunk_id: c for c in state.fused}
     citations = {
-        n: Citation(
-            chunk_id=cid,
-            document_id=by_id[cid].document_id,
-            title=by_id[cid].title,
-            source=by_id[cid].source,
-            score=by_id[cid].score,
-            snippet=snippet(by_id[cid].text),
-            channels=by_id[cid].channels,
-            kind="memory" if by_id[cid].document_id.startswith(MEMORY_PREFIX) else "document",
-        )
+        n: cite(by_id[cid], state.tenant)
         for n, cid in sorted(state.draft_citations.items())
         if cid in by_id
     }

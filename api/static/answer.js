@@ -149,6 +149,7 @@ export class AnswerView {
             {},
             el("span", { class: "num", text: `[${n}]` }),
             el("h4", { text: c.title || c.document_id || "untitled" }),
+            place(c),
             c.kind === "memory" ? el("span", { class: "badge memory", "data-testid": "memory-badge", text: "memory" }) : null,
           ),
           el(
@@ -302,8 +303,8 @@ function inline(text, citations, onCite) {
             "data-testid": "citation",
             dataset: { n },
             "aria-controls": `source-${n}`,
-            "aria-label": `source ${n}: ${c.title || c.document_id || ""}`,
-            title: c.title || c.document_id || "",
+            "aria-label": `source ${n}: ${cited(c)}`,
+            title: cited(c),
             text: `[${n}]`,
             onclick: () => onCite(n),
           }),
@@ -318,6 +319,67 @@ function inline(text, citations, onCite) {
   }
   if (at < text.length) out.push(text.slice(at));
   return out;
+}
+
+/** A cited passage's page ("p. 3", "slide 2"), or "" for text sent as text. */
+export function pageOf(c) {
+  if (!Number.isInteger(c.page) || c.page < 1) return "";
+  return typeof c.page_label === "string" && c.page_label.trim() ? c.page_label.trim() : `p. ${c.page}`;
+}
+
+/** The heading that holds a passage, shortened: the last of its path ("Methods > Setup"). */
+export function sectionOf(c) {
+  const path = typeof c.section === "string" ? c.section.trim() : "";
+  if (!path) return "";
+  const parts = path.split(" > ").map((part) => part.trim()).filter(Boolean);
+  return short(parts.length ? parts[parts.length - 1] : path, 48);
+}
+
+/**
+ * Where a page's original file opens: `GET /v1/documents/{id}?namespace=…`, at the page for a
+ * PDF (`#page=N`, which the browser's viewer reads). A plain link: the token travels in the
+ * cookie the page set (SameSite=Strict, which a same-site navigation carries, and the API
+ * accepts on GET, as for EventSource). Only for a passage with a page: a parsed file's.
+ */
+export function fileHref(c) {
+  const label = pageOf(c);
+  if (!label || typeof c.document_id !== "string" || !c.document_id) return null;
+  const ns = typeof c.namespace === "string" && c.namespace ? `?namespace=${encodeURIComponent(c.namespace)}` : "";
+  const pdf = /^p\.\s/.test(label) || /\.pdf$/i.test(String(c.title || c.document_id));
+  return `/v1/documents/${encodeURIComponent(c.document_id)}${ns}${pdf ? `#page=${c.page}` : ""}`;
+}
+
+/** The title, page and section of a citation as one line: "report.pdf · p. 3 · Methods". */
+function cited(c) {
+  return [c.title || c.document_id || "", pageOf(c), sectionOf(c)].filter(Boolean).join(" · ");
+}
+
+/** A source card's page (a link to the original file, at that page) and section. */
+function place(c) {
+  const page = pageOf(c);
+  const section = sectionOf(c);
+  if (!page && !section) return null;
+  const href = fileHref(c);
+  const pageEl = !page
+    ? null
+    : href
+      ? el("a", {
+          class: "page",
+          href,
+          target: "_blank",
+          rel: "noopener noreferrer",
+          "data-testid": "source-page",
+          title: `open ${c.title || c.document_id} at ${page}`,
+          text: page,
+        })
+      : el("span", { class: "page", "data-testid": "source-page", text: page });
+  return el(
+    "span",
+    { class: "place", "data-testid": "source-place" },
+    pageEl,
+    page && section ? " · " : "",
+    section ? el("span", { class: "section", "data-testid": "source-section", title: c.section, text: section }) : null,
+  );
 }
 
 /** The answer's sentences that cite [n], markers and emphasis removed. */

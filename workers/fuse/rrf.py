@@ -75,9 +75,11 @@ def _merge(kept: RetrievedChunk, other: RetrievedChunk) -> RetrievedChunk:
     """Fill the best-ranked copy's empty descriptive fields from another channel's copy."""
     updates = {
         name: getattr(other, name)
-        for name in ("title", "source")
+        for name in ("title", "source", "section")
         if not getattr(kept, name) and getattr(other, name)
     }
+    if kept.page is None and other.page is not None:
+        updates.update(page=other.page, page_label=other.page_label)
     return kept.model_copy(update=updates) if updates else kept
 
 

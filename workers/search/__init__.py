@@ -74,7 +74,8 @@ def ranked(
     chunks: list[RetrievedChunk], channel: Channel, *, feedback: bool = False
 ) -> list[RetrievedChunk]:
     """1-based ranks, recorded under the channel's name for fusion; references only (fusion
-    hydrates the chunks it keeps), so a store that answered with text does not ship it.
+    hydrates the chunks it keeps), so a store that answered with text, or with the chunk's
+    place in its document (page, section), does not ship it.
     `feedback` marks a feedback search's list (`RetrievedChunk.feedback`)."""
     return [
         chunk.model_copy(
@@ -83,6 +84,9 @@ def ranked(
                 "channels": {channel.value: rank},
                 "text": "",
                 "vectors": None,
+                "page": None,
+                "page_label": "",
+                "section": "",
                 "feedback": feedback,
             }
         )

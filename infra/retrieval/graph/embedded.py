@@ -150,7 +150,14 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
             "document_id": document_id,
             "title": title,
             "chunks": [
-                {"chunk_id": c.chunk_id, "index": c.index, "text": c.text, "source": c.source}
+                {
+                    "chunk_id": c.chunk_id,
+                    "index": c.index,
+                    "text": c.text,
+                    "source": c.source,
+                    **({"heading": c.heading} if c.heading else {}),
+                    **({"page": c.page, "page_label": c.page_label} if c.page is not None else {}),
+                }
                 for c in chunks
             ],
             "entities": [

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.models import RetrievedChunk
+from infra.retrieval.chunking import placed
 from infra.retrieval.entities import title_norms
 from infra.retrieval.graph.model import (
     MENTIONS_CAP,
@@ -99,6 +100,7 @@ class EmbeddedGraphIndex:
                 source=chunk.get("source", ""),
                 namespace=namespace,
                 text=chunk["text"],
+                **placed(chunk),  # a record written before pages existed has no place
             )
             self._totals[namespace] += 1
             keys: list[str] = []

@@ -50,7 +50,8 @@ UNWIND $chunks AS ch
 MERGE (c:Chunk {chunk_id: ch.chunk_id})
 SET c.namespace = $ns, c.document_id = $doc, c.title = $title, c.text = ch.text,
     c.source = ch.source, c.index = ch.index, c.mention_norms = ch.mention_norms,
-    c.mention_kinds = ch.mention_kinds
+    c.mention_kinds = ch.mention_kinds, c.heading = ch.heading, c.page = ch.page,
+    c.page_label = ch.page_label
 MERGE (d)-[:HAS_CHUNK]->(c)
 """
 WRITE_MENTIONS = """

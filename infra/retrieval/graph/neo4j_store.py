@@ -12,7 +12,7 @@ from typing import Any
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
-from infra.retrieval.chunking import Chunk
+from infra.retrieval.chunking import Chunk, placed
 from infra.retrieval.entities import Entity, title_norms
 from infra.retrieval.graph.communities import brief_chunk_ids, detect_communities, summarise_all
 from infra.retrieval.graph.model import (
@@ -44,6 +44,15 @@ from infra.retrieval.graph.neo4j_cypher import (
 from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
 
 log = get_logger(__name__)
+
+CHUNK_FIELDS = ("chunk_id", "document_id", "title", "source", "namespace", "text")
+PLACE = "c.heading AS heading, c.page AS page, c.page_label AS page_label"
+"""A chunk's place in its document, as `placed` reads it (null on a chunk written before
+pages existed, or from a text document)."""
+
+
+def _chunk(row: dict[str, Any]) -> RetrievedChunk:
+    return RetrievedChunk(**{k: row.get(k) or "" for k in CHUNK_FIELDS}, **placed(row))
 
 
 class Neo4jGraphStore:
@@ -99,6 +108,9 @@ class Neo4jGraphStore:
                     "text": c.text,
                     "source": c.source,
                     "index": c.index,
+                    "heading": c.heading or None,  # null: the property is not kept
+                    "page": c.page,
+                    "page_label": c.page_label or None,
                     "mention_norms": [e.norm for e in entities],
                     "mention_kinds": [e.kind for e in entities],
                 }
@@ -191,12 +203,10 @@ class Neo4jGraphStore:
         rows = await self._run(
             "UNWIND $ids AS id MATCH (c:Chunk {chunk_id: id}) "
             "RETURN c.chunk_id AS chunk_id, c.document_id AS document_id, c.title AS title, "
-            "c.source AS source, c.namespace AS namespace, c.text AS text",
+            f"c.source AS source, c.namespace AS namespace, c.text AS text, {PLACE}",
             ids=list(chunk_ids),
         )
-        return {
-            row["chunk_id"]: RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows
-        }
+        return {row["chunk_id"]: _chunk(row) for row in rows}
 
     async def documents_about(
         self, namespaces: Sequence[str], norms: Sequence[str]
@@ -208,12 +218,12 @@ class Neo4jGraphStore:
             "WITH position, d, c ORDER BY position, c.index "
             "WITH d, min(position) AS position, collect(c)[0] AS c "
             "RETURN c.chunk_id AS chunk_id, c.document_id AS document_id, c.title AS title, "
-            "c.source AS source, c.namespace AS namespace, c.text AS text "
+            f"c.source AS source, c.namespace AS namespace, c.text AS text, {PLACE} "
             "ORDER BY position, d.key",
             namespaces=list(namespaces),
             norms=list(norms),
         )
-        return [RetrievedChunk(**{k: v or "" for k, v in row.items()}) for row in rows]
+        return [_chunk(row) for row in rows]
 
     async def particular_titles(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[str]:
         rows = await self._run(

@@ -30,7 +30,7 @@ import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
-from infra.retrieval.chunking import Chunk, chunk_id_for
+from infra.retrieval.chunking import Chunk, chunk_id_for, placed
 from infra.retrieval.lexical import SparseVec
 from infra.retrieval.vectors.codec import chunk_vectors
 
@@ -43,7 +43,8 @@ SPARSE = "sparse"
 SENTENCES = "sentences"
 UPSERT_BATCH = 256
 REF_FIELDS = ("chunk_id", "document_id", "title", "source", "namespace")
-"""What a search hit carries: a reference, not the text (see `hydrate`)."""
+"""What a search hit carries: a reference, not the text nor its place in the document (page,
+section): fusion's `hydrate` adds those to the chunks it keeps, so rankings stay small."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ def mismatch(name: str, dim: int | None, idf: bool, want_dim: int, want_idf: boo
 
 
 def to_chunk(hit: Hit | Record, namespace: str, score: float = 0.0) -> RetrievedChunk:
+    """A reference to a stored chunk; its place (`placed`) where the payload read has it
+    (searches read only `REF_FIELDS`: hydration adds the place)."""
     payload = hit.payload
     return RetrievedChunk(
         chunk_id=str(payload.get("chunk_id") or hit.id),
@@ -99,6 +102,7 @@ def to_chunk(hit: Hit | Record, namespace: str, score: float = 0.0) -> Retrieved
         source=str(payload.get("source", "")),
         namespace=str(payload.get("namespace") or namespace),
         score=float(hit.score) if isinstance(hit, Hit) else score,
+        **placed(payload),
     )
 
 
@@ -205,6 +209,11 @@ class VectorStore(ABC):
                 "namespace": namespace,
                 "text": chunk.text,
                 "heading": chunk.heading,
+                **(
+                    {"page": chunk.page, "page_label": chunk.page_label}
+                    if chunk.page is not None
+                    else {}
+                ),
                 "index": chunk.index,
                 "content_hash": content_hash,
                 "chunk_count": chunk_count,
@@ -319,7 +328,8 @@ class VectorStore(ABC):
         return found
 
     def hydrate(self, chunks: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
-        """The chunks with their text and stored vectors, in the same order.
+        """The chunks with their text, stored vectors and place in their document (page,
+        page label, heading path as `section`, where the payload has them), in the same order.
 
         A reference (no text) the store no longer has (deleted since it was found) is dropped.
         A chunk that already carries its vectors, or whose passage is claimed (a previous
@@ -352,6 +362,11 @@ class VectorStore(ABC):
             "source": chunk.source or str(payload.get("source", "")),
             "document_id": chunk.document_id or str(payload.get("document_id", "")),
         }
+        place = placed(payload)
+        if chunk.page is None and "page" in place:
+            update["page"], update["page_label"] = place["page"], place.get("page_label", "")
+        if not chunk.section and "section" in place:
+            update["section"] = place["section"]
         dense = stored.vectors.get(DENSE)
         if dense is not None:
             spans = [(int(a), int(b)) for a, b in payload.get("spans") or []]
