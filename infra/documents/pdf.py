@@ -1,0 +1,183 @@
+"""PDF with pypdfium2 (PDFium, Chrome's PDF engine): each page's text layer, or, for a page
+with (nearly) none that shows an image, its image rendered and read by OCR.
+
+The page count is checked before any page is read. A page is read by OCR when its text
+layer holds fewer than `OCR_BELOW_LETTERS` letters and it draws an image; it is rendered at
+`ParseLimits.ocr_dpi`, less where that would make more than `max_pixels` pixels. The title is
+the PDF's own (its metadata), else the first heading, else the first line, else the stem.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from infra.documents.model import (
+    PDF,
+    Deadline,
+    ParsedDocument,
+    ParseLimits,
+    ParseRefused,
+    display_name,
+)
+from infra.documents.ocr import OcrRunner
+from infra.documents.pdf_layout import Line, body_size, heading_levels, page_blocks, page_lines
+from infra.documents.text import (
+    PagedText,
+    blocks_text,
+    check_length,
+    choose_title,
+    first_heading,
+    first_line,
+)
+
+if TYPE_CHECKING:
+    import pypdfium2
+
+OCR_BELOW_LETTERS = 20
+_ENCRYPT = re.compile(rb"/Encrypt\b")
+_EMPTY_TREE = re.compile(rb"/Count\s+0\b")
+_PAGE = re.compile(rb"/Type\s*/Page\b(?!s)")
+_JUNK_TITLES = ("untitled", "title", "document", "microsoft word - ", "slide 1")
+
+
+def _open(data: bytes, filename: str) -> pypdfium2.PdfDocument:
+    import pypdfium2
+    import pypdfium2.raw as pdfium_c
+
+    name = display_name(filename)
+    try:
+        return pypdfium2.PdfDocument(data)
+    except pypdfium2.PdfiumError as exc:
+        # PDFium's error code is process-wide and not reset: a failure that sets none (a PDF
+        # without pages) reports the previous one's. So the bytes must agree with the code.
+        code = getattr(exc, "err_code", None)
+        encrypted = _ENCRYPT.search(data) is not None
+        if code == pdfium_c.FPDF_ERR_PASSWORD and encrypted:
+            raise ParseRefused(
+                f"{name} is encrypted (password-protected); ragbus cannot read it"
+            ) from exc
+        if code == pdfium_c.FPDF_ERR_SECURITY and encrypted:
+            raise ParseRefused(
+                f"{name} is encrypted with a scheme ragbus cannot read (unsupported security "
+                "handler)"
+            ) from exc
+        if _EMPTY_TREE.search(data) and not _PAGE.search(data) and b"/ObjStm" not in data:
+            raise ParseRefused(f"{name} has no pages") from exc
+        raise ParseRefused(f"{name} is a damaged or truncated PDF; ragbus cannot read it") from exc
+
+
+def page_count(pdf: pypdfium2.PdfDocument, filename: str, limits: ParseLimits) -> int:
+    """The number of pages, refused when zero or over the limit (no page is read)."""
+    name = display_name(filename)
+    pages = len(pdf)
+    if pages <= 0:
+        raise ParseRefused(f"{name} has no pages")
+    if pages > limits.max_pages:
+        raise ParseRefused(
+            f"{name} has {pages:,} pages; at most {limits.max_pages:,} are read (RAGBUS_MAX_PAGES)"
+        )
+    return pages
+
+
+def _has_image(page: pypdfium2.PdfPage) -> bool:
+    import pypdfium2.raw as pdfium_c
+
+    for _ in page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_IMAGE,), max_depth=8):
+        return True
+    return False
+
+
+def _metadata_title(pdf: pypdfium2.PdfDocument) -> str:
+    try:
+        title = str(pdf.get_metadata_value("Title") or "").strip()
+    except Exception:  # a damaged info dictionary is no reason to refuse the file
+        return ""
+    lowered = title.lower()
+    if any(lowered == junk or lowered.startswith(junk) for junk in _JUNK_TITLES):
+        return ""
+    if lowered.endswith((".doc", ".docx", ".pdf", ".tex", ".dvi", ".indd", ".ppt", ".pptx")):
+        return ""
+    return title
+
+
+def _render(page: pypdfium2.PdfPage, limits: ParseLimits) -> tuple[Any, int]:
+    """The page as a grey image at `ocr_dpi` (less for a huge page), and the dpi used."""
+    width, height = page.get_size()
+    dpi = float(limits.ocr_dpi)
+    area = max(width * height, 1.0) / (72.0 * 72.0)  # square inches
+    if area * dpi * dpi > limits.max_pixels:
+        dpi = max(math.sqrt(limits.max_pixels / area), 1.0)
+    bitmap = page.render(scale=dpi / 72.0, grayscale=True)
+    return bitmap.to_pil(), round(dpi)
+
+
+def parse_pdf(
+    data: bytes, filename: str, limits: ParseLimits, deadline: Deadline
+) -> ParsedDocument:
+    name = display_name(filename)
+    pdf = _open(data, filename)
+    ocr: OcrRunner | None = None
+    try:
+        count = page_count(pdf, filename, limits)
+        layers: list[list[Line]] = []
+        scans: dict[int, Future[str]] = {}
+        chars = 0
+        for index in range(count):
+            deadline.check()
+            lines, scan = read_page(pdf, index, limits)
+            layers.append(lines)
+            chars += sum(len(line.text) + 1 for line in lines)
+            check_length(chars, limits, filename)
+            if scan is not None:
+                image, dpi = scan
+                if ocr is None:
+                    ocr = OcrRunner(filename, limits, deadline)
+                scans[index] = ocr.submit(image, index + 1, dpi)
+        body = body_size(layers)
+        levels = heading_levels(layers, body)
+        paged = PagedText(limits, filename)
+        for index, lines in enumerate(layers):
+            blocks = page_blocks(lines, body, levels)
+            if index in scans and ocr is not None:
+                blocks.append(ocr.wait(scans[index]))
+            paged.add(blocks_text(blocks))
+        text, pages = paged.finish()
+        if not text.strip():
+            raise ParseRefused(
+                f"{name} holds no text"
+                + (" that OCR could read" if scans else " (its pages have no text layer)")
+            )
+        title = choose_title(filename, _metadata_title(pdf), first_heading(text), first_line(text))
+        return ParsedDocument(
+            title=title, text=text, pages=pages, media_type=PDF, ocr_pages=len(scans)
+        )
+    finally:
+        if ocr is not None:
+            ocr.close()
+        pdf.close()
+
+
+def read_page(
+    pdf: pypdfium2.PdfDocument, index: int, limits: ParseLimits
+) -> tuple[list[Line], tuple[Any, int] | None]:
+    """One page's text layer as lines; and, where it needs OCR, its image and the dpi."""
+    import pypdfium2
+
+    try:
+        page = pdf[index]
+    except pypdfium2.PdfiumError:
+        return [], None  # a page PDFium cannot load reads as empty
+    try:
+        textpage = page.get_textpage()
+        try:
+            lines = page_lines(textpage, page.get_rotation() % 360)
+        finally:
+            textpage.close()
+        if sum(line.letters for line in lines) >= OCR_BELOW_LETTERS or not _has_image(page):
+            return lines, None
+        return lines, _render(page, limits)
+    finally:
+        page.close()
