@@ -13,6 +13,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
 from contracts.envelope import Envelope
+from contracts.limits import MAX_PAGE_LABEL_CHARS
 from contracts.queries import MAX_QUERY_CHARS, SESSION_ID_PATTERN
 
 SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
@@ -34,6 +35,9 @@ class TurnCitation(BaseModel):
     title: str = Field(default="", max_length=500)
     document_id: str = Field(default="", max_length=512)
     source: str = Field(default="", max_length=1000)
+    page: int | None = Field(default=None, ge=1, description="the cited page (or slide), if any")
+    page_label: str = Field(default="", max_length=MAX_PAGE_LABEL_CHARS, description='"p. 3"')
+    section: str = Field(default="", max_length=500, description="the heading path cited")
     kind: Literal["document", "memory"] = "document"
 
 

@@ -8,6 +8,7 @@ request ends, whichever process dies around the commit.
 from __future__ import annotations
 
 from contracts.enums import RequestStatus
+from contracts.limits import MAX_PAGE_LABEL_CHARS
 from contracts.sessions import (
     MAX_TURN_ANSWER_CHARS,
     MAX_TURN_CITATIONS,
@@ -27,6 +28,9 @@ def finished_turn(state: RequestState) -> SessionTurn:
                 title=c.title[:500],
                 document_id=c.document_id[:512],
                 source=c.source[:1000],
+                page=c.page,
+                page_label=c.page_label[:MAX_PAGE_LABEL_CHARS],
+                section=c.section[:500],
                 kind=c.kind,
             )
             for n, c in sorted(answer.citations.items())

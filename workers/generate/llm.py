@@ -34,6 +34,8 @@ log = get_logger(__name__)
 
 MAX_CONTEXT_CHARS: Final = 2_000
 MAX_TOOL_OUTPUT_CHARS: Final = 8_000
+MAX_SECTION_CHARS: Final = 200
+"""A passage's section (its heading path) as the prompt names it, at most."""
 MAX_MARKER_CHARS: Final = 24
 """A `[` held back longer than this is plain text, not a citation marker."""
 
@@ -53,14 +55,26 @@ _MARKER: Final = re.compile(r"\[(\s*\d+(?:\s*,\s*\d+)*\s*)\]")
 _PARTIAL_MARKER: Final = re.compile(r"\[[\d,\s]*$")
 
 
+def _passage_heading(chunk: RetrievedChunk) -> str:
+    """What the prompt says of a passage before its text: its title, and for a passage of a
+    file's page, how a person names that page and the section: " (report.pdf, p. 3 —
+    Methods)". A passage without a page reads as it always has (its title only)."""
+    label = " ".join(chunk.page_label.split()) or (f"p. {chunk.page}" if chunk.page else "")
+    if not label:
+        return f" ({chunk.title})" if chunk.title else ""
+    place = f"{chunk.title}, {label}" if chunk.title else label
+    section = " ".join(chunk.section.split())[:MAX_SECTION_CHARS]
+    return f" ({place} — {section})" if section else f" ({place})"
+
+
 def _context_block(contexts: Sequence[RetrievedChunk]) -> str:
     if not contexts:
         return "(no passages were found)"
     lines = []
     for number, chunk in enumerate(contexts, start=1):
-        title = f" ({chunk.title})" if chunk.title else ""
+        heading = _passage_heading(chunk)
         text = " ".join(chunk.text.split())[:MAX_CONTEXT_CHARS]
-        lines.append(f"[{number}]{title} {text}")
+        lines.append(f"[{number}]{heading} {text}")
     return "\n\n".join(lines)
 
 
