@@ -45,6 +45,7 @@ _ERROR_CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "too_large",
+    415: "unsupported_media_type",
     422: "validation_error",
     429: "too_many_requests",
     503: "unavailable",

@@ -7,12 +7,34 @@ limits (`infra.tenancy.quotas`), and its jobs answer only to it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import redis.asyncio as aioredis
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
+from fastapi import (
+    APIRouter,
+    Body,
+    Depends,
+    HTTPException,
+    Path,
+    Query,
+    Request,
+    Response,
+    status,
+)
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from nats.js import JetStreamContext
 from sse_starlette import EventSourceResponse
+from starlette.datastructures import Headers, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.types import Message, Receive
 
 from api.auth import Caller, CallerDep, authenticate
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
@@ -28,29 +50,44 @@ from api.idempotency import (
 )
 from api.routes import V1_ERRORS, take_submission, unconfirmed
 from api.schemas import (
+    DOCUMENT_FILES_ENCODING,
+    DOCUMENT_FILES_SCHEMA,
+    MAX_FILES_PER_CALL,
     DocumentEntry,
     DocumentList,
     DocumentsRequest,
     DocumentUpload,
     ErrorResponse,
+    FileBatchPrint,
     IngestAccepted,
     JobView,
     NamespaceCount,
     Namespaces,
+    _namespace,
 )
 from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
-from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, IngestProgress, JobCounts
+from contracts.ingest import (
+    DOCUMENT_ID_PATTERN,
+    MAX_METADATA_CHARS,
+    DocumentIn,
+    FileDocument,
+    IngestProgress,
+    JobCounts,
+)
 from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
 from contracts.tenancy import caller_namespace, store_namespace
+from infra.documents import ParseRefused, sniff
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
+from infra.runtime.files import FileStore
 from infra.runtime.ingest_jobs import open_job, read_job
 from infra.runtime.ingest_producer import (
     DocumentTooLarge,
     JobReceipt,
     check_sizes,
+    document_id_for,
     publish_deletion,
     publish_job,
 )
@@ -190,25 +227,286 @@ async def accept_batch(
     )
 
 
-@router.post(
-    "/documents",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=IngestAccepted,
-    responses={
-        413: {"model": ErrorResponse, "description": "A document exceeds the bus's limit."},
-        429: {
-            "model": ErrorResponse,
-            "description": "Over the tenant's submission rate (with Retry-After), or the batch "
-            "would take its documents, namespaces or bytes over their limits.",
-        },
-    },
-    summary="Queue documents for indexing as one ingest job",
-    description="The batch is accepted whole or refused whole: a document the bus cannot carry "
-    "(larger than the NATS server's max_payload as a message) refuses the batch with 413, "
-    "naming it, before anything is queued.",
-)
+MULTIPART = "multipart/form-data"
+MULTIPART_RECEIVE = "ragbus.multipart_receive"
+"""Where `FilesOrJsonRoute` keeps a multipart request's body (its ASGI `receive`) for the
+endpoint, which reads it once the caller is authenticated."""
+FORM_FIELDS = ("files", "namespace", "metadata")
+MAX_FIELD_BYTES = 4 * MAX_METADATA_CHARS + 1024
+"""A form field's bytes at most: the metadata's characters, four bytes each at worst."""
+MAX_FILENAME_CHARS = 512
+
+
+def is_multipart(headers: Headers) -> bool:
+    content_type = headers.get("content-type", "")
+    return content_type.split(";", 1)[0].strip().lower() == MULTIPART
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+class FilesOrJsonRoute(APIRoute):
+    """`POST /v1/documents` takes JSON (a `DocumentsRequest`, validated by FastAPI) or
+    `multipart/form-data` (files). FastAPI reads a route's body as the one content type it
+    declares, before the dependencies run; so a multipart request reaches the endpoint with an
+    empty body (its `body` None) and its stream set aside, which the endpoint reads only once
+    the caller is authenticated and within its rate (`file_batch`)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            if is_multipart(request.headers):
+                request.scope[MULTIPART_RECEIVE] = request.receive
+                request = Request(request.scope, _no_body)
+            return await handler(request)
+
+        return route
+
+
+class FileOverLimit(Exception):
+    def __init__(self, filename: str, limit: int) -> None:
+        super().__init__(
+            f"{filename} is over {limit:,} bytes, the largest file taken "
+            "(RAGBUS_MAX_FILE_BYTES): nothing of the batch was queued"
+        )
+
+
+class _BoundedMultiPartParser(MultiPartParser):
+    """Starlette's multipart parser, with each file's bytes bounded as they arrive (its own
+    bounds are for the other fields): a file over the limit ends the upload there, rather than
+    after it was spooled to disk whole."""
+
+    def __init__(self, headers: Headers, stream: AsyncIterator[bytes], max_file_bytes: int):
+        super().__init__(
+            headers,
+            stream,  # type: ignore[arg-type]
+            max_files=MAX_FILES_PER_CALL,
+            max_fields=len(FORM_FIELDS) * 2,
+            max_part_size=MAX_FIELD_BYTES,
+        )
+        self._max_file_bytes = max_file_bytes
+        self._file_bytes = 0
+
+    def on_part_begin(self) -> None:
+        super().on_part_begin()
+        self._file_bytes = 0
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        file = self._current_part.file
+        if file is not None:
+            self._file_bytes += end - start
+            if self._file_bytes > self._max_file_bytes:
+                raise FileOverLimit(file.filename or "a file", self._max_file_bytes)
+        super().on_part_data(data, start, end)
+
+
+@dataclass(frozen=True)
+class UploadedFile:
+    """One file of a multipart batch, checked; its bytes stay spooled in `upload`."""
+
+    document_id: str
+    upload: UploadFile
+    filename: str
+    media_type: str
+    """what the bytes are (`infra.documents.sniff`), whatever the name or the part said"""
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class FileBatch:
+    namespace: str
+    metadata: dict[str, Any]
+    files: list[UploadedFile]
+
+    def fingerprint(self) -> str:
+        files = [(f.document_id, f.sha256) for f in self.files]
+        print_ = FileBatchPrint(namespace=self.namespace, metadata=self.metadata, files=files)
+        return fingerprint(print_)
+
+
+def _invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 naming `field` of the form, as FastAPI words one of a JSON body's."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("body", field), "msg": message, "input": None}]
+    )
+
+
+def _one_field(form: Any, name: str) -> str | None:
+    values = form.getlist(name)
+    if len(values) > 1:
+        raise _invalid(name, f"give `{name}` once")
+    if values and not isinstance(values[0], str):
+        raise _invalid(name, f"`{name}` is a form field, not a file")
+    return values[0] if values else None
+
+
+def _form_metadata(raw: str | None) -> dict[str, Any]:
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        metadata = json.loads(raw)
+    except ValueError:
+        raise _invalid("metadata", "not JSON: give a JSON object") from None
+    if not isinstance(metadata, dict):
+        raise _invalid("metadata", "give a JSON object")
+    if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
+        raise _invalid("metadata", f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
+    return metadata
+
+
+async def _checked_file(upload: UploadFile) -> UploadedFile:
+    filename = upload.filename or ""
+    document_id = document_id_for(filename)
+    if document_id is None or len(filename) > MAX_FILENAME_CHARS:
+        raise _invalid(
+            "files",
+            f"the file name {filename[:300]!r} makes no document id: name the file with "
+            "1-256 characters (white space becomes `_`)",
+        )
+    data = await upload.read()
+    if not data:
+        raise _invalid("files", f"{filename} is empty")
+    try:
+        media_type = await asyncio.to_thread(sniff, data, filename)
+    except ParseRefused as exc:
+        reason = str(exc)
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            reason if filename in reason else f"{filename}: {reason}",
+        ) from None
+    await upload.seek(0)
+    return UploadedFile(
+        document_id=document_id,
+        upload=upload,
+        filename=filename,
+        media_type=media_type,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+    )
+
+
+def _one_version_each(files: list[UploadedFile]) -> list[UploadedFile]:
+    """A file sent twice under one document id is sent once; two different files that would
+    be one document are refused, not guessed between (as two versions in a JSON batch are)."""
+    first: dict[str, UploadedFile] = {}
+    for file in files:
+        earlier = first.setdefault(file.document_id, file)
+        if earlier.sha256 != file.sha256:
+            raise _invalid(
+                "files",
+                f"{file.filename} and {earlier.filename} would both be document "
+                f"{file.document_id!r}, with different content: send one of them",
+            )
+    return list(first.values())
+
+
+async def read_file_batch(form: Any) -> FileBatch:
+    """A parsed multipart form as a batch of files, checked whole: 422 naming the field (or
+    the file), 415 naming a file whose kind is not read."""
+    unknown = sorted(set(form.keys()) - set(FORM_FIELDS))
+    if unknown:
+        raise _invalid(unknown[0], f"not a field of this form ({', '.join(FORM_FIELDS)})")
+    namespace = _one_field(form, "namespace") or "default"
+    try:
+        _namespace(namespace)
+    except ValueError as exc:
+        raise _invalid("namespace", str(exc)) from None
+    metadata = _form_metadata(_one_field(form, "metadata"))
+    parts = form.getlist("files")
+    if not parts:
+        raise _invalid("files", "no file: send each as a `files` part with its file name")
+    if not all(isinstance(part, UploadFile) for part in parts):
+        raise _invalid("files", "every `files` part must be a file, sent with its file name")
+    files = _one_version_each([await _checked_file(part) for part in parts])
+    return FileBatch(namespace=namespace, metadata=metadata, files=files)
+
+
+@asynccontextmanager
+async def file_batch(request: Request, max_file_bytes: int) -> AsyncIterator[FileBatch]:
+    """The multipart body of `request`, read and checked whole (`read_file_batch`); its files
+    stay spooled (in memory, or on disk past 1 MB) until the block ends. A file over
+    `max_file_bytes` ends the reading with a 413 naming it."""
+    receive: Receive = request.scope.get(MULTIPART_RECEIVE, request.receive)
+    source = Request(request.scope, receive)
+    try:
+        async with aclosing(source.stream()) as stream:
+            form = await _BoundedMultiPartParser(source.headers, stream, max_file_bytes).parse()
+    except FileOverLimit as exc:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
+    except MultiPartException as exc:
+        if exc.message.startswith("Too many files"):
+            raise _invalid("files", f"at most {MAX_FILES_PER_CALL} files a call") from None
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST, f"the multipart body could not be read: {exc.message}"
+        ) from None
+    try:
+        yield await read_file_batch(form)
+    finally:
+        await form.close()
+
+
+async def accept_files(
+    caller: Caller,
+    batch: FileBatch,
+    *,
+    bus: Bus,
+    redis: aioredis.Redis,
+    files: FileStore,
+    settings: Settings,
+    quotas: Quotas,
+    idempotency: Idempotency,
+    idempotency_key: str | None,
+) -> tuple[IngestAccepted, bool]:
+    """A batch of the caller's files, charged (each file's bytes against the tenant's limit)
+    and queued as one job: each file put into the object store under the caller's namespace,
+    then a message per file for the parse workers."""
+    space = store_namespace(caller.tenant, batch.namespace)
+    sizes = [DocumentSize(space, f.document_id, f.size) for f in batch.files]
+    try:
+        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
+    except QuotaExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
+        ) from exc
+
+    async def publish(job_id: str) -> JobReceipt:
+        documents = []
+        for upload in batch.files:
+            await upload.upload.seek(0)
+            data = await upload.upload.read()
+            ref = await files.put(
+                space, upload.document_id, data, upload.filename, upload.media_type
+            )
+            documents.append(
+                FileDocument(
+                    id=upload.document_id, metadata=batch.metadata, namespace=space, file=ref
+                )
+            )
+        return await publish_job(bus, documents, job_id=job_id)
+
+    idempotent = None
+    if idempotency_key is not None:
+        idempotent = (idempotency, idempotency_key, batch.fingerprint())
+    return await _start_job(caller, redis, settings, publish, idempotent)
+
+
+async def get_files(request: Request, js: JetStreamDep, settings: SettingsDep) -> FileStore:
+    """The object store of the uploaded files, on the API's JetStream connection."""
+    held: tuple[JetStreamContext, FileStore] | None = getattr(request.app.state, "files", None)
+    if held is None or held[0] is not js:
+        held = (js, FileStore(js, settings, settings.publish_retry_s))
+        request.app.state.files = held
+    return held[1]
+
+
+FilesDep = Annotated[FileStore, Depends(get_files)]
+
+
 async def ingest_documents(
-    body: DocumentsRequest,
     request: Request,
     response: Response,
     caller: CallerDep,
@@ -218,20 +516,137 @@ async def ingest_documents(
     settings: SettingsDep,
     quotas: QuotasDep,
     idempotency: IdempotencyDep,
+    files: FilesDep,
     idempotency_key: IdempotencyKey = None,
+    body: Annotated[DocumentsRequest, Body()] = None,  # type: ignore[assignment]
 ) -> IngestAccepted:
-    started = await accept_batch(
-        caller,
-        body,
-        bus=bus,
-        redis=redis,
-        max_payload=nc.max_payload,
-        settings=settings,
-        quotas=quotas,
-        idempotency=idempotency,
-        idempotency_key=idempotency_key,
-    )
+    if body is not None:
+        started = await accept_batch(
+            caller,
+            body,
+            bus=bus,
+            redis=redis,
+            max_payload=nc.max_payload,
+            settings=settings,
+            quotas=quotas,
+            idempotency=idempotency,
+            idempotency_key=idempotency_key,
+        )
+        return _answer(response, started)
+    if MULTIPART_RECEIVE not in request.scope:
+        raise RequestValidationError(
+            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+        )
+    await take_submission(quotas, caller)
+    async with file_batch(request, settings.max_file_bytes) as batch:
+        started = await accept_files(
+            caller,
+            batch,
+            bus=bus,
+            redis=redis,
+            files=files,
+            settings=settings,
+            quotas=quotas,
+            idempotency=idempotency,
+            idempotency_key=idempotency_key,
+        )
     return _answer(response, started)
+
+
+router.add_api_route(
+    "/documents",
+    ingest_documents,
+    methods=["POST"],
+    route_class_override=FilesOrJsonRoute,
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestAccepted,
+    responses={
+        400: {"model": ErrorResponse, "description": "A multipart body that cannot be read."},
+        413: {
+            "model": ErrorResponse,
+            "description": "A document exceeds the bus's limit, or a file RAGBUS_MAX_FILE_BYTES.",
+        },
+        415: {"model": ErrorResponse, "description": "A file of a kind not read."},
+        429: {
+            "model": ErrorResponse,
+            "description": "Over the tenant's submission rate (with Retry-After), or the batch "
+            "would take its documents, namespaces or bytes over their limits.",
+        },
+    },
+    summary="Queue documents, or files to parse, for indexing as one ingest job",
+    description="Two kinds of body. JSON: documents as text. `multipart/form-data`: files "
+    "(PDF with a text layer or scanned, Word .docx, PowerPoint .pptx, HTML, PNG/JPEG/TIFF "
+    "scans, Markdown, text), parsed on the bus by the parse workers, each file's original kept "
+    "(`GET /v1/documents/{document_id}`); a file's document id is its file name (white space "
+    "made `_`), its title the one the file gives, and its page count is in the job's `parsed` "
+    "progress events. Either batch is accepted whole or refused whole, before anything is "
+    "queued: a document the bus cannot carry (larger than the NATS server's max_payload as a "
+    "message) or a file over RAGBUS_MAX_FILE_BYTES with 413, a file of a kind not read with "
+    "415, naming it. A file that turns out damaged, encrypted or unreadable when parsed is "
+    "counted failed in the job, with the reason in its errors and events.",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                MULTIPART: {"schema": DOCUMENT_FILES_SCHEMA, "encoding": DOCUMENT_FILES_ENCODING}
+            },
+        }
+    },
+)
+
+
+def attachment(filename: str) -> str:
+    """`Content-Disposition` for a download named `filename`: an ASCII fallback, and the name
+    itself (RFC 6266, RFC 5987) for clients that read it."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1] or "document"
+    fallback = "".join(c if " " <= c < "\x7f" and c not in '"\\' else "_" for c in name)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+BINARY = {"type": "string", "format": "binary"}
+DocumentIdPath = Annotated[str, Path(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)]
+
+
+@router.get(
+    "/documents/{document_id}",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The file as it was uploaded, as an attachment named as it was.",
+            "content": {"application/octet-stream": {"schema": BINARY}},
+        },
+        404: {
+            "model": ErrorResponse,
+            "description": "No such document of the caller's with a file (one sent as text "
+            "has none).",
+        },
+    },
+    summary="A document's original file, as it was uploaded",
+)
+async def get_original(
+    document_id: DocumentIdPath,
+    caller: CallerDep,
+    files: FilesDep,
+    namespace: NamespaceQuery = "default",
+) -> Response:
+    space = store_namespace(caller.tenant, namespace)
+    original = await files.read_original(space, document_id)
+    if original is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"document {document_id!r} in namespace {namespace!r} has no original file: it was "
+            "sent as text, deleted, or never uploaded",
+        )
+    return Response(
+        original.data,
+        media_type=original.media_type,
+        headers={
+            "Content-Disposition": attachment(original.filename),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox",
+            "ETag": f'"{original.sha256}"',
+        },
+    )
 
 
 @router.delete(
@@ -241,7 +656,7 @@ async def ingest_documents(
     summary="Remove a document's chunks, vectors and graph facts everywhere",
 )
 async def delete_document(
-    document_id: Annotated[str, Path(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)],
+    document_id: DocumentIdPath,
     request: Request,
     response: Response,
     caller: CallerDep,
@@ -249,8 +664,11 @@ async def delete_document(
     redis: RedisDep,
     settings: SettingsDep,
     quotas: QuotasDep,
+    files: FilesDep,
     namespace: NamespaceQuery = "default",
 ) -> IngestAccepted:
+    """The deletion is a job for the ingest workers; the document's original file, if it has
+    one, is deleted here once the job is accepted."""
     space = store_namespace(caller.tenant, namespace)
     accepted = _answer(
         response,
@@ -262,6 +680,12 @@ async def delete_document(
         ),
     )
     await quotas.release_document(caller.tenant, space, document_id)
+    try:
+        await files.delete(space, document_id)
+    except Exception as exc:  # the job is queued; the file stays until the next deletion
+        log.warning(
+            "original_not_deleted", namespace=space, document_id=document_id, error=repr(exc)
+        )
     return accepted
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from contracts.enums import Intent, RequestStatus
 from contracts.events import AnswerData, ErrorData
-from contracts.ingest import DocumentIn, JobCounts
+from contracts.ingest import MAX_METADATA_CHARS, DocumentIn, JobCounts
 from contracts.queries import (
     MAX_CALLER_NAMESPACE_CHARS,
     MAX_QUERY_CHARS,
@@ -172,9 +173,12 @@ class DocumentList(BaseModel):
 
 
 class DocumentUpload(DocumentIn):
-    """A document as a caller sends it: in one of the caller's namespaces."""
+    """A document as a caller sends it: in one of the caller's namespaces. Its text is the
+    document; a file is sent as a file (`multipart/form-data`), so `file`, the reference to a
+    stored original that only the parse workers set, is not the caller's to give."""
 
     namespace: Namespace = "default"
+    file: SkipJsonSchema[None] = None
 
 
 class DocumentsRequest(BaseModel):
@@ -196,6 +200,52 @@ class DocumentsRequest(BaseModel):
                 )
             first.setdefault(key, n)
         return documents
+
+
+MAX_FILES_PER_CALL = 100
+"""Files one multipart `POST /v1/documents` may carry."""
+
+DOCUMENT_FILES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["files"],
+    "additionalProperties": False,
+    "properties": {
+        "files": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_FILES_PER_CALL,
+            "items": {"type": "string", "format": "binary"},
+            "description": "The files, one part each (PDF, Word .docx, PowerPoint .pptx, HTML, "
+            "PNG/JPEG/TIFF scans, Markdown, text), each at most RAGBUS_MAX_FILE_BYTES. A "
+            "file's document id is its file name, white space made `_` and folders `__`; its "
+            "title is the one the file gives.",
+        },
+        "namespace": {
+            "type": "string",
+            "default": "default",
+            "pattern": NAMESPACE_PATTERN,
+            "maxLength": MAX_CALLER_NAMESPACE_CHARS,
+            "description": "Where every file of the batch is indexed.",
+        },
+        "metadata": {
+            "type": "object",
+            "description": "A JSON object every file's document carries (with `source`, the "
+            f"file name, and `media_type` added); up to {MAX_METADATA_CHARS:,} characters.",
+        },
+    },
+}
+"""`POST /v1/documents` as `multipart/form-data`, as the OpenAPI document describes it."""
+DOCUMENT_FILES_ENCODING: dict[str, Any] = {"metadata": {"contentType": "application/json"}}
+"""The form's `metadata` part is JSON."""
+
+
+class FileBatchPrint(BaseModel):
+    """What a multipart batch's `Idempotency-Key` stands for: the same files (by content) in
+    the same namespace with the same metadata."""
+
+    namespace: str
+    metadata: dict[str, Any]
+    files: list[tuple[str, str]] = Field(description="(document id, sha256) of each file")
 
 
 class IngestAccepted(BaseModel):

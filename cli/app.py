@@ -18,6 +18,7 @@ import typer
 from cli import (
     ask,
     bench,
+    bench_documents,
     bench_encoder,
     bench_scale,
     chaos,
@@ -48,6 +49,7 @@ specs.register(app)  # openapi, asyncapi, tables
 bench.register(app)  # bench, bench-bus, bench-ingest
 bench_scale.register(app)  # bench-scale, bench-scaleout
 bench_encoder.register(app)  # bench-encoder
+bench_documents.register(app)  # bench-documents
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,9 @@ def register(app: typer.Typer) -> None:
 
 
 def ingest(
-    path: Annotated[Path, typer.Argument(exists=True, help="A file or a directory of documents.")],
+    path: Annotated[
+        Path, typer.Argument(exists=True, help="A file or a directory (tree) of documents.")
+    ],
     namespace: Annotated[
         str | None, typer.Option(help="Put every document here.", callback=store_namespace)
     ] = None,
@@ -33,28 +36,40 @@ def ingest(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for completion.")] = 600.0,
     verbose: Verbose = False,
 ) -> None:
-    """Publish documents as an ingest job and follow it until it completes. It reads .md,
-    .markdown and .txt files, folders of them, and BEIR corpus .jsonl files; an ingest worker
-    (`ragbus up`, or `ragbus worker ingest`) must be running."""
+    """Publish documents as an ingest job and follow it until it completes. It reads PDF
+    (with a text layer, or scanned), Word (.docx), PowerPoint (.pptx), HTML, PNG/JPEG/TIFF
+    scans, Markdown and text files, folder trees of them, and BEIR corpus .jsonl files. An
+    ingest worker must be running (`ragbus up`, or `ragbus worker ingest`), and for files
+    other than Markdown and text a parse worker (`ragbus worker parse`), which parses each
+    file on the bus: the files are uploaded to NATS's object store first."""
     from cli.ingest_job import describe, ingest_and_follow
     from contracts.envelope import new_request_id
     from infra.runtime.ingest_producer import (
         KINDS_READ,
         DocumentTooLarge,
+        FileTooLarge,
+        LocalFile,
         NotDocuments,
-        load_documents,
+        load_sources,
     )
 
     settings = Settings()
     interactive_logging(settings, verbose)
     try:
-        documents = list(load_documents(path))
+        sources = list(load_sources(path))
     except NotDocuments as exc:
         raise Failure(str(exc)) from exc
     if namespace:
-        documents = [doc.model_copy(update={"namespace": namespace}) for doc in documents]
-    if not documents:
+        sources = [
+            replace(s, namespace=namespace)
+            if isinstance(s, LocalFile)
+            else s.model_copy(update={"namespace": namespace})
+            for s in sources
+        ]
+    if not sources:
         raise Failure(f"no documents in {path}: ragbus reads {KINDS_READ} (empty files skipped)")
+    files = [s for s in sources if isinstance(s, LocalFile)]
+    documents = [s for s in sources if not isinstance(s, LocalFile)]
     job = job_id or new_request_id()  # known here, so that Ctrl-C can name it
     sent = [0]
 
@@ -71,12 +86,13 @@ def ingest(
                 timeout_s=timeout,
                 require_worker=True,
                 published=count,
+                files=files,
             )
         )
-    except DocumentTooLarge as exc:
+    except (DocumentTooLarge, FileTooLarge) as exc:
         raise Failure(f"nothing was published: {exc}") from exc
     except KeyboardInterrupt:
-        raise Failure(_interrupted(job, sent[0], len(documents), path), INTERRUPTED) from None
+        raise Failure(_interrupted(job, sent[0], len(sources), path), INTERRUPTED) from None
     if final is None or final.get("status") != "completed":
         errors.print(f"ingest did not complete: {final or 'no progress events'}")
         raise typer.Exit(1)

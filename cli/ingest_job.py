@@ -1,10 +1,11 @@
 """Publishing an ingest job over the bus and following its progress (`ragbus ingest`, `demo`).
 
-The CLI is only a producer: it publishes documents and reads the job's progress
-events; the ingest workers do the chunking, embedding and indexing. So before it publishes
-it makes sure, within seconds, that NATS answers (`reach_nats`) and, for `ragbus ingest`,
-that an ingest worker is there to take the job (`ingest_workers`): published to nobody, a
-job would wait its whole timeout for nothing.
+The CLI is only a producer: it uploads files to the object store, publishes documents and
+files, and reads the job's progress events; the parse workers make the files into documents,
+the ingest workers do the chunking, embedding and indexing. So before it publishes it makes
+sure, within seconds, that NATS answers (`reach_nats`) and, for `ragbus ingest`, that an
+ingest worker (and, for a job with files, a parse worker) is there to take the job
+(`workers_serving`): published to nobody, a job would wait its whole timeout for nothing.
 """
 
 from __future__ import annotations
@@ -22,10 +23,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from api.event_stream import ingest_events
 from cli.common import Failure
-from contracts import subjects as sj
-from contracts.ingest import DocumentIn
-from infra.runtime.bus import INGEST_WORKER, Bus, create_broker, declare_streams
-from infra.runtime.ingest_producer import JobReceipt, check_sizes, publish_job
+from contracts.ingest import DocumentIn, FileDocument
+from infra.runtime.bus import (
+    INGEST_WORKER,
+    PARSE_WORKER,
+    Bus,
+    ConsumerSpec,
+    create_broker,
+    declare_streams,
+)
+from infra.runtime.files import FileStore
+from infra.runtime.ingest_producer import (
+    JobItem,
+    JobReceipt,
+    LocalFile,
+    check_file_sizes,
+    check_sizes,
+    publish_job,
+    upload_file,
+)
 from infra.settings import Settings
 
 PROBE_CONNECT_S = 2.0
@@ -54,9 +70,9 @@ async def reach_nats(settings: Settings, name: str) -> NATS:
     )
 
 
-async def _announced_ingest_workers(settings: Settings) -> int | None:
-    """Processes whose readiness beacon announces the `ingest` role now
-    (`infra.runtime.readiness`); None when Redis cannot be read from here."""
+async def _announced(settings: Settings, role: str) -> int | None:
+    """Processes whose readiness beacon announces `role` now (`infra.runtime.readiness`);
+    None when Redis cannot be read from here."""
     from redis.exceptions import RedisError
 
     from infra.runtime.readiness import ready_processes
@@ -69,38 +85,82 @@ async def _announced_ingest_workers(settings: Settings) -> int | None:
             )
             client = connect_redis(url)
             try:
-                return (await ready_processes(client, ["ingest"]))["ingest"]
+                return (await ready_processes(client, [role]))[role]
             finally:
                 await client.aclose()
     except (RedisError, OSError, TimeoutError):
         return None
 
 
-async def ingest_workers(settings: Settings, js: JetStreamContext) -> int:
-    """How many ingest workers are there to take a job: those announcing the `ingest` role in
-    Redis; where Redis cannot be read from here, the ingest workers' durable consumer on the
-    ingest stream, taken as served when a worker waits on it or holds messages of it."""
-    announced = await _announced_ingest_workers(settings)
+async def workers_serving(
+    settings: Settings, js: JetStreamContext, role: str, consumer: ConsumerSpec
+) -> int:
+    """How many workers of `role` are there to take a job: those announcing the role in
+    Redis; where Redis cannot be read from here, the role's durable consumer on the ingest
+    stream, taken as served when a worker waits on it or holds messages of it."""
+    announced = await _announced(settings, role)
     if announced is not None:
         return announced
     try:
-        info = await js.consumer_info(sj.STREAM_INGEST, INGEST_WORKER.durable)
+        info = await js.consumer_info(consumer.stream, consumer.durable)
     except nats.js.errors.NotFoundError:
         return 0
     return max(info.num_waiting or 0, 1 if info.num_ack_pending else 0)
 
 
-async def check_ingest_worker(settings: Settings, js: JetStreamContext) -> None:
-    """`Failure` when no ingest worker would take a job published now."""
-    if await ingest_workers(settings, js):
-        return
+async def ingest_workers(settings: Settings, js: JetStreamContext) -> int:
+    """How many ingest workers are there to take a job (`workers_serving`)."""
+    return await workers_serving(settings, js, "ingest", INGEST_WORKER)
+
+
+async def check_ingest_worker(settings: Settings, js: JetStreamContext, files: int = 0) -> None:
+    """`Failure` when no ingest worker would take a job published now, or, for a job with
+    `files`, no parse worker."""
     from infra.runtime.services import redacted
 
-    raise Failure(
-        f"no ingest worker is running for {redacted(settings.nats_url)}: nothing was "
-        "published; start `ragbus up` (or `ragbus worker ingest`) with the same RAGBUS_NATS_URL "
-        "and RAGBUS_REDIS_URL, then ingest again"
+    if not await ingest_workers(settings, js):
+        raise Failure(
+            f"no ingest worker is running for {redacted(settings.nats_url)}: nothing was "
+            "published; start `ragbus up` (or `ragbus worker ingest`) with the same "
+            "RAGBUS_NATS_URL and RAGBUS_REDIS_URL, then ingest again"
+        )
+    if files and not await workers_serving(settings, js, "parse", PARSE_WORKER):
+        raise Failure(
+            f"no parse worker is running for {redacted(settings.nats_url)}, and {files} of the "
+            "files need one: nothing was published; start `ragbus up` (or `ragbus worker "
+            "parse`) with the same RAGBUS_NATS_URL and RAGBUS_REDIS_URL, then ingest again"
+        )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+async def upload_files(
+    store: FileStore, files: Sequence[LocalFile], console: Console
+) -> list[FileDocument]:
+    """Put each file into the object store, with a progress bar of the bytes sent."""
+    total = sum(file.size for file in files)
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[sent]}"),
+        TimeElapsedColumn(),
     )
+    uploaded: list[FileDocument] = []
+    sent = 0
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("uploading", total=len(files), sent=f"0 of {_size(total)}")
+        for file in files:
+            uploaded.append(await upload_file(store, file))
+            sent += file.size
+            progress.update(bar, advance=1, sent=f"{_size(sent)} of {_size(total)}")
+    return uploaded
 
 
 async def ingest_and_follow(
@@ -112,14 +172,21 @@ async def ingest_and_follow(
     timeout_s: float = 600.0,
     require_worker: bool = False,
     published: Callable[[int], None] | None = None,
+    files: Sequence[LocalFile] = (),
 ) -> tuple[JobReceipt, dict[str, Any] | None]:
-    """Publish the job, then show a progress bar until it is `completed` or `failed`.
+    """Upload the `files` (to the object store), publish the job (the files for the parse
+    workers, the documents for the ingest workers), then show a progress bar until it is
+    `completed` or `failed`.
 
     Fails within seconds where no NATS server answers (`NoServersError`) and, with
-    `require_worker`, where no ingest worker is running (`Failure`), before anything is
-    published. `published` gets the running count of documents sent.
-    Returns the receipt and the last progress data seen (None if nothing came in time).
+    `require_worker`, where no ingest worker (or, with files, no parse worker) is running
+    (`Failure`), before anything is uploaded or published; a file over
+    `RAGBUS_MAX_FILE_BYTES` (`FileTooLarge`) or a document over the server's message limit
+    (`DocumentTooLarge`) refuses the job whole. `published` gets the running count of
+    documents and files sent. Returns the receipt and the last progress data seen (None if
+    nothing came in time).
     """
+    check_file_sizes(files, settings.max_file_bytes)
     probe = await reach_nats(settings, "ragbus-ingest-check")
     try:
         js = probe.jetstream()
@@ -127,7 +194,7 @@ async def ingest_and_follow(
         await declare_streams(js, settings)
         check_sizes(documents, probe.max_payload)  # the whole job, before any of it is sent
         if require_worker:
-            await check_ingest_worker(settings, js)
+            await check_ingest_worker(settings, js, files=len(files))
     finally:
         await probe.close()
     broker = create_broker(settings, name="ragbus-ingest")
@@ -139,9 +206,15 @@ async def ingest_and_follow(
     )
     try:
         js = nc.jetstream()
-        receipt = await publish_job(Bus(broker), list(documents), job_id=job_id, progress=published)
+        stored: list[FileDocument] = []
+        if files:
+            store = FileStore(js, settings, settings.publish_retry_s)
+            stored = await upload_files(store, files, console)
+        job: list[JobItem] = [*stored, *documents]
+        receipt = await publish_job(Bus(broker), job, job_id=job_id, progress=published)
         console.print(
             f"job [bold]{receipt.job_id}[/bold]: {receipt.accepted} documents published"
+            + (f" ({len(stored)} files to parse)" if stored else "")
             + (f", {receipt.duplicates} duplicates dropped" if receipt.duplicates else "")
         )
         last: dict[str, Any] | None = None
@@ -150,14 +223,20 @@ async def ingest_and_follow(
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[chunks]} chunks"),
+            *([TextColumn("{task.fields[parsed]} files parsed")] if stored else []),
             TimeElapsedColumn(),
         )
+        parsed = 0
         with Progress(*columns, console=console, transient=False) as progress:
-            bar = progress.add_task("indexing", total=receipt.accepted or None, chunks=0)
+            bar = progress.add_task("indexing", total=receipt.accepted or None, chunks=0, parsed=0)
             try:
                 async with asyncio.timeout(timeout_s):
                     async for _, event in ingest_events(js, receipt.job_id):
-                        last = event.get("data") or {}
+                        data = event.get("data") or {}
+                        if data.get("stage") == "parsed":
+                            parsed += 1
+                            progress.update(bar, parsed=parsed)
+                        last = data
                         total = last.get("expected") or receipt.accepted
                         handled = sum(
                             int(last.get(key) or 0)

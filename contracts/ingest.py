@@ -160,6 +160,18 @@ class IngestFile(Envelope):
     document: FileDocument
 
 
+class IngestRefused(Envelope):
+    """A file of a job that made no document (the parse worker refused it: damaged, encrypted,
+    too long, no text …), on `rag.ingest.docs.<job>` with the file message's `event_id`: the
+    ingest workers count it failed with the reason, as they count every document of a job, so
+    whoever counts a job's last document also finishes the job."""
+
+    type: Literal["ingest.refused"] = "ingest.refused"
+    namespace: str = Field(default="default", pattern=STORE_NAMESPACE_PATTERN)
+    document_id: str = Field(min_length=1, max_length=256, pattern=DOCUMENT_ID_PATTERN)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
 class IngestDeletion(Envelope):
     """Remove a document's chunks, vectors and graph facts everywhere. `request_id` is the job."""
 
@@ -177,7 +189,8 @@ class IngestJobSealed(Envelope):
 
 
 IngestMessage = Annotated[
-    IngestDocument | IngestDeletion | IngestJobSealed, Field(discriminator="type")
+    IngestDocument | IngestRefused | IngestDeletion | IngestJobSealed,
+    Field(discriminator="type"),
 ]
 ingest_message_adapter: TypeAdapter[IngestMessage] = TypeAdapter(IngestMessage)
 

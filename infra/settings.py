@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts.ingest import MAX_FILE_BYTES, MAX_PAGES
+
 STEP_TIMEOUTS = (
     "classify_timeout_s",
     "search_timeout_s",
@@ -396,6 +398,39 @@ class Settings(BaseSettings):
         None,
         description="Local NLI cross-encoder (transformers sequence classification with an "
         "entailment label); set = the critic scores support by entailment.",
+    )
+
+    # Files and parsing
+    max_file_bytes: int = Field(
+        100 * 1024 * 1024,
+        ge=1,
+        le=MAX_FILE_BYTES,
+        description="The largest file an upload (`POST /v1/documents` as multipart, `ragbus "
+        "ingest`) may carry; a batch with a larger one is refused whole (413).",
+    )
+    parse_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Wall-clock limit of parsing one file (OCR included); a parser that runs "
+        "longer is killed and the file dead-lettered.",
+    )
+    parse_memory_mb: int = Field(
+        1536,
+        ge=64,
+        description="Address space a parser process may use (RLIMIT_AS); one that needs more "
+        "is killed and its file dead-lettered.",
+    )
+    max_pages: int = Field(
+        2000,
+        ge=1,
+        le=MAX_PAGES,
+        description="Pages (or slides, or images) a file may have; one with more is refused.",
+    )
+    ocr_dpi: int = Field(
+        200,
+        ge=50,
+        le=600,
+        description="Resolution scanned pages are rendered at for OCR.",
     )
 
     # Generation (LLM) and tools

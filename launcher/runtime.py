@@ -77,7 +77,10 @@ WORKER_KINDS: tuple[str, ...] = (
     "tool",
     "ingest",
     "memory",
+    "parse",
 )
+"""`parse` makes uploaded files into documents for `ingest`; it owns no store (it is not in
+`STORE_OWNERS`), and `ragbus up` runs it in its worker child, off the API's process."""
 
 
 STORE_READERS = frozenset({"search", "fuse", "tool"})

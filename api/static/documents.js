@@ -1,13 +1,17 @@
-// Documents: upload files (drop or picker) or pasted text into a namespace as an ingest job,
-// follow each job's progress live, list a namespace's documents and delete them.
+// Documents: upload files (drop or picker: PDF, Word, PowerPoint, HTML, images, Markdown,
+// text) or pasted text into a namespace as an ingest job, follow each file from its upload's
+// bytes through its parse to its index, list a namespace's documents and delete them.
 
 import * as api from "./api.js";
 import { $, clear, el, fmtBytes } from "./dom.js";
 import { Follower } from "./stream.js";
 
 const NAMESPACE = /^[a-z0-9](?:[a-z0-9-]|_[a-z0-9-])*_?$/;
-const MAX_FILE_BYTES = 2_000_000;
-const TEXT_FILE = /\.(md|markdown|txt|text)$/i;
+/** The kinds of file the parse workers read, by name (the API checks the bytes too). */
+export const SUPPORTED_SUFFIXES = [".pdf", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".docx", ".pptx", ".html", ".htm", ".md", ".markdown", ".txt"];
+const SUPPORTED_KINDS = "PDF, Word (.docx), PowerPoint (.pptx), HTML, images (PNG, JPEG, TIFF), Markdown or text";
+const MAX_FILES_PER_CALL = 100; // the API's bound on one multipart request
+const MAX_ID_CHARS = 256;
 
 export class Documents {
   constructor({ report, notify }) {
@@ -15,6 +19,7 @@ export class Documents {
     this.notify = notify; // (message) => a transient status message
     this.namespaceInput = $("#doc-namespace");
     this.jobsEl = $("#jobs");
+    this.uploadsEl = $("#uploads");
     this.listEl = $("#doclist");
     this.spacesEl = $("#namespace-list");
     this.followers = new Set();
@@ -25,15 +30,31 @@ export class Documents {
       upload.value = "";
       this.uploadFiles(files);
     });
+    // the drop state: dragenter/dragleave also fire over the zone's children, so count them
     const drop = $("#drop");
+    let depth = 0;
+    const over = (on) => {
+      if (on) drop.dataset.over = "true";
+      else delete drop.dataset.over;
+    };
+    drop.addEventListener("dragenter", (event) => {
+      event.preventDefault();
+      depth += 1;
+      over(true);
+    });
     drop.addEventListener("dragover", (event) => {
       event.preventDefault();
-      drop.dataset.over = "true";
+      if (event.dataTransfer) event.dataTransfer.dropEffect = "copy";
+      over(true);
     });
-    drop.addEventListener("dragleave", () => delete drop.dataset.over);
+    drop.addEventListener("dragleave", () => {
+      depth = Math.max(0, depth - 1);
+      if (!depth) over(false);
+    });
     drop.addEventListener("drop", (event) => {
       event.preventDefault();
-      delete drop.dataset.over;
+      depth = 0;
+      over(false);
       this.uploadFiles([...(event.dataTransfer?.files || [])]);
     });
     $("#paste-form").addEventListener("submit", (event) => {
@@ -54,28 +75,56 @@ export class Documents {
     return value;
   }
 
+  /**
+   * Files as documents: one row each. A file the API would refuse (a kind not read, empty, a
+   * name that makes no id or the id of another file here) is refused in the page, with the
+   * reason, before anything is sent: the API takes a batch whole or refuses it whole. The
+   * rest go up as `multipart/form-data`, one request (one ingest job) per 100 files.
+   */
   async uploadFiles(files) {
     if (!files.length) return;
     const namespace = this.namespace();
     if (!namespace) return;
-    const documents = [];
-    for (const file of files) {
-      if (!TEXT_FILE.test(file.name) && !(file.type || "").startsWith("text/")) {
-        this.report(new api.ApiError(0, "unsupported_file", `${file.name}: only Markdown or text files can be uploaded`));
+    const taken = new Map(); // document id -> the file name that has it
+    const rows = files.map((file) => new FileRow(file));
+    this.uploadsEl.prepend(...rows.map((row) => row.el)); // the newest drop first, in its order
+    const sending = [];
+    for (const row of rows) {
+      const { file } = row;
+      const refusal = refusalOf(file, taken);
+      if (refusal) {
+        row.refuse(refusal);
         continue;
       }
-      if (file.size > MAX_FILE_BYTES) {
-        this.report(new api.ApiError(0, "too_large", `${file.name}: ${fmtBytes(file.size)} is over the 2 MB a document may hold`));
-        continue;
-      }
-      const text = await file.text();
-      if (!text.trim()) {
-        this.report(new api.ApiError(0, "empty_file", `${file.name} is empty`));
-        continue;
-      }
-      documents.push({ id: documentId(file.name), title: titleOf(text, file.name), text, namespace });
+      taken.set(row.documentId, file.name);
+      sending.push(row);
     }
-    if (documents.length) await this.#send(documents, `${documents.length} file${documents.length > 1 ? "s" : ""}`);
+    for (let i = 0; i < sending.length; i += MAX_FILES_PER_CALL) {
+      await this.#sendFiles(sending.slice(i, i + MAX_FILES_PER_CALL), namespace);
+    }
+  }
+
+  async #sendFiles(rows, namespace) {
+    let accepted;
+    try {
+      accepted = await uploadForm(rows, namespace);
+    } catch (error) {
+      for (const row of rows) row.fail(`not uploaded: ${error instanceof api.ApiError ? error.describe() : error}`);
+      this.report(error);
+      if (error.status === 401) api.get("/v1/whoami").catch(() => {}); // the page asks for a token
+      return;
+    }
+    for (const row of rows) row.queued(accepted.job_id);
+    const byId = new Map(rows.map((row) => [row.documentId, row]));
+    const label = rows.length === 1 ? rows[0].file.name : `${rows.length} files`;
+    this.follow(accepted, `Upload of ${label} to ${namespace}`, rows.length, {
+      onProgress: (d) => byId.get(d.document_id)?.progress(d),
+      onEnd: (job) => {
+        const errors = job?.errors || {};
+        for (const row of rows) row.settle(job?.status, errors[row.documentId]);
+      },
+    });
+    this.refresh();
   }
 
   async uploadPasted() {
@@ -109,8 +158,12 @@ export class Documents {
     }
   }
 
-  /** A job's row with its <progress>, fed by the job's SSE stream until it ends. */
-  follow(accepted, label, expected) {
+  /**
+   * A job's row with its <progress>, fed by the job's SSE stream until it ends. `hooks`:
+   * onProgress(data) for each progress event, onEnd(job) once with the job as
+   * `GET /v1/ingest/{job}` tells it at the end (its per-document `errors`), or null.
+   */
+  follow(accepted, label, expected, hooks = {}) {
     const progress = el("progress", {
       max: String(Math.max(1, expected || 1)),
       value: "0",
@@ -138,10 +191,12 @@ export class Documents {
         if (d.error) {
           this.report(new api.ApiError(0, "ingest_failed", `${d.document_id || "a document"}: ${d.error}`));
         }
+        hooks.onProgress?.(d);
         if (d.status === "completed" || d.status === "failed") {
           follower.close();
           this.followers.delete(follower);
           this.refresh();
+          if (hooks.onEnd) this.#ended(accepted.job_id, hooks.onEnd);
         }
       },
       onResume: (n) => {
@@ -153,13 +208,25 @@ export class Documents {
           const job = await api.get(`/v1/ingest/${encodeURIComponent(accepted.job_id)}`);
           progress.dataset.status = job.status;
           state.textContent = `${job.status} · ${job.documents_done}/${job.expected ?? "?"} documents (progress stream closed)`;
+          hooks.onEnd?.(job);
         } catch (error) {
           state.textContent = "progress unavailable";
           this.report(error);
+          hooks.onEnd?.(null);
         }
       },
     });
     this.followers.add(follower);
+  }
+
+  /** The job as the API keeps it once it ended: which documents failed, and why. */
+  async #ended(jobId, onEnd) {
+    try {
+      onEnd(await api.get(`/v1/ingest/${encodeURIComponent(jobId)}`));
+    } catch (error) {
+      this.report(error);
+      onEnd(null);
+    }
   }
 
   async refresh() {
@@ -238,8 +305,189 @@ export function documentId(name) {
   return id || `doc-${Date.now()}`;
 }
 
-/** The first Markdown heading, else the file name without its extension. */
-function titleOf(text, fileName) {
-  const heading = text.match(/^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$/m);
-  return (heading ? heading[1] : fileName.replace(/\.[^.]+$/, "")).slice(0, 1000);
+/** The document id the API makes of an uploaded file's name: white space runs become `_`. */
+export function fileDocumentId(name) {
+  return name.replace(/\//g, "__").replace(/\ufeff/g, " ").trim().split(/\s+/).filter(Boolean).join("_");
+}
+
+function suffixOf(name) {
+  const dot = name.lastIndexOf(".");
+  return dot > 0 ? name.slice(dot).toLowerCase() : "";
+}
+
+/** Why the page will not send `file`, as a sentence; null when it goes. */
+export function refusalOf(file, taken = new Map()) {
+  const suffix = suffixOf(file.name);
+  if (!SUPPORTED_SUFFIXES.includes(suffix)) {
+    const kind = suffix ? `a ${suffix} file` : "a file without a suffix";
+    return `${file.name} is ${kind}, which cannot be read: upload ${SUPPORTED_KINDS} files (${SUPPORTED_SUFFIXES.join(" ")}).`;
+  }
+  if (!file.size) return `${file.name} is empty.`;
+  const id = fileDocumentId(file.name);
+  if (!id || id.length > MAX_ID_CHARS) return `${file.name}: the name makes no document id; name the file with 1-256 characters.`;
+  if (taken.has(id)) return `${file.name} and ${taken.get(id)} would both be document ${id}: upload one of them.`;
+  return null;
+}
+
+const STATE_TEXT = {
+  waiting: "waiting to upload",
+  sent: "uploaded, waiting for the API",
+  queued: "queued for parsing",
+};
+
+/** One file's row: its upload's bytes, then its parse (pages), then indexed or failed. */
+class FileRow {
+  constructor(file) {
+    this.file = file;
+    this.documentId = fileDocumentId(file.name);
+    this.pages = null;
+    this.bar = el("progress", {
+      class: "file-progress",
+      max: String(Math.max(1, file.size)),
+      value: "0",
+      "data-testid": "upload-progress",
+      "aria-label": `Upload of ${file.name}`,
+    });
+    this.stateEl = el("span", { class: "file-state", "data-testid": "file-state" });
+    this.el = el(
+      "li",
+      { class: "upload-file", "data-testid": "upload-file", dataset: { name: file.name, document: this.documentId } },
+      el("span", { class: "file-name", text: file.name }),
+      el("span", { class: "file-size muted", text: fmtBytes(file.size) }),
+      this.bar,
+      this.stateEl,
+    );
+    this.#set("waiting");
+  }
+
+  #set(state, text = STATE_TEXT[state]) {
+    this.state = state;
+    this.el.dataset.state = state;
+    this.stateEl.textContent = text;
+  }
+
+  get settled() {
+    return ["refused", "indexed", "failed"].includes(this.state);
+  }
+
+  refuse(sentence) {
+    this.bar.hidden = true;
+    this.#set("refused", sentence);
+  }
+
+  uploading(bytes) {
+    const size = Math.max(1, this.file.size);
+    const sent = Math.max(0, Math.min(size, bytes));
+    this.bar.value = sent;
+    this.#set("uploading", `uploading ${Math.floor((100 * sent) / size)}%`);
+  }
+
+  sent() {
+    this.bar.value = this.bar.max;
+    this.#set("sent");
+  }
+
+  queued(jobId) {
+    this.bar.value = this.bar.max;
+    this.el.dataset.job = jobId;
+    this.#set("queued");
+  }
+
+  /** "12 pages"; "" for a file without pages (text, Markdown). */
+  #pagesText() {
+    return this.pages ? `${this.pages} page${this.pages === 1 ? "" : "s"}` : "";
+  }
+
+  /** A progress event about this file's document. */
+  progress(d) {
+    if (this.settled) {
+      // the parse's event may come after its index's: keep the page count, not the stage
+      if (d.stage === "parsed" && Number.isInteger(d.pages) && this.state === "indexed") {
+        this.pages = d.pages;
+        this.#indexed();
+      }
+      return;
+    }
+    if (d.stage === "parsed") {
+      if (Number.isInteger(d.pages)) this.pages = d.pages;
+      const pages = this.#pagesText();
+      this.#set("parsed", pages ? `parsed: ${pages}` : "parsed");
+    } else if (d.error) {
+      this.fail(d.error);
+    } else {
+      this.#indexed();
+    }
+  }
+
+  #indexed() {
+    const pages = this.#pagesText();
+    this.#set("indexed", pages ? `indexed · ${pages}` : "indexed");
+  }
+
+  fail(reason) {
+    this.#set("failed", `failed: ${reason}`);
+  }
+
+  /** The job ended: a file no event settled takes what the job says of it. */
+  settle(status, error) {
+    if (this.settled) return;
+    if (error) this.fail(error);
+    else if (status === "completed") this.progress({});
+    else this.fail(status ? `the job ${status}` : "its job's progress is unavailable");
+  }
+}
+
+/**
+ * `POST /v1/documents` as `multipart/form-data` through XMLHttpRequest, whose upload reports
+ * its bytes (fetch's does not), with the bearer token as `api.request` sends it. Resolves to
+ * the `IngestAccepted`; rejects with an `ApiError` in the API's shape.
+ */
+function uploadForm(rows, namespace) {
+  const form = new FormData();
+  form.append("namespace", namespace);
+  for (const row of rows) form.append("files", row.file, row.file.name);
+  // the parts go in order: the bytes sent so far, less the files before, are a file's
+  const offsets = [];
+  let total = 0;
+  for (const row of rows) {
+    offsets.push(total);
+    total += row.file.size;
+  }
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "/v1/documents");
+    xhr.setRequestHeader("Accept", "application/json");
+    const bearer = api.token();
+    if (bearer) xhr.setRequestHeader("Authorization", `Bearer ${bearer}`);
+    xhr.upload.onprogress = (event) => {
+      // the body's framing (boundaries, part headers) is spread over the files' bytes
+      const files = event.lengthComputable && event.total ? (event.loaded * total) / event.total : event.loaded;
+      rows.forEach((row, i) => row.uploading(files - offsets[i]));
+    };
+    xhr.upload.onload = () => rows.forEach((row) => row.sent());
+    xhr.onerror = () => reject(new api.ApiError(0, "network_error", "could not reach the API (the upload failed)"));
+    xhr.onabort = () => reject(new api.ApiError(0, "aborted", "the upload was cancelled"));
+    xhr.onload = () => {
+      let data = null;
+      try {
+        data = xhr.responseText ? JSON.parse(xhr.responseText) : null;
+      } catch {
+        data = null;
+      }
+      if (xhr.status >= 200 && xhr.status < 300 && data) {
+        resolve(data);
+        return;
+      }
+      const detail = data && typeof data === "object" ? data.error : null;
+      reject(
+        new api.ApiError(
+          xhr.status,
+          (detail && detail.code) || `http_${xhr.status}`,
+          (detail && detail.message) || xhr.responseText.trim().slice(0, 500) || xhr.statusText || "upload failed",
+          (detail && detail.field) || null,
+        ),
+      );
+    };
+    xhr.send(form);
+  });
 }

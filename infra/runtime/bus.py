@@ -30,6 +30,7 @@ from faststream.message import StreamMessage
 from faststream.nats import JStream, NatsBroker, PullSub
 from nats.js import JetStreamContext, api
 from nats.js.api import PubAck
+from nats.js.object_store import ObjectStore
 from pydantic import BaseModel, TypeAdapter
 
 from contracts import subjects as sj
@@ -81,7 +82,12 @@ def stream_specs(settings: Settings) -> list[StreamSpec]:
             work_queue=False,
             max_age_s=settings.events_max_age_s,
         ),
-        StreamSpec(sj.STREAM_INGEST, [f"{sj.INGEST_DOCS_PREFIX}.>"], work_queue=True),
+        # files to parse (`rag.ingest.parse.<job>`) and documents to index, one work queue
+        StreamSpec(
+            sj.STREAM_INGEST,
+            [f"{sj.INGEST_DOCS_PREFIX}.>", f"{sj.INGEST_PARSE_PREFIX}.>"],
+            work_queue=True,
+        ),
         StreamSpec(
             sj.STREAM_INGEST_EVENTS,
             [f"{sj.INGEST_EVENTS_PREFIX}.>"],
@@ -121,13 +127,25 @@ ORCHESTRATOR_RESULTS = ConsumerSpec("orchestrator-results", sj.STREAM_RES, "rag.
 INGEST_WORKER = ConsumerSpec(
     "worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>", pull=True
 )
+PARSE_WORKER = ConsumerSpec(
+    "worker-parse", sj.STREAM_INGEST, f"{sj.INGEST_PARSE_PREFIX}.>", pull=True
+)
+"""Files to parse. A parse may run for up to `RAGBUS_PARSE_TIMEOUT_S`, well past the ack wait:
+the error policy's heartbeat (`worker_runtime.Heartbeat`) tells JetStream every half ack wait
+that the message is still being worked on, so only a dead process gets its files redelivered."""
 ORCHESTRATOR_ADVISORIES = ConsumerSpec(
     "orchestrator-advisories", sj.STREAM_ADVISORIES, sj.MAX_DELIVERIES_ADVISORIES
 )
 
 
 def all_consumers() -> list[ConsumerSpec]:
-    specs = [ORCHESTRATOR_QUERIES, ORCHESTRATOR_RESULTS, ORCHESTRATOR_ADVISORIES, INGEST_WORKER]
+    specs = [
+        ORCHESTRATOR_QUERIES,
+        ORCHESTRATOR_RESULTS,
+        ORCHESTRATOR_ADVISORIES,
+        INGEST_WORKER,
+        PARSE_WORKER,
+    ]
     for step in Step:
         if step is Step.SEARCH:
             specs.extend(step_consumer(step, channel) for channel in Channel)
@@ -153,6 +171,8 @@ def stream_config(spec: StreamSpec, settings: Settings) -> api.StreamConfig:
 
 
 async def declare_streams(js: JetStreamContext, settings: Settings) -> None:
+    """Every stream (one that exists with another config, fewer subjects say, is brought in
+    line), and the object store the uploaded files wait in."""
     for spec in stream_specs(settings):
         config = stream_config(spec, settings)
         try:
@@ -160,6 +180,33 @@ async def declare_streams(js: JetStreamContext, settings: Settings) -> None:
         except nats.js.errors.BadRequestError:
             # Exists with another config: bring it in line rather than fail start-up.
             await js.update_stream(config)
+    await declare_files_bucket(js, settings)
+
+
+def files_bucket_config(settings: Settings) -> api.ObjectStoreConfig:
+    """`RAG_FILES`, placed and replicated like the streams."""
+    tags = settings.placement_tags
+    return api.ObjectStoreConfig(
+        bucket=sj.FILES_BUCKET,
+        description="ragbus: uploaded files, kept as the documents' originals",
+        storage=api.StorageType.FILE,
+        replicas=settings.stream_replicas,
+        placement=api.Placement(tags=tags) if tags else None,
+    )
+
+
+async def declare_files_bucket(js: JetStreamContext, settings: Settings) -> ObjectStore:
+    """The files' object store, made when missing. One made with another placement (before
+    `RAGBUS_STREAM_REPLICAS` changed) is kept as it is: its files are the originals."""
+    try:
+        return await js.object_store(sj.FILES_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        pass
+    try:
+        return await js.create_object_store(sj.FILES_BUCKET, files_bucket_config(settings))
+    except nats.js.errors.BadRequestError as exc:  # made meanwhile, by another process
+        log.warning("files_bucket_kept_existing_config", error=str(exc))
+        return await js.object_store(sj.FILES_BUCKET)
 
 
 def deliver_subject(spec: ConsumerSpec) -> str:

@@ -37,6 +37,10 @@ log = get_logger(__name__)
 MAX_DELIVERIES = "max_deliveries"
 WORK_QUEUES = frozenset({sj.STREAM_QUERIES, sj.STREAM_CMD, sj.STREAM_RES, sj.STREAM_INGEST})
 """The streams whose messages are work: a message left in one of them is lost work."""
+INGEST_OPERATIONS = frozenset({"ingest.document", "ingest.file", "ingest.refused", "ingest.delete"})
+"""The messages that each count as one document of an ingest job (the seal does not): a
+file to parse (`ingest.file`) counts as the document the parse worker makes of it, or as the
+refusal (`ingest.refused`) it sends in its place."""
 
 
 def _json_object(body: str) -> dict[str, Any] | None:
@@ -118,9 +122,9 @@ class DocumentFailure:
 async def report_document_failure(
     jobs: JobTracker, bus: Bus, body: str, error: str
 ) -> DocumentFailure | None:
-    """Count an ingest document (or deletion) that will never be processed as failed in its
-    job, and tell the job's watchers, so the job still ends and says which document and why.
-    None when the body names no job."""
+    """Count an ingest document (or a file to parse, or a deletion) that will never be
+    processed as failed in its job, and tell the job's watchers, so the job still ends and
+    says which document and why. None when the body names no job."""
     raw = _json_object(body)
     if raw is None:
         return None
@@ -129,7 +133,7 @@ async def report_document_failure(
     document_id = document.get("id") if isinstance(document, dict) else raw.get("document_id")
     if not (isinstance(job_id, str) and is_valid_request_id(job_id)) or not event_id:
         return None
-    if raw.get("type") not in ("ingest.document", "ingest.delete"):
+    if raw.get("type") not in INGEST_OPERATIONS:
         return None
     document_id, error = str(document_id or "")[:512], error[:2000]
     completed = await jobs.record(
@@ -148,13 +152,13 @@ async def _requeue_document(
     body: str,
     limit: int,
 ) -> bool:
-    """Publish an ingest document afresh (a new delivery budget) when its deliveries all died
-    unacknowledged, at most `limit` times per document. A message only reaches here when no
-    delivery acknowledged it or raised (the worker dead-letters what raises), so this is a
-    process killed or hung over and over; indexing is idempotent by content, and the job
-    counts the document once (by its event id)."""
+    """Publish an ingest document (or a file to parse) afresh (a new delivery budget) when
+    its deliveries all died unacknowledged, at most `limit` times per document. A message only
+    reaches here when no delivery acknowledged it or raised (the worker dead-letters what
+    raises), so this is a process killed or hung over and over; indexing is idempotent by
+    content, and the job counts the document once (by its event id)."""
     raw = _json_object(body)
-    if raw is None or raw.get("type") != "ingest.document":
+    if raw is None or raw.get("type") not in ("ingest.document", "ingest.file"):
         return False
     job_id, event_id = raw.get("request_id"), raw.get("event_id")
     if not (isinstance(job_id, str) and is_valid_request_id(job_id)) or not event_id:

@@ -171,11 +171,18 @@ async def publish_progress(
     job_id: str,
     document_id: str | None = None,
     error: str | None = None,
+    *,
+    stage: Literal["parsed", "indexed"] | None = None,
+    pages: int | None = None,
 ) -> dict[str, Any]:
-    """Send the job's counts as they stand to its watchers; returns the job's state."""
+    """Send the job's counts as they stand to its watchers; returns the job's state. `stage`
+    and `pages` say what just happened to `document_id` (`parsed` into `pages` pages: a file
+    made into its document, not yet counted)."""
     state = await read_job(redis, job_id) or {"status": "running"}
     counts = {name: state[name] for name in ("status", "expected", *COUNTERS) if name in state}
-    data = IngestProgressData(**counts, document_id=document_id, error=error)
+    data = IngestProgressData(
+        **counts, document_id=document_id, error=error, stage=stage, pages=pages
+    )
     progress = IngestProgress(request_id=job_id, data=data)
     await bus.publish(progress, sj.ingest_events_subject(job_id), sj.STREAM_INGEST_EVENTS)
     return state

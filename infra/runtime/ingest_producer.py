@@ -1,28 +1,93 @@
 """Batch ingestion producer: documents onto the bus as one job, then the job's seal.
 
-Each document's `event_id` is its content hash, so the broker drops a copy re-sent within
+A job may mix text documents (`DocumentIn`, on `rag.ingest.docs.<job>` for the ingest workers)
+and files (`FileDocument`, on `rag.ingest.parse.<job>` for the parse workers, which make each
+into a document for the ingest workers). A file is in the object store before its message is
+sent (`infra.runtime.files`): the message carries its reference, never its bytes.
+
+Each message's `event_id` is its content hash, so the broker drops a copy re-sent within
 its duplicate window (`PubAck.duplicate`): re-running a producer does not double the work.
-The seal tells the workers how many documents were accepted, so completion can be known.
+The seal tells the workers how many documents (files included) were accepted, so completion
+can be known.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import mimetypes
+import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from contracts import subjects as sj
-from contracts.envelope import new_request_id
-from contracts.ingest import DocumentIn, IngestDeletion, IngestDocument, IngestJobSealed
+from contracts.envelope import Envelope, new_request_id
+from contracts.ingest import (
+    DOCUMENT_ID_PATTERN,
+    DocumentIn,
+    FileDocument,
+    IngestDeletion,
+    IngestDocument,
+    IngestFile,
+    IngestJobSealed,
+)
+from infra.documents import SUPPORTED_SUFFIXES
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
+from infra.runtime.files import FileStore
 
 log = get_logger(__name__)
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
-KINDS_READ = ".md, .markdown and .txt files, folders of them, and BEIR corpus .jsonl files"
-"""What `load_documents` reads, as a person is told it."""
+"""Read as text, here: their text is the document."""
+FILE_SUFFIXES = frozenset(SUPPORTED_SUFFIXES) - TEXT_SUFFIXES
+"""Uploaded and parsed by a parse worker (`workers.parse`): PDFs, Word, PowerPoint, HTML,
+images."""
+KINDS_READ = (
+    f"{', '.join(sorted(FILE_SUFFIXES | TEXT_SUFFIXES))} files, folders of them, and BEIR "
+    "corpus .jsonl files"
+)
+"""What `load_sources` reads, as a person is told it."""
+
+_DOCUMENT_ID = re.compile(DOCUMENT_ID_PATTERN)
+MAX_DOCUMENT_ID_CHARS = 256
+
+
+def document_id_for(name: str) -> str | None:
+    """A file's path (relative to the folder ingested) or uploaded name as a document id: its
+    folders joined by `__`, every run of white space one `_`; None when that is no id (empty,
+    or over 256 characters)."""
+    doc_id = "_".join(name.replace("/", "__").replace("\ufeff", " ").split())
+    if not doc_id or len(doc_id) > MAX_DOCUMENT_ID_CHARS or not _DOCUMENT_ID.match(doc_id):
+        return None
+    return doc_id
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A file on disk that a parse worker reads: the producer uploads it to the object store
+    and sends a `FileDocument` (`FileDocument` of `upload`) in its place."""
+
+    path: Path
+    id: str
+    namespace: str = "default"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    @property
+    def media_type(self) -> str:
+        return mimetypes.guess_type(self.path.name)[0] or ""
+
+
+Source = DocumentIn | LocalFile
+"""What a folder tree yields: a text document, or a file to upload and parse."""
+JobItem = DocumentIn | FileDocument
+"""What a job publishes: a text document, or a stored file to parse."""
 
 
 class NotDocuments(ValueError):
@@ -44,18 +109,50 @@ class DocumentTooLarge(ValueError):
         )
 
 
-def _message(job_id: str, document: DocumentIn) -> tuple[IngestDocument, bytes]:
-    message = IngestDocument(request_id=job_id, event_id=document.content_hash(), document=document)
+def _message(job_id: str, document: JobItem) -> tuple[Envelope, bytes]:
+    message: Envelope
+    if isinstance(document, FileDocument):
+        message = IngestFile(request_id=job_id, event_id=document.content_hash(), document=document)
+    else:
+        message = IngestDocument(
+            request_id=job_id, event_id=document.content_hash(), document=document
+        )
     return message, message.model_dump_json().encode()
 
 
-def check_sizes(documents: Iterable[DocumentIn], max_payload: int, job_id: str = "x") -> None:
+def check_sizes(documents: Iterable[JobItem], max_payload: int, job_id: str = "x") -> None:
     """Raise `DocumentTooLarge` for the first document that the server would refuse: a batch
     is refused whole before any of it is published."""
     for document in documents:
         size = len(_message(job_id, document)[1]) + HEADER_ALLOWANCE
         if size > max_payload:
             raise DocumentTooLarge(document.id, size, max_payload)
+
+
+class FileTooLarge(ValueError):
+    """A file over the configured upload limit (`RAGBUS_MAX_FILE_BYTES`)."""
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        self.name, self.size, self.limit = name, size, limit
+        super().__init__(
+            f"{name} is {size:,} bytes; files of at most {limit:,} bytes are taken "
+            "(RAGBUS_MAX_FILE_BYTES)"
+        )
+
+
+def check_file_sizes(files: Iterable[LocalFile], limit: int) -> None:
+    """Raise `FileTooLarge` for the first file over `limit`: a job is refused whole before
+    any of it is uploaded."""
+    for file in files:
+        if file.size > limit:
+            raise FileTooLarge(str(file.path), file.size, limit)
+
+
+async def upload_file(store: FileStore, file: LocalFile) -> FileDocument:
+    """Put a local file into the object store; the `FileDocument` that refers to it."""
+    data = await asyncio.to_thread(file.path.read_bytes)
+    ref = await store.put(file.namespace, file.id, data, file.path.name, file.media_type)
+    return FileDocument(id=file.id, metadata=file.metadata, namespace=file.namespace, file=ref)
 
 
 @dataclass(frozen=True)
@@ -67,22 +164,29 @@ class JobReceipt:
 
 async def publish_job(
     bus: Bus,
-    documents: Iterable[DocumentIn],
+    documents: Iterable[JobItem],
     job_id: str | None = None,
     progress: Callable[[int], None] | None = None,
     max_payload: int | None = None,
 ) -> JobReceipt:
-    """Publish every document of a job, then seal it; `progress` gets the running count. With
-    `max_payload`, a document the server would refuse raises `DocumentTooLarge` before it is
-    sent (callers with the whole batch at hand check it all first: `check_sizes`)."""
+    """Publish every document of a job, then seal it; `progress` gets the running count. A
+    `FileDocument` (a file already in the object store) goes to the parse workers, a
+    `DocumentIn` to the ingest workers; the one seal counts both. With `max_payload`, a
+    document the server would refuse raises `DocumentTooLarge` before it is sent (callers
+    with the whole batch at hand check it all first: `check_sizes`)."""
     job_id = job_id or new_request_id()
     subject = sj.ingest_docs_subject(job_id)
-    accepted = duplicates = 0
+    parse_subject = sj.ingest_parse_subject(job_id)
+    accepted = duplicates = files = 0
     for sent, document in enumerate(documents, start=1):
         message, body = _message(job_id, document)
         if max_payload is not None and len(body) + HEADER_ALLOWANCE > max_payload:
             raise DocumentTooLarge(document.id, len(body) + HEADER_ALLOWANCE, max_payload)
-        ack = await bus.publish_raw(body, subject, sj.STREAM_INGEST, message.event_id)
+        is_file = isinstance(document, FileDocument)
+        files += is_file
+        ack = await bus.publish_raw(
+            body, parse_subject if is_file else subject, sj.STREAM_INGEST, message.event_id
+        )
         if ack is not None and ack.duplicate:
             duplicates += 1
         else:
@@ -91,7 +195,13 @@ async def publish_job(
             progress(sent)
     seal = IngestJobSealed(request_id=job_id, expected=accepted, duplicates=duplicates)
     await bus.publish(seal, subject, sj.STREAM_INGEST)
-    log.info("ingest_job_published", job_id=job_id, accepted=accepted, duplicates=duplicates)
+    log.info(
+        "ingest_job_published",
+        job_id=job_id,
+        accepted=accepted,
+        duplicates=duplicates,
+        files=files,
+    )
     return JobReceipt(job_id=job_id, accepted=accepted, duplicates=duplicates)
 
 
@@ -115,14 +225,29 @@ def _title_of(text: str, fallback: str) -> str:
     return fallback
 
 
+def _relative_id(path: Path, root: Path) -> str:
+    relative = path.relative_to(root).as_posix() if root != path else path.name
+    doc_id = document_id_for(relative)
+    if doc_id is None:
+        raise NotDocuments(
+            f"cannot ingest {path}: its name makes no document id (1-256 characters)"
+        )
+    return doc_id
+
+
 def _from_file(path: Path, root: Path) -> DocumentIn | None:
     text = path.read_text(encoding="utf-8", errors="replace")
     if not text.strip():
         log.warning("ingest_file_empty", path=str(path))
         return None
-    relative = path.relative_to(root).as_posix() if root != path else path.name
-    doc_id = "_".join(relative.replace("/", "__").split())
-    return DocumentIn(id=doc_id, title=_title_of(text, path.stem), text=text)
+    return DocumentIn(id=_relative_id(path, root), title=_title_of(text, path.stem), text=text)
+
+
+def _local_file(path: Path, root: Path) -> LocalFile | None:
+    if not path.stat().st_size:
+        log.warning("ingest_file_empty", path=str(path))
+        return None
+    return LocalFile(path=path, id=_relative_id(path, root))
 
 
 def _from_jsonl(path: Path) -> Iterator[DocumentIn]:
@@ -151,18 +276,36 @@ def _from_jsonl(path: Path) -> Iterator[DocumentIn]:
             )
 
 
-def load_documents(path: Path) -> Iterator[DocumentIn]:
-    """Documents from a BEIR corpus.jsonl, one .md/.txt file, or a folder of them."""
+def _source(path: Path, root: Path) -> Source | None:
+    if path.suffix.lower() in TEXT_SUFFIXES:
+        return _from_file(path, root)
+    return _local_file(path, root)
+
+
+def load_sources(path: Path) -> Iterator[Source]:
+    """What `ragbus ingest PATH` sends: the documents of a BEIR corpus.jsonl; one file of a
+    kind read (`KINDS_READ`); or every such file of a folder tree, in path order. Markdown
+    and text are read here, as text documents; the other kinds are `LocalFile`s, for the
+    parse workers. Empty files are skipped."""
     if path.is_dir():
-        for file in sorted(p for p in path.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES):
-            document = _from_file(file, path)
-            if document is not None:
-                yield document
+        wanted = TEXT_SUFFIXES | FILE_SUFFIXES
+        for file in sorted(p for p in path.rglob("*") if p.suffix.lower() in wanted):
+            if file.is_file() and (source := _source(file, path)) is not None:
+                yield source
     elif path.suffix.lower() == ".jsonl":
         yield from _from_jsonl(path)
-    elif path.suffix.lower() in TEXT_SUFFIXES:
-        document = _from_file(path, path)
-        if document is not None:
-            yield document
+    elif path.suffix.lower() in TEXT_SUFFIXES | FILE_SUFFIXES:
+        if (source := _source(path, path)) is not None:
+            yield source
     else:
         raise NotDocuments(f"cannot ingest {path}: ragbus reads {KINDS_READ}")
+
+
+def load_documents(path: Path) -> Iterator[DocumentIn]:
+    """The text documents of `load_sources` (a folder's PDFs and other files to parse left
+    out): a BEIR corpus.jsonl, one .md/.txt file, or a folder of them."""
+    if path.suffix.lower() in FILE_SUFFIXES and not path.is_dir():
+        raise NotDocuments(f"cannot read {path} as text: `ragbus ingest` uploads it to be parsed")
+    for source in load_sources(path):
+        if isinstance(source, DocumentIn):
+            yield source

@@ -114,6 +114,11 @@ class ElectingJetStream:
         self._answer()
         self.consumers.append(config.durable_name)
 
+    async def object_store(self, bucket: str) -> object:
+        """The files' object store (`declare_files_bucket`), there already."""
+        self._answer()
+        return object()
+
 
 async def test_start_up_waits_for_a_cluster_that_is_electing_leaders() -> None:
     from infra.runtime.bus import all_consumers, declare_topology, stream_specs

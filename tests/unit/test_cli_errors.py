@@ -132,7 +132,7 @@ def test_ingest_without_nats(env: dict[str, str], tmp_path: Path, startup_s: flo
 
 def test_ingest_an_empty_folder(env: dict[str, str], tmp_path: Path, startup_s: float) -> None:
     (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "report.pdf").write_bytes(b"%PDF-1.4")
+    (tmp_path / "empty" / "report.odt").write_bytes(b"PK\x03\x04")  # a kind not read
     done, took = ragbus(env, "ingest", str(tmp_path / "empty"))
     one_sentence(done, f"no documents in {tmp_path / 'empty'}", ".md", ".txt", ".jsonl")
     assert took < startup_s + QUICK_S
@@ -141,9 +141,9 @@ def test_ingest_an_empty_folder(env: dict[str, str], tmp_path: Path, startup_s: 
 def test_ingest_a_kind_it_does_not_read(
     env: dict[str, str], tmp_path: Path, startup_s: float
 ) -> None:
-    (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4")
-    done, took = ragbus(env, "ingest", str(tmp_path / "report.pdf"))
-    one_sentence(done, "cannot ingest", "report.pdf", ".md", ".txt", ".jsonl")
+    (tmp_path / "report.odt").write_bytes(b"PK\x03\x04")
+    done, took = ragbus(env, "ingest", str(tmp_path / "report.odt"))
+    one_sentence(done, "cannot ingest", "report.odt", ".md", ".pdf", ".docx", ".jsonl")
     assert took < startup_s + QUICK_S
 
 

@@ -21,6 +21,7 @@ from contracts.ingest import (
     IngestDocument,
     IngestJobSealed,
     IngestMessage,
+    IngestRefused,
 )
 from infra.errors import is_transient
 from infra.logging import get_logger
@@ -32,7 +33,7 @@ from infra.runtime.ingest_jobs import publish_progress as publish_job_progress
 from infra.runtime.resources import Resources
 from infra.runtime.step_context import current_deliveries
 from infra.runtime.worker_runtime import step_router
-from workers.ingest.indexer import index_document, remove_document
+from workers.ingest.indexer import IndexOutcome, index_document, remove_document
 
 __all__ = ["create_router"]
 
@@ -62,7 +63,14 @@ def create_router(resources: Resources) -> NatsRouter:
     async def publish_progress(
         job_id: str, document_id: str | None = None, error: str | None = None
     ) -> dict[str, Any]:
-        return await publish_job_progress(bus, resources.redis(), job_id, document_id, error)
+        return await publish_job_progress(
+            bus,
+            resources.redis(),
+            job_id,
+            document_id,
+            error,
+            stage="indexed" if document_id is not None else None,
+        )
 
     async def on_completed(job_id: str, state: dict[str, Any]) -> None:
         log.info("ingest_job_finished", job_id=job_id, status=state.get("status"))
@@ -82,16 +90,20 @@ def create_router(resources: Resources) -> NatsRouter:
         except Exception:  # communities are refreshed lazily anyway: never fail the job
             log.exception("communities_refresh_failed", job_id=job_id)
 
-    async def on_operation(message: IngestDocument | IngestDeletion) -> None:
-        """Index or remove one document and count it in its job, exactly once."""
+    async def on_operation(message: IngestDocument | IngestRefused | IngestDeletion) -> None:
+        """Index or remove one document and count it in its job, exactly once; a file the
+        parse worker refused is counted failed, with its reason."""
         job_id = message.request_id
         doc_id = message.document.id if isinstance(message, IngestDocument) else message.document_id
         if await jobs().counted(job_id, message.event_id):
             await publish_progress(job_id, doc_id)
             return
         error: str | None = None
+        outcome: IndexOutcome | None
         try:
-            if isinstance(message, IngestDocument):
+            if isinstance(message, IngestRefused):
+                error, outcome = message.reason, None
+            elif isinstance(message, IngestDocument):
                 outcome = await index_document(resources, message.document)
             else:
                 outcome = await remove_document(resources, message.namespace, doc_id)
