@@ -97,6 +97,35 @@ def _ingest(r: Report) -> str:
     return text
 
 
+def _documents(r: Report) -> str:
+    text, scans = r["text_layer"], r["scans"]
+    parts = [
+        f"PDFs with a text layer: {text['pages']:,} pages, word recall {text['word_recall']:.4f}, "
+        f"{text['pages_per_minute']:,.0f} pages/min parsed",
+        f"scans: {scans['pages']:,} pages by OCR, word recall {scans['word_recall']:.4f}, "
+        f"{scans['pages_per_minute']:,.0f} pages/min",
+    ]
+    found = r.get("retrieval")
+    if found:
+        pdf, scan = found["text_pdf"], found["scan_pdf"]
+        parts.append(
+            f"nDCG@10 from the PDFs {pdf['ndcg@10']:.4f} against "
+            f"{found['text']['ndcg@10']:.4f} from the text ({_signed(pdf['delta'])}); "
+            f"from the scans {scan['ndcg@10']:.4f} against "
+            f"{found['subset_text']['ndcg@10']:.4f} ({_signed(scan['delta'])}, "
+            f"{r['made']['scan_queries']} queries on {r['made']['scan_documents']} documents); "
+            f"through the bus {pdf['ingest']['pages_per_minute']:,.0f} and "
+            f"{scan['ingest']['pages_per_minute']:,.0f} pages/min ingested"
+        )
+    during = r.get("queries_during_ingest")
+    if during:
+        parts.append(
+            f"ragbus bench p95 {during['busy_p95_ms']:.0f} ms during a PDF ingest against "
+            f"{during['idle_p95_ms']:.0f} ms idle ({during['ratio']:.2f}×)"
+        )
+    return "; ".join(parts)
+
+
 def _encoder_devices(r: Report) -> str:
     configs = r["configurations"]
     first = next(iter(configs))
@@ -257,6 +286,7 @@ ROWS = (
         "encoder-devices-h200.json",
         _encoder_devices,
     ),
+    Row("documents as files: PDFs and scans of NFCorpus", "bench-documents.json", _documents),
     Row("chaos", "chaos.json", _chaos),
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
     Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),
