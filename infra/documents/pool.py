@@ -5,8 +5,9 @@ may make one hang, allocate without bound or crash. So parsing happens in a chil
 spawned (never forked: the parent holds NATS, Redis and ONNX Runtime threads) on first use
 and kept for the next files. The child
 
-- runs at nice `PARSER_NICE`, so when parsing and queries compete for the cores the kernel
-  gives the queries nearly all of them, and BLAS/OpenMP run on one thread;
+- runs under Linux's `SCHED_IDLE` policy (and at nice `PARSER_NICE` where there is none), as
+  do its OCR programs: it takes a core only when nothing else wants it, so parsing never
+  slows queries; BLAS/OpenMP run on one thread;
 - has `ParseLimits.memory_bytes` of address space (RLIMIT_AS; its OCR programs each have as
   much): past it an allocation fails, and the call raises `ParserFailed`;
 - leads its own process group, so its OCR programs die with it;
@@ -73,6 +74,9 @@ def _child_setup(limits: ParseLimits, parent_pid: int) -> None:
     with contextlib.suppress(OSError):  # already a group (or session) leader
         os.setpgid(0, 0)
     os.nice(PARSER_NICE)
+    if hasattr(os, "SCHED_IDLE"):  # Linux: runs only on a core nothing else wants
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     for variable in _THREAD_VARIABLES:
         os.environ[variable] = "1"
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
