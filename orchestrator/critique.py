@@ -1,72 +1,51 @@
 """The critic's part of the saga: pure decisions, like the rest of it (`orchestrator.saga`
-calls these).
+runs them).
 
 An answer is judged either by the critic step (`rag.cmd.critic`) or, with
 `RAGBUS_CRITIQUE_WITH_GENERATION`, by the generating worker itself, which reports the verdict
 with the answer (`GenerateResult.critique`): one hop fewer. The saga asks for the latter only
 while the generation's and the critic's deadlines together fit in what is left of the
-request's, so that every fallback stays reachable. Either way the verdict ends the attempt:
-accepted (or the attempts are spent) completes the request, a retry starts the next attempt
-with the critic's strategy.
+request's, so that every fallback stays reachable (`orchestrator.generate`). Either way the
+verdict ends the attempt: accepted (or the attempts are spent) completes the request, a retry
+starts the next attempt with the critic's strategy, searched again (a hand-off,
+`orchestrator.handoffs.StartSearch`, for the saga's top to run).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from contracts.commands import CriticCommand
 from contracts.enums import Intent, Phase, PhaseStatus, RequestStatus, Step
 from contracts.results import CriticResult, Critique
 from infra.retrieval.intent_profiles import EVEN
-from orchestrator.saga_base import Clock
+from infra.settings import Settings
+from orchestrator import endings, moves
+from orchestrator.handoffs import Decision, StartSearch
+from orchestrator.moves import Clock
 from orchestrator.state import AttemptRecord, RequestState
-from orchestrator.store import Transition
-
-if TYPE_CHECKING:
-    from orchestrator.saga import Saga
+from orchestrator.transition import Transition
 
 
-def attempts_for_generation(saga: Saga, state: RequestState, clock: Clock) -> int | None:
-    """The attempts left, for a generation that judges its own answer; None: the critic
-    judges it in a step of its own (the setting is off, or the two deadlines together
-    would outlast the request's, whose fallbacks must stay reachable)."""
-    if not saga.settings.critique_with_generation:
-        return None
-    if clock.now + generation_timeout(saga, judged=True) >= state.deadline_at:
-        return None
-    return max(0, saga.settings.max_attempts - state.attempt)
-
-
-def generation_timeout(saga: Saga, *, judged: bool) -> float:
-    """The generating step's deadline: generation's, and the critic's too when the worker
-    judges its own answer."""
-    settings = saga.settings
-    return settings.generate_timeout_s + (settings.critic_timeout_s if judged else 0.0)
-
-
-def start_critic(saga: Saga, state: RequestState, clock: Clock) -> Transition:
+def start_critic(settings: Settings, state: RequestState, clock: Clock) -> Transition:
     """The critic step's own command, for an answer nobody judged yet."""
     cmd = CriticCommand(
-        **saga._corr(state),
+        **moves.corr(state),
         query=state.question,
         intent=state.intent or Intent.FACTUAL,
         answer=state.draft or "",
         citations=state.draft_citations,
-        **saga._contexts(state),
+        **moves.contexts(state),
         tool_results=state.tool_results,
-        attempts_left=max(0, saga.settings.max_attempts - state.attempt),
+        attempts_left=max(0, settings.max_attempts - state.attempt),
         query_vector=state.query_vector,
     )
     state.status = RequestStatus.CRITIQUING
-    state.pending = saga._pending(
-        Step.CRITIC, {Step.CRITIC.value: cmd.event_id}, saga.settings.critic_timeout_s, clock
+    state.pending = moves.pending(
+        Step.CRITIC, {Step.CRITIC.value: cmd.event_id}, settings.critic_timeout_s, clock
     )
-    return saga._moved(state, [saga._cmd(cmd, Step.CRITIC)])
+    return moves.moved(state, [moves.command(cmd, Step.CRITIC)])
 
 
-def on_critique(
-    saga: Saga, state: RequestState, res: CriticResult | Critique, clock: Clock
-) -> Transition:
+def on_critique(settings: Settings, state: RequestState, res: CriticResult | Critique) -> Decision:
     """The attempt's verdict, from the critic step or with the answer: record it, then end
     the request or try again."""
     state.attempts.append(
@@ -82,14 +61,12 @@ def on_critique(
             answer=state.draft or "",
         )
     )
-    if res.verdict != "retry" or state.attempt >= saga.settings.max_attempts:
-        return saga._complete(state, [])
-    return retry(saga, state, res, clock)
+    if res.verdict != "retry" or state.attempt >= settings.max_attempts:
+        return endings.complete(state, [])
+    return retry(state, res)
 
 
-def retry(
-    saga: Saga, state: RequestState, res: CriticResult | Critique, clock: Clock
-) -> Transition:
+def retry(state: RequestState, res: CriticResult | Critique) -> StartSearch:
     """The next attempt, searched again the way the critic's strategy says."""
     strategy = res.strategy or "broaden"
     changes: dict[str, object] = {"strategy": strategy}
@@ -114,7 +91,7 @@ def retry(
     state.status = RequestStatus.RETRYING
     state.tool_results = []
     state.tool_rounds = 0
-    retry_phase = saga._phase(
+    retry_phase = moves.phase(
         state,
         Phase.RETRY,
         PhaseStatus.COMPLETED,
@@ -124,4 +101,4 @@ def retry(
         reasons=res.reasons,
         **changes,
     )
-    return saga._start_search(state, clock, [retry_phase])
+    return StartSearch([retry_phase])

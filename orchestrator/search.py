@@ -1,5 +1,5 @@
 """The saga's search fan-out and fan-in: pure decisions, like the rest of the saga
-(`orchestrator.saga` calls these).
+(`orchestrator.saga` runs them).
 
 An attempt searches each of its queries (the first, and any follow-ups a decomposing critic
 asked for) in every channel its intent weighs above 0, plus memory in a conversation. With
@@ -23,7 +23,6 @@ does not take the rest with it; the saga's deadline stays the backstop.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from contracts.commands import (
     SKIPPED_BY_WEIGHT,
@@ -46,11 +45,12 @@ from contracts.enums import (
 from contracts.models import ChannelReport, RetrievedChunk
 from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Fused, SearchResult, StepResult
 from infra.retrieval.intent_profiles import PRIOR
+from infra.settings import Settings
+from orchestrator import moves
+from orchestrator.handoffs import Decision, StartFuse, TakeFused
+from orchestrator.moves import Clock
 from orchestrator.state import PendingStep, RequestState
-from orchestrator.store import Outgoing, Transition
-
-if TYPE_CHECKING:
-    from orchestrator.saga import Clock, Saga
+from orchestrator.transition import Outgoing, Transition
 
 
 def _reset(state: RequestState) -> None:
@@ -69,17 +69,16 @@ def _no_memory(state: RequestState) -> None:
     )
 
 
-def classifies(saga: Saga, state: RequestState) -> bool:
+def classifies(settings: Settings, state: RequestState) -> bool:
     """Whether the request's first search classifies its question too (`ClassifySpec`): a
     question asked for an answer, outside a conversation (no rewrite, no memory channel), as
     one command that searches and fuses every document channel."""
-    settings = saga.settings
     return (
         settings.classify_with_search
         and settings.search_batch
         and settings.fuse_with_search
         and state.mode == "answer"
-        and not saga._has_memory(state)
+        and not moves.has_memory(settings, state)
         and len(state.search_queries) == 1
         and not state.carried
     )
@@ -94,7 +93,7 @@ def classifying(state: RequestState) -> bool:
     )
 
 
-def start_classifying(saga: Saga, state: RequestState, clock: Clock) -> Transition:
+def start_classifying(settings: Settings, state: RequestState, clock: Clock) -> Transition:
     """The first search of a request that `classifies`: one command for every document
     channel, awaited for each; the worker classifies the question, answers for the channels
     its intent weighs and fuses them with its weights (the prior's stand in the command until
@@ -102,18 +101,17 @@ def start_classifying(saga: Saga, state: RequestState, clock: Clock) -> Transiti
     _reset(state)
     _no_memory(state)
     awaited: dict[str, str] = {}
-    fuse = _fuse_with(saga, state, dict(PRIOR))
+    fuse = _fuse_with(settings, state, dict(PRIOR))
     channels = [c for c in Channel if c in DOCUMENT_CHANNELS]
     classify = ClassifySpec(intent_override=state.intent_override)
-    settings = saga.settings
     searched_by = clock.now + settings.classify_timeout_s + settings.search_timeout_s
-    messages = _commands(saga, state, 0, [channels], awaited, searched_by, fuse, classify)
+    messages = _commands(state, 0, [channels], awaited, searched_by, fuse, classify)
     timeout = settings.classify_timeout_s + settings.search_timeout_s + settings.fuse_timeout_s
-    state.pending = saga._pending(Step.SEARCH, awaited, timeout, clock)
-    return saga._moved(state, messages)
+    state.pending = moves.pending(Step.SEARCH, awaited, timeout, clock)
+    return moves.moved(state, messages)
 
 
-def on_classified(saga: Saga, state: RequestState, res: SearchResult, clock: Clock) -> Transition:
+def on_classified(state: RequestState, res: SearchResult) -> Decision:
     """A classifying search answered, its classification in the state: the channels the
     intent does not weigh are skipped (the worker sent their phase events), the others are
     answered for as by any search."""
@@ -126,16 +124,20 @@ def on_classified(saga: Saga, state: RequestState, res: SearchResult, clock: Clo
             state.channel_reports[channel] = ChannelReport(
                 channel=channel, status="skipped", reason=SKIPPED_BY_WEIGHT
             )
-    return on_searched(saga, state, res, clock)
+    return on_searched(state, res)
 
 
-def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing]) -> Transition:
+def start(
+    settings: Settings, state: RequestState, clock: Clock, messages: list[Outgoing]
+) -> Decision:
+    """The attempt's search: a command per query and group of channels; fusion at once when
+    no channel is to be searched."""
     _reset(state)
     awaited: dict[str, str] = {}
     searches: dict[int, list[Channel]] = {}  # query index -> the channels that search it
     weights = set(weighed(state.weights, Channel))
     for channel in Channel:
-        if channel is Channel.MEMORY and not saga._has_memory(state):
+        if channel is Channel.MEMORY and not moves.has_memory(settings, state):
             _no_memory(state)
             continue
         if channel not in weights and state.mode != "retrieve":
@@ -143,7 +145,7 @@ def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing
                 channel=channel, status="skipped", reason=SKIPPED_BY_WEIGHT
             )
             messages.append(
-                saga._phase(
+                moves.phase(
                     state,
                     CHANNEL_PHASE[channel],
                     PhaseStatus.SKIPPED,
@@ -153,58 +155,57 @@ def start(saga: Saga, state: RequestState, clock: Clock, messages: list[Outgoing
             continue
         for index in range(len(state.search_queries)):
             searches.setdefault(index, []).append(channel)
-    fuse = _fuse_spec(saga, state, searches)
-    searched_by = clock.now + saga.settings.search_timeout_s
+    fuse = _fuse_spec(settings, state, searches)
+    searched_by = clock.now + settings.search_timeout_s
     for index, channels in searches.items():
-        groups = _groups(saga, channels)
-        messages.extend(_commands(saga, state, index, groups, awaited, searched_by, fuse))
-    timeout = saga.settings.search_timeout_s
+        groups = _groups(settings, channels)
+        messages.extend(_commands(state, index, groups, awaited, searched_by, fuse))
+    timeout = settings.search_timeout_s
     if fuse is not None:  # the one command fuses too: its deadline has the fuse step's time
-        timeout += saga.settings.fuse_timeout_s
-    state.pending = saga._pending(Step.SEARCH, awaited, timeout, clock)
+        timeout += settings.fuse_timeout_s
+    state.pending = moves.pending(Step.SEARCH, awaited, timeout, clock)
     if not awaited:
-        return saga._start_fuse(state, clock, messages)
-    return saga._moved(state, messages)
+        return StartFuse(messages)
+    return moves.moved(state, messages)
 
 
 def _fuse_spec(
-    saga: Saga, state: RequestState, searches: dict[int, list[Channel]]
+    settings: Settings, state: RequestState, searches: dict[int, list[Channel]]
 ) -> FuseSpec | None:
     """What the attempt's search command fuses with, when it is the attempt's only command:
     one query, no prior list to add to, document channels that go as one command; else None."""
-    if not saga.settings.fuse_with_search or state.mode == "retrieve" or state.carried:
+    if not settings.fuse_with_search or state.mode == "retrieve" or state.carried:
         return None
     if list(searches) != [0] or not DOCUMENT_CHANNELS.issuperset(searches[0]):
         return None  # several queries, or the memory channel: its own command, its own worker
-    if len(_groups(saga, searches[0])) != 1:
+    if len(_groups(settings, searches[0])) != 1:
         return None
-    return _fuse_with(saga, state, state.weights)
+    return _fuse_with(settings, state, state.weights)
 
 
-def _fuse_with(saga: Saga, state: RequestState, weights: dict[Channel, float]) -> FuseSpec:
+def _fuse_with(settings: Settings, state: RequestState, weights: dict[Channel, float]) -> FuseSpec:
     """The fuse step's parameters for the attempt's one command, fusing by `weights`; the
     question goes along only where the searched query is another (a reranker orders by it)."""
     question = state.question
     return FuseSpec(
         weights=weights,
         top_k=state.top_k,
-        rrf_k=saga.settings.rrf_k,
-        fusion=saga.settings.fusion,
+        rrf_k=settings.rrf_k,
+        fusion=settings.fusion,
         question=question if question != state.search_queries[0] else None,
     )
 
 
-def _groups(saga: Saga, channels: list[Channel]) -> list[list[Channel]]:
+def _groups(settings: Settings, channels: list[Channel]) -> list[list[Channel]]:
     """A query's channels as commands: the document channels together in one
     (`RAGBUS_SEARCH_BATCH`), memory on its own."""
     documents = [c for c in channels if c in DOCUMENT_CHANNELS]
-    if saga.settings.search_batch and len(documents) > 1:
+    if settings.search_batch and len(documents) > 1:
         return [documents, *([c] for c in channels if c not in DOCUMENT_CHANNELS)]
     return [[c] for c in channels]
 
 
 def _commands(
-    saga: Saga,
     state: RequestState,
     index: int,
     groups: list[list[Channel]],
@@ -224,13 +225,13 @@ def _commands(
     for own, *also in groups:
         vector_read = any(c.reads_query_vector for c in (own, *also))
         cmd = SearchCommand(
-            **saga._corr(state),
+            **moves.corr(state),
             channel=own,
             also=also,
             query=query,
             namespaces=state.namespaces,
             top_k=state.channel_top_k,
-            query_vector=saga._vector_of(state, query) if vector_read else None,
+            query_vector=moves.vector_of(state, query) if vector_read else None,
             session_id=state.session_id,
             # a retrieval answer shows the channels' rankings: they come back inline
             claim_ranking=state.mode != "retrieve",
@@ -240,7 +241,7 @@ def _commands(
         )
         for channel in (own, *also):
             awaited[search_key(channel, index)] = cmd.event_id
-        messages.append(saga._cmd(cmd, Step.SEARCH, own))
+        messages.append(moves.command(cmd, Step.SEARCH, own))
     return messages
 
 
@@ -266,20 +267,21 @@ def _answered(
         results[channel] = chunks
 
 
-def _moved(saga: Saga, state: RequestState, clock: Clock, fused: Fused | None = None) -> Transition:
+def _fan_in(state: RequestState, fused: Fused | None = None) -> Decision:
     """Fuse once every awaited channel has answered, unless the search worker did."""
     assert state.pending is not None
     if state.pending.command_ids:
-        return saga._moved(state, [])
+        return moves.moved(state, [])
     if fused is not None:
-        return saga._on_fused(state, fused, clock)
-    return saga._start_fuse(state, clock, [])
+        return TakeFused(fused)
+    return StartFuse()
 
 
-def on_deadline(saga: Saga, state: RequestState, clock: Clock) -> Transition:
+def on_deadline(settings: Settings, state: RequestState) -> Decision:
+    """The search deadline: the channels still awaited are reported and left out."""
     assert state.pending is not None
     messages: list[Outgoing] = []
-    reason = f"no answer within {saga.settings.search_timeout_s:g}s"
+    reason = f"no answer within {settings.search_timeout_s:g}s"
     for key in list(state.pending.command_ids):
         channel, index = parse_search_key(key)
         if index == 0:
@@ -287,7 +289,7 @@ def on_deadline(saga: Saga, state: RequestState, clock: Clock) -> Transition:
                 channel=channel, status="timed_out", reason=reason
             )
         messages.append(
-            saga._phase(
+            moves.phase(
                 state,
                 CHANNEL_PHASE[channel],
                 PhaseStatus.FAILED,
@@ -297,10 +299,10 @@ def on_deadline(saga: Saga, state: RequestState, clock: Clock) -> Transition:
             )
         )
     state.pending.command_ids.clear()
-    return saga._start_fuse(state, clock, messages)
+    return StartFuse(messages)
 
 
-def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock) -> Transition:
+def on_searched(state: RequestState, res: SearchResult) -> Decision:
     """A search command answered for its own channel and any further ones it searched."""
     assert state.pending is not None and res.channel is not None
     own = ChannelOutcome.model_construct(
@@ -334,18 +336,16 @@ def on_searched(saga: Saga, state: RequestState, res: SearchResult, clock: Clock
     if res.query_vector:
         index = parse_search_key(keys[res.channel])[1]
         state.query_vectors[state.search_queries[index]] = res.query_vector
-    return _moved(saga, state, clock, res.fused)
+    return _fan_in(state, res.fused)
 
 
-def on_failed(
-    saga: Saga, state: RequestState, result: StepResult, message: str, clock: Clock
-) -> Transition:
+def on_failed(state: RequestState, result: StepResult, message: str) -> Decision:
     """A search command failed as a whole: every channel it searched failed with it."""
     assert state.pending is not None
     for key in _keys_of(state.pending, result.command_id):
         report = _failed(parse_search_key(key)[0], message, result.duration_ms)
         _answered(state, key, report, [], None)
-    return _moved(saga, state, clock)
+    return _fan_in(state)
 
 
 def _failed(

@@ -40,7 +40,8 @@ from infra.runtime.worker_runtime import error_policy
 from infra.telemetry import continue_trace, tracer, tracing_on
 from orchestrator.saga import Clock, Saga
 from orchestrator.state import RequestState
-from orchestrator.store import DONE, OutboxEntry, StateExists, StateStore, Transition
+from orchestrator.store import StateExists, StateStore
+from orchestrator.transition import DONE, OutboxEntry, Transition
 
 log = get_logger(__name__)
 

@@ -19,24 +19,22 @@ Keys are hash-tagged by request (`{id}`), so on Redis Cluster a request's keys s
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from contracts.envelope import Envelope
-from contracts.events import DoneEvent, PhaseEvent
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
 from infra.memory.sessions import SessionStore
-from infra.runtime.bus import wire_json
 from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
 from infra.settings import Settings
 from orchestrator.state import RequestState
 from orchestrator.state_cache import StateCache
+from orchestrator.transition import OutboxEntry, Transition
+from orchestrator.transition import Outgoing as Outgoing  # callers name it by the store too
 
 
 class StateExists(Exception):
@@ -119,80 +117,6 @@ count of published outbox entries to delete, their event ids, then the new entri
 entry) pairs. Returns 1 when committed, 0 when the version moved, -1 when the event was
 applied meanwhile. A state saved before versions had a key of their own has no version key: it
 is taken as read."""
-
-
-PROGRESS = "progress"
-DONE = "done"
-
-
-@dataclass(frozen=True)
-class OutboxEntry:
-    """A message waiting to be published: its body is the JSON it will be published as,
-    serialised once. Kept in Redis as its place, `subject`, `stream` and body on four lines
-    (neither a subject nor a stream name holds a line break, and the body's JSON is one line).
-
-    The place (`#<version>.<index>`: the commit that queued it, then its rank in that commit)
-    is what keeps a request's messages in order when a redelivery publishes them: a Redis hash
-    keeps its fields in insertion order only while it is small, and an `answer` is not, so
-    `HGETALL` once gave a `done` before its `answer`.
-
-    `kind` tells the two caller events whose order matters most: a `progress` event (a phase
-    event) is news only while its request runs, and must not land after the request's `done`
-    (`orchestrator.service` drops it instead). The place is marked `#<version>.<index>.<kind>`
-    for either."""
-
-    event_id: str
-    subject: str
-    stream: str
-    body: str
-    place: tuple[int, int] = (0, 0)
-    kind: str = ""
-    """"progress", "done" or "" (anything else)."""
-
-    @property
-    def progress(self) -> bool:
-        return self.kind == PROGRESS
-
-    def to_json(self) -> str:
-        version, index = self.place
-        mark = f".{self.kind}" if self.kind else ""
-        return f"#{version}.{index}{mark}\n{self.subject}\n{self.stream}\n{self.body}"
-
-    @classmethod
-    def from_json(cls, event_id: str, text: str) -> OutboxEntry:
-        if text.startswith("{"):  # kept by a version that stored the entry as one JSON object
-            data = json.loads(text)
-            return cls(event_id, data["subject"], data["stream"], json.dumps(data["body"]))
-        place, kind = (0, 0), ""
-        if text.startswith("#"):
-            mark, text = text.split("\n", 1)
-            version, index, *kinds = mark[1:].split(".", 2)
-            place, kind = (int(version), int(index)), "".join(kinds)
-        subject, stream, body = text.split("\n", 2)
-        return cls(event_id, subject, stream, body, place, kind)
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """A message a transition wants published once it has committed."""
-
-    subject: str
-    stream: str
-    message: Envelope
-
-    def entry(self) -> OutboxEntry:
-        body = wire_json(self.message, self.stream)
-        kind = PROGRESS if isinstance(self.message, PhaseEvent) else ""
-        kind = DONE if isinstance(self.message, DoneEvent) else kind
-        return OutboxEntry(self.message.event_id, self.subject, self.stream, body, (0, 0), kind)
-
-
-@dataclass
-class Transition:
-    """What a saga step decided: the new state (None: nothing to change) and what to send."""
-
-    state: RequestState | None
-    messages: list[Outgoing] = field(default_factory=list)
 
 
 @dataclass

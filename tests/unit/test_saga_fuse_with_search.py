@@ -7,6 +7,7 @@ from __future__ import annotations
 from contracts.commands import FuseCommand, GenerateCommand, SearchCommand
 from contracts.enums import Channel, Intent, RequestStatus
 from contracts.results import ChannelOutcome, Fused, SearchResult
+from orchestrator.handoffs import StartSearch
 from orchestrator.saga import Clock
 from tests.unit.saga_support import CHUNK, FACTUAL, Run
 
@@ -119,6 +120,6 @@ def test_a_rewritten_search_names_the_question_for_the_reranker() -> None:
     state = run.state
     assert state is not None
     state.search_queries = ["who paid for the lighthouse"]  # as a `rewrite` retry leaves it
-    transition = run.saga._start_search(state, Clock(run.now), [])
+    transition = run.saga.follow(state, StartSearch(), Clock(run.now))
     [cmd] = [m.message for m in transition.messages if isinstance(m.message, SearchCommand)]
     assert cmd.fuse is not None and cmd.fuse.question == "and who paid for it?"

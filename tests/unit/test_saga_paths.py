@@ -23,7 +23,8 @@ from contracts.results import (
 )
 from infra.retrieval.intent_profiles import EVEN
 from infra.retrieval.vectors.codec import pack_query
-from orchestrator.saga import FALLBACK_WEIGHTS, Clock
+from orchestrator.classify import FALLBACK_WEIGHTS
+from orchestrator.saga import Clock
 from orchestrator.state import RequestState
 from tests.unit.saga_support import FACTUAL, Run, kinds
 

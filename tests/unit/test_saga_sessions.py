@@ -16,6 +16,7 @@ from contracts.enums import Channel, Intent, Step
 from contracts.results import ClassifyResult
 from contracts.sessions import RememberTurn
 from infra.retrieval.intent_profiles import PROFILES
+from orchestrator import endings
 from tests.unit.saga_support import Run
 
 FACTUAL = dict(PROFILES[Intent.FACTUAL])
@@ -70,7 +71,7 @@ def test_a_follow_up_is_searched_generated_and_judged_as_its_standalone_question
     assert (remember.turn.query, remember.turn.standalone_query) == (FOLLOW_UP, STANDALONE)
     assert remember.turn.answer == "Sostratus built it [1]."
     assert remember.turn.citations[0].n == 1
-    outgoing = run.saga._remember(run.state)[0]
+    outgoing = endings.remember(run.state)[0]
     assert (outgoing.subject, outgoing.stream) == (sj.cmd_subject(Step.MEMORY), sj.STREAM_CMD)
 
 
