@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from infra.logging import get_logger
-from infra.retrieval.encoder import Encoder
+from infra.retrieval.encoder_base import Encoder
 from infra.retrieval.span_pooling import TokenStates
 
 log = get_logger(__name__)

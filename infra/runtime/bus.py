@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -38,11 +38,9 @@ from contracts.enums import Channel, Step
 from contracts.envelope import Envelope
 from contracts.events import CallerEvent
 from infra.logging import get_logger
+from infra.runtime.subject_tail import DoneFence
 from infra.settings import Settings
 from infra.telemetry import broker_middlewares
-
-if TYPE_CHECKING:
-    from infra.runtime.done_fence import DoneFence
 
 log = get_logger(__name__)
 

@@ -21,12 +21,9 @@ events go out plainly, its first deliveries' quick steps, as before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import nats.js.errors
-from nats.js import JetStreamContext
 
 from contracts import subjects as sj
 from contracts.events import CallerEvent
@@ -40,8 +37,11 @@ from infra.runtime.bus import (
     send_held_first,
     wire_json,
 )
+from infra.runtime.subject_tail import DoneFence, SubjectTail
 
 log = get_logger(__name__)
+
+__all__ = ["MAX_FENCED_TRIES", "DoneFence", "SubjectTail", "emit_unless_done"]
 
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
@@ -55,37 +55,6 @@ of `ragbus chaos --nats-nodes 3`), each a late step of a request that had comple
 MAX_FENCED_TRIES = 16
 """A refused publish reads and tries again; each refusal means another message landed on the
 request's subject, and a request has few. Past this many, the event goes out the plain way."""
-
-
-@dataclass(frozen=True)
-class SubjectTail:
-    """The last message on a subject: its sequence (0 when the subject has none) and whether
-    it is the request's `done`."""
-
-    seq: int
-    done: bool
-
-
-class DoneFence:
-    """Reads a request's subject tail; given to the runtime's `Bus` once it is connected."""
-
-    def __init__(self, js: JetStreamContext) -> None:
-        self._js = js
-
-    async def tail(self, stream: str, subject: str) -> SubjectTail:
-        try:
-            last = await self._js.get_last_msg(stream, subject)
-        except nats.js.errors.NotFoundError:
-            return SubjectTail(0, done=False)
-        return SubjectTail(last.seq or 0, done=_is_done(last.data))
-
-
-def _is_done(data: bytes | None) -> bool:
-    try:
-        body = json.loads(data or b"")
-    except ValueError:
-        return False
-    return isinstance(body, dict) and body.get("type") == "done"
 
 
 async def emit_unless_done(
