@@ -25,6 +25,7 @@ services:
 	command -v chromium >/dev/null || need="$$need chromium"; \
 	command -v tesseract >/dev/null || need="$$need tesseract-ocr"; \
 	[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$$need fonts-dejavu-core"; \
+	command -v npm >/dev/null || need="$$need nodejs npm"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing$$need (Debian packages)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$need; \
@@ -38,20 +39,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The SetFit intent model, trained from the bundled labelled queries when missing or when
-# they change (seconds on 2 cores, offline). `make test` does not need it: tests train their own.
-# NF-CATS's real questions (its train and valid splits) join them when the shared data set is
-# beside the checkout: its terms keep it out of the repository, so it is read where it lies
-# (`NF_CATS=path/to/train_valid_human.jsonl` points elsewhere, `NF_CATS=` leaves it out).
-NF_CATS ?= $(wildcard ../shared/data/nf_cats/train_valid_human.jsonl)
+# The SetFit intent model, trained from the bundled labelled queries and NF-CATS's real
+# questions (its train and valid rows ship beside them, MIT: intent_data/SOURCES.md) when
+# missing or when they change (seconds on 2 cores, offline): every install trains the same
+# model. `make test` does not need it: tests train their own.
 # a model trained by older code, or against other library versions (its head is a pickled
 # scikit-learn model), is trained again: it may no longer be read
-INTENT_CODE := workers/classify/training.py workers/classify/cue_head.py workers/classify/nf_cats.py workers/classify/model_meta.py pyproject.toml
+INTENT_DATA := engines/classify/intent_data/train.jsonl engines/classify/intent_data/nf_cats.jsonl
+INTENT_CODE := engines/classify/training.py engines/classify/cue_head.py engines/classify/nf_cats.py engines/classify/model_meta.py pyproject.toml
 
 intent-model: $(INTENT_MODEL)
 
-$(INTENT_MODEL): workers/classify/intent_data/train.jsonl $(NF_CATS) $(INTENT_CODE) | $(VENV)/.installed
-	RAGBUS_DATA_DIR=$(DATA) $(BIN)/ragbus train-intent $(if $(NF_CATS),--nf-cats $(NF_CATS))
+$(INTENT_MODEL): $(INTENT_DATA) $(INTENT_CODE) | $(VENV)/.installed
+	RAGBUS_DATA_DIR=$(DATA) $(BIN)/ragbus train-intent
 
 demo: setup $(INTENT_MODEL)
 	$(BIN)/ragbus demo
@@ -64,7 +64,14 @@ up: setup $(INTENT_MODEL)
 # so two workers pay even on two cores. The short chaos run is marked `soak` and runs there.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
-test: setup
+# the official AsyncAPI parser, which a test runs on `ragbus asyncapi`'s document (pinned by
+# tools/asyncapi/package-lock.json)
+ASYNCAPI_PARSER := tools/asyncapi/node_modules/.installed
+$(ASYNCAPI_PARSER): tools/asyncapi/package.json tools/asyncapi/package-lock.json
+	cd tools/asyncapi && npm ci --silent --no-audit --no-fund
+	touch $@
+
+test: setup $(ASYNCAPI_PARSER)
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak"
 
 # The long runs, after `make test`: the fuzz suites with four times the examples and the short
@@ -83,10 +90,13 @@ unit: setup
 integration: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/integration
 
+# the layering's contracts ([tool.importlinter] in pyproject.toml) and no import circle
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
+	$(PY) tools/import_circles.py
 
 bench: setup
 	$(BIN)/ragbus bench --queries bench/queries.txt --concurrency 4 --duration 30 --out results/bench.json

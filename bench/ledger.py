@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*):(?P<line>\d+)\)$")
-RAGBUS_PACKAGES = ("orchestrator/", "workers/", "infra/", "contracts/", "api/", "launcher/")
+RAGBUS_PACKAGES = (
+    "orchestrator/",
+    "workers/",
+    "engines/",
+    "infra/",
+    "contracts/",
+    "api/",
+    "launcher/",
+)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pydantic", ("pydantic/", "pydantic_core/")),
     ("FastStream", ("faststream/", "fast_depends/")),
@@ -57,8 +65,9 @@ def parse_frames(stack: str) -> list[tuple[str, str]]:
 
 ENGINES_IN_THREADS = "engines in their threads (the encoder, the stores)"
 """A real stack's models and stores run off the event loop, in thread pools that no worker's
-frame is on: the query's encoding, mostly. Only a real stack's profile has them (`record`
-pointed at `ragbus up` under `ragbus bench`); the instant stack of `bench-bus` has none."""
+frame is on: the query's encoding, mostly (and an engine's code, `engines/`, run there). Only a
+real stack's profile has them (`record` pointed at `ragbus up` under `ragbus bench`); the
+instant stack of `bench-bus` has none."""
 
 
 def role(frames: list[tuple[str, str]]) -> str:
@@ -71,7 +80,7 @@ def role(frames: list[tuple[str, str]]) -> str:
             return "saga"
         if path.startswith("workers/"):
             return f"worker: {path.split('/')[1].removesuffix('.py')}"
-        if path.startswith("infra/retrieval/"):  # a model or store run in its thread pool
+        if path.startswith(("engines/", "infra/retrieval/")):  # run in a thread pool
             return ENGINES_IN_THREADS
         if path.startswith(("uvicorn/", "starlette/", "fastapi/")):
             found = "API (submission, SSE relay)"

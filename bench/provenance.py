@@ -87,11 +87,11 @@ def commit() -> str | None:
 
 
 def command(argv: list[str] | None = None) -> str:
-    """The command line as typed: `python -m MODULE ...` for a module run so, else the
-    program named `ragbus` whatever ran it."""
+    """The command line as typed: `python -m MODULE ...` for a module of `bench` or `studies`
+    run so, else the program named `ragbus` whatever ran it."""
     args = list(sys.argv if argv is None else argv)
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if argv is None and spec is not None and spec.name.startswith("bench."):
+    if argv is None and spec is not None and spec.name.startswith(("bench.", "studies.")):
         return shlex.join(["python", "-m", spec.name, *args[1:]])
     return shlex.join(["ragbus", *args[1:]])
 

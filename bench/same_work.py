@@ -45,13 +45,13 @@ from bench.closed_loop import closed_loop
 from bench.peer import compare, copy_shard, copy_tree, print_comparison
 from bench.same_work_engines import Engines, InlineEncoder, unsupported
 from bench.same_work_worker import STAGES, Served, Worker
+from engines.classify.intent_model import ModelSlot
+from engines.classify.model_meta import model_dir
 from infra.retrieval.encoder import Encoder, encoder_threads
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.sparse import Bm25Sparse
 from infra.retrieval.vectors.edge import EdgeVectorStore
 from infra.settings import Settings
-from workers.classify.intent_model import ModelSlot
-from workers.classify.model_meta import model_dir
 from workers.tool.router import default_registry
 
 if TYPE_CHECKING:

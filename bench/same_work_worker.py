@@ -4,18 +4,22 @@ thread's event loop, with ragbus's engine functions, and what it reports (`Serve
 Per query, one attempt (a critic's `retry` verdict is counted, not followed), as the workers
 do it for `ragbus bench`'s requests (no session, `answer` mode, default `top_k`):
 - classify: `IntentClassifier.classify` (rules → the trained SetFit head of
-  `<data>/intent-model` → zero-shot), which encodes the query once (`workers.classify`);
+  `<data>/intent-model` → zero-shot), which encodes the query once (`engines.classify`);
 - tool (a `tool` intent only, as the saga routes it): the planned calculator calls,
   `workers.tool.router.run_tools`, then generation and the critic without search;
 - search: each document channel the intent weighs above 0 (the saga skips the others), by
-  the channel functions of `workers.search.channels` over the copied stores, ranked and cut
-  as the search worker does (`workers.search.ranked`);
-- fuse: `fuse` (convex or RRF, `RAGBUS_FUSION`) with the intent's weights, the graph bridge,
-  hydration of the fused passages from the vector store (text, stored vector and sentence
-  vectors) and the cross-encoder when one is configured, as `workers.fuse.router` does it;
-- generate: `workers.generate.router.answer_for` (extractive: stored sentence vectors, the
+  the search engine's `search_channel` (the channel functions of `engines.search.channels`)
+  over the copied stores, ranked and cut as the search worker has them;
+- fuse: the fuse engine's `fuse` (convex or RRF, `RAGBUS_FUSION`) with the intent's weights,
+  the graph bridge, hydration of the fused passages from the vector store (text, stored vector
+  and sentence vectors) and the cross-encoder when one is configured, as
+  `engines.fuse.pipeline.fuse_rankings` does it for the fuse worker (less the claim store);
+- generate: `engines.generate.answer.answer_for` (extractive: stored sentence vectors, the
   query vector from classify);
-- critic: `workers.critic.judge.critique`.
+- critic: `engines.critic.judge.critique`.
+
+The classify, search, fuse, generate and critic stages are the engines the workers compose
+(`engines`); only the tool stage is a worker's own code (`workers.tool.router`).
 
 Each thread has its own `Worker`: its own event loop and its own `IntentClassifier` (its
 zero-shot prototypes sit behind an asyncio lock, which belongs to one loop); the trained intent
@@ -27,25 +31,27 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from contracts.commands import CriticCommand, GenerateCommand, SearchCommand, ToolCommand
 from contracts.enums import Channel, Intent
 from contracts.envelope import new_request_id
 from contracts.models import RetrievedChunk, ToolOutcome
-from workers.classify.classifier import Classification, IntentClassifier
-from workers.classify.intent_model import ModelSlot
-from workers.critic.judge import critique
-from workers.fuse.bridge import bridge
-from workers.fuse.rerank import rerank
-from workers.fuse.rrf import channel_counts, effective_weights, fuse
-from workers.generate.router import answer_for
-from workers.search import CHANNEL_FUNCTIONS, channels, ranked
+from engines.classify.classifier import Classification, IntentClassifier
+from engines.classify.intent_model import ModelSlot
+from engines.critic.judge import critique
+from engines.fuse.bridge import bridge
+from engines.fuse.rerank import rerank
+from engines.fuse.rrf import channel_counts, effective_weights, fuse
+from engines.generate.answer import answer_for
+from engines.search.channel_search import CHANNEL_FUNCTIONS, search_channel
 from workers.tool.router import run_tools
 
 if TYPE_CHECKING:
-    from bench.same_work import SameWorkPeer
+    from bench.same_work_engines import Engines
     from infra.runtime.resources import Resources
+    from infra.settings import Settings
+    from workers.tool.registry import ToolRegistry
 
 STAGES = ("classify", "tool", "search", "fuse", "generate", "critic")
 Rankings = dict[Channel, list[RetrievedChunk]]
@@ -66,6 +72,18 @@ class Served:
     """Texts generation had to encode (0: the stored sentence vectors served, as in ragbus)."""
 
 
+class Peer(Protocol):
+    """What a worker reads of its peer (`bench.same_work.SameWorkPeer`): the engines over the
+    copied stores, the settings, the tools, the namespace and how many chunks to keep."""
+
+    settings: Settings
+    engines: Engines
+    tools: ToolRegistry
+    namespace: str
+    top_k: int
+    channel_top_k: int
+
+
 def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
 
@@ -73,7 +91,7 @@ def _ms(since: float) -> float:
 class Worker:
     """One thread's event loop and classifier (the engines and stores are shared)."""
 
-    def __init__(self, peer: SameWorkPeer, models: ModelSlot) -> None:
+    def __init__(self, peer: Peer, models: ModelSlot) -> None:
         self.peer = peer
         self.loop = asyncio.new_event_loop()
         self.classifier = IntentClassifier(peer.engines.encoder, models.directory)
@@ -143,7 +161,7 @@ class Worker:
         runs them side by side on one event loop: the same work)."""
         resources = cast("Resources", self.peer.engines)
         results: Rankings = {}
-        for channel, function in CHANNEL_FUNCTIONS.items():
+        for channel in CHANNEL_FUNCTIONS:
             if found.weights.get(channel, 0.0) <= 0.0:
                 continue
             cmd = SearchCommand(
@@ -154,14 +172,14 @@ class Worker:
                 top_k=self.peer.channel_top_k,
                 query_vector=found.query_vector if channel.reads_query_vector else None,
             )
-            hits = await getattr(channels, function)(resources, cmd)
-            results[channel] = ranked(hits.chunks, channel)[: cmd.top_k]
+            results[channel] = (await search_channel(resources, cmd, channel)).chunks
         return results
 
     async def fuse(
         self, query: str, found: Classification, results: Rankings
     ) -> list[RetrievedChunk]:
-        """`workers.fuse.router.fuse` for a first attempt: fusion, bridge, hydration, rerank."""
+        """`engines.fuse.pipeline.fuse_rankings` for a first attempt: fusion, bridge,
+        hydration, rerank."""
         peer, settings = self.peer, self.peer.settings
         engines, top_k = peer.engines, peer.top_k
         effective_weights(found.weights, results)  # the fusion phase reports them

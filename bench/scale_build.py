@@ -39,6 +39,7 @@ import numpy as np
 
 from bench.scale_copies import HOW, Tally, copy_document_id, copy_of, noise_sigma
 from bench.scale_source import Progress, read_source
+from engines.classify.model_meta import MODEL_DIR_NAME
 from infra.retrieval.chunking import Chunk
 from infra.retrieval.entities import Entity
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
@@ -47,7 +48,6 @@ from infra.retrieval.sparse import Bm25Sparse
 from infra.retrieval.vectors.base import StoredPoint
 from infra.retrieval.vectors.edge import EdgeVectorStore
 from infra.settings import Settings
-from workers.classify.model_meta import MODEL_DIR_NAME
 
 WRITE_BATCH = 1024
 """Points prepared before they are written (the vector store splits them further)."""

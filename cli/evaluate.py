@@ -57,7 +57,7 @@ def eval_command(
         Path | None,
         typer.Option(
             help="JSON lines: each query's intent, weights and every channel's chunk ranking "
-            "(for `python -m bench.evaluation.fusion_study`)."
+            "(for `python -m studies.fusion_study`)."
         ),
     ] = None,
     api: ApiUrl = DEFAULT_API,

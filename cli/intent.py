@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 class NfCatsSplit(StrEnum):
-    """NF-CATS's splits to train on (`workers.classify.nf_cats.Split`, less `valid` alone)."""
+    """NF-CATS's splits to train on (`engines.classify.nf_cats.Split`, less `valid` alone)."""
 
     ALL = "all"
     TRAIN = "train"
@@ -64,11 +64,17 @@ def train_intent(
             "--nf-cats",
             exists=True,
             dir_okay=False,
-            help="NF-CATS's train_valid_human.jsonl: its real questions, mapped to our "
-            "intents (workers.classify.nf_cats), are trained on too. `make intent-model` "
-            "passes ../shared/data's copy when there is one.",
+            help="NF-CATS's rows (its train_valid_human.jsonl): its real questions, mapped to "
+            "our intents (engines.classify.nf_cats), are trained on too. Default: the copy "
+            "that ships (engines/classify/intent_data/nf_cats.jsonl).",
         ),
     ] = None,
+    bundled_only: Annotated[
+        bool,
+        typer.Option(
+            "--bundled-only", help="Leave NF-CATS out: train on the bundled rows (and --extra)."
+        ),
+    ] = False,
     nf_cats_split: Annotated[
         NfCatsSplit,
         typer.Option(
@@ -91,16 +97,17 @@ def train_intent(
         TimeElapsedColumn,
     )
 
-    from workers.classify.dataset import (
+    from engines.classify.dataset import (
         TRAIN_FILE,
         DatasetError,
         bundled_data_dir,
         first_per_class,
         load_examples,
     )
-    from workers.classify.model_meta import model_dir
-    from workers.classify.nf_cats import training_examples as nf_cats_examples
-    from workers.classify.training import shared_body, train_intent_model
+    from engines.classify.model_meta import model_dir
+    from engines.classify.nf_cats import SHIPPED
+    from engines.classify.nf_cats import training_examples as nf_cats_examples
+    from engines.classify.training import shared_body, train_intent_model
 
     settings = Settings()
     interactive_logging(settings, verbose)
@@ -108,8 +115,8 @@ def train_intent(
         examples = load_examples(data or bundled_data_dir() / TRAIN_FILE)
         for path in extra or []:
             examples += load_examples(path)
-        if nf_cats is not None:
-            examples += nf_cats_examples(nf_cats, nf_cats_split.value)
+        if not bundled_only:
+            examples += nf_cats_examples(nf_cats or SHIPPED, nf_cats_split.value)
     except DatasetError as exc:
         errors.print(str(exc), style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -156,11 +163,11 @@ def eval_intent(
     (p50/p95) of the classification chain. Default data: the bundled held-out split."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from engines.classify.classifier import IntentClassifier
+    from engines.classify.dataset import TEST_FILE, DatasetError, bundled_data_dir, load_examples
+    from engines.classify.evaluation import evaluate, print_report
+    from engines.classify.model_meta import META_FILE, model_dir
     from infra.retrieval.encoder import Encoder, load_encoder
-    from workers.classify.classifier import IntentClassifier
-    from workers.classify.dataset import TEST_FILE, DatasetError, bundled_data_dir, load_examples
-    from workers.classify.evaluation import evaluate, print_report
-    from workers.classify.model_meta import META_FILE, model_dir
 
     settings = Settings()
     interactive_logging(settings, verbose)

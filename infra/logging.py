@@ -47,6 +47,13 @@ def configure_logging(level: str = "INFO", json: bool = True) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
 
 
+if not structlog.is_configured():
+    # Until a process configures its logging, a line logged (at import, say) goes to stderr,
+    # never stdout: a command whose product is a document (`ragbus openapi`, `asyncapi`)
+    # writes only that document to stdout.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+
+
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
     return logger

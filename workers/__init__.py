@@ -1,1 +1,3 @@
-"""One package per worker kind. Workers share only `contracts` and `infra`, never each other."""
+"""One package per worker kind, each the adapter from its subject to the engines it composes:
+it validates the command, calls the engines (`engines`), reports its phases and publishes the
+result. Workers share only `contracts`, `infra` and `engines`, never each other."""

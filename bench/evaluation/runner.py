@@ -34,7 +34,7 @@ class EvalRun:
     failures: dict[str, str] = field(default_factory=dict)
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each query's intent, weights and chunk rankings as the answer carried them
-    (`--requests-out`): what `bench.evaluation.fusion_study` fuses again offline."""
+    (`--requests-out`): what `studies.fusion_study` fuses again offline."""
 
     def dense_sparse(self) -> Run:
         """Weighted RRF (k = 60) of the vector and sparse document rankings alone."""

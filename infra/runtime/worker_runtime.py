@@ -1,5 +1,7 @@
 """What every step worker shares: the ack / retry / dead-letter policy, and where a step's result
-goes (`ResultPublisher`). A step's phase events are `phase_events`; what a handler knows of its
+goes (`ResultPublisher`); and what the channels' workers (search, memory) share: a search
+result's event id (`result_event_id`) and how much of its query a channel's phase event shows
+(`SHOWN_QUERY_CHARS`). A step's phase events are `phase_events`; what a handler knows of its
 message (deliveries, its request's liveness) is `step_context`.
 
 The policy is a FastStream router middleware with manual acks, so one place decides:
@@ -11,6 +13,7 @@ the reason, tell the orchestrator the step failed, and ack so the consumer moves
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +25,7 @@ from faststream.nats.message import NatsMessage
 from pydantic import ValidationError
 
 from contracts import subjects as sj
+from contracts.commands import SearchCommand
 from contracts.enums import Channel, Step, StepStatus
 from contracts.envelope import Envelope
 from contracts.results import StepResult
@@ -195,6 +199,16 @@ def error_policy(
             await msg.ack()
 
     return StepErrorPolicy
+
+
+SHOWN_QUERY_CHARS = 200
+"""How much of the searched query a channel's phase event shows."""
+
+
+def result_event_id(cmd: SearchCommand) -> str:
+    """Derived from the command, so a redelivered command's second answer is dropped by the
+    broker's duplicate window instead of reaching the orchestrator twice."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"ragbus/result/{cmd.event_id}").hex
 
 
 def step_result_fields(cmd: Envelope, run: PhaseRun) -> dict[str, Any]:

@@ -51,7 +51,7 @@ async def short_http(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
 async def test_a_silent_channel_misses_its_deadline_and_fusion_goes_on(
     short_http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import workers.search.channels as channels
+    import engines.search.channels as channels
 
     release = asyncio.Event()
 

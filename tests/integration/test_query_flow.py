@@ -193,7 +193,7 @@ async def test_a_multi_hop_question_is_decomposed_and_followed_up_through_the_bu
 async def test_a_failing_channel_is_reported_and_its_weight_redistributed(
     http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import workers.search.channels as channels
+    import engines.search.channels as channels
 
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("graph backend exploded")

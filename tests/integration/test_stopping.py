@@ -303,12 +303,11 @@ def test_make_demo_on_a_taken_port_ends_in_one_sentence(up: Up) -> None:
     """The newcomer's very first command, on a laptop where something already listens on the
     API's port: `make demo` finds the setup done, trains the intent model into the (new) data
     directory, and its `ragbus demo` ends at once in the sentence; make says the recipe failed
-    and exits 2, and nothing is left running. (`NF_CATS=`: the shared data set is no part of
-    a newcomer's clone.)"""
+    and exits 2, and nothing is left running."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", up.api_port))
         taken.listen()
-        code = up.make("demo", NF_CATS="").wait(180)
+        code = up.make("demo").wait(180)
         up.look()
     assert code == 2, up.stderr()[-3000:]
     stderr = up.stderr()

@@ -16,7 +16,7 @@ from launcher.runtime import Runtime
 
 
 def stall_fuse(marker: Path) -> None:
-    import workers.fuse.pipeline as fusion
+    import engines.fuse.pipeline as fusion
 
     def wedged(*args: object, **kwargs: object) -> object:
         marker.write_text("holding")

@@ -33,13 +33,13 @@ from contracts.results import (
     ToolResult,
     any_result_adapter,
 )
+from engines.fuse.follow_up import KEEP
 from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.fakes import FakeEncoder, MemoryClaims
 from workers import classify, critic, fuse, generate, tool
-from workers.fuse.follow_up import KEEP
 
 
 @dataclass

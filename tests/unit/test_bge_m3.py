@@ -15,6 +15,7 @@ from faststream.nats import NatsBroker
 from contracts.commands import SearchCommand
 from contracts.enums import Channel
 from contracts.ingest import DocumentIn
+from engines.search.channels import search_sparse, search_vector
 from infra.retrieval.bge_m3 import BgeM3Encoder, lexical_to_sparse, load_bge_m3
 from infra.retrieval.sparse import Bm25Sparse, SparseModel
 from infra.retrieval.vectors.edge import _stored_kind
@@ -23,7 +24,6 @@ from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.tiny_models import HIDDEN, build_bge_m3
 from workers.ingest.indexer import index_document
-from workers.search.channels import search_sparse, search_vector
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -5,11 +5,11 @@ import importlib.util
 import pytest
 
 from contracts.enums import Channel, Intent
+from engines.classify.classifier import IntentClassifier
+from engines.classify.rules import DEFAULT_CONFIDENCE, STRONG, has_calculation_cue, match_rules
 from infra.retrieval.intent_profiles import LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
 from infra.retrieval.vectors.codec import unpack_query
 from tests.unit.fakes import BrokenEncoder, FakeEncoder
-from workers.classify.classifier import IntentClassifier
-from workers.classify.rules import DEFAULT_CONFIDENCE, STRONG, has_calculation_cue, match_rules
 
 
 def classifier_with(encoder: object) -> IntentClassifier:

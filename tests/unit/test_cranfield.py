@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.cranfield import convert
 from bench.evaluation.beir import load_beir
+from studies.cranfield import convert
 
 DOCS = """<doc>
 <docno>1</docno>

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from contracts.models import RetrievedChunk, ToolOutcome
+from engines.critic.scoring import WEIGHTS, Scores, claims, score_answer
+from engines.critic.verdict import judge_answer, judge_tools, keyword_query
 from tests.unit.fakes import BrokenEncoder, FakeEncoder, with_stored_vectors
-from workers.critic.scoring import WEIGHTS, Scores, claims, score_answer
-from workers.critic.verdict import judge_answer, judge_tools, keyword_query
 
 
 def ctx(cid: str, text: str) -> RetrievedChunk:

@@ -6,7 +6,7 @@ import pytest
 
 from contracts.models import RetrievedChunk
 from contracts.queries import MAX_QUERY_CHARS
-from workers.critic.decompose import (
+from engines.critic.decompose import (
     MAX_FOLLOW_UPS,
     bridges,
     names_by_relation,

@@ -11,13 +11,13 @@ from contracts.commands import CriticCommand
 from contracts.enums import Intent, Step
 from contracts.models import RetrievedChunk
 from contracts.results import CriticResult
+from engines.critic.decompose import sub_queries
+from engines.critic.llm_decompose import SYSTEM_PROMPT
 from infra.settings import Settings
 from tests.fake_llm import FakeLLM
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.critic import create_router
-from workers.critic.decompose import sub_queries
-from workers.critic.llm_decompose import SYSTEM_PROMPT
 
 QUERY = (
     "Which public university in New Jersey did the author of Alexander and the Terrible Day "

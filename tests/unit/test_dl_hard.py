@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.dl_hard import ANNOTATIONS, INTENTS, query_rows
 from contracts.enums import Intent
+from studies.dl_hard import ANNOTATIONS, INTENTS, query_rows
 
 
 def _clone(tmp_path: Path, lines: list[str]) -> Path:

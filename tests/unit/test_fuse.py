@@ -5,10 +5,10 @@ import pytest
 from contracts.commands import FuseCommand
 from contracts.enums import Channel
 from contracts.models import RetrievedChunk, listed
+from engines.fuse.rrf import channel_counts, effective_weights, weighted_rrf
 from infra.errors import PoisonMessage
 from tests.unit.fakes import MemoryClaims
 from workers.fuse.router import channel_rankings
-from workers.fuse.rrf import channel_counts, effective_weights, weighted_rrf
 
 V, S, L, G = Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL, Channel.GRAPH_GLOBAL
 M = Channel.MEMORY
@@ -132,7 +132,7 @@ def scored(*pairs: tuple[str, float]) -> list[RetrievedChunk]:
 
 
 def test_convex_fusion_weighs_each_channels_min_max_scores() -> None:
-    from workers.fuse.rrf import fuse, weighted_convex
+    from engines.fuse.rrf import fuse, weighted_convex
 
     # the vector channel's first hit is far ahead of its second; sparse barely prefers "b"
     results = {
@@ -154,7 +154,7 @@ def test_convex_fusion_weighs_each_channels_min_max_scores() -> None:
 
 
 def test_convex_fusion_gives_a_lone_or_tied_list_full_marks() -> None:
-    from workers.fuse.rrf import min_max
+    from engines.fuse.rrf import min_max
 
     assert min_max(scored(("a", 0.7))) == [1.0]
     assert min_max(scored(("a", 3.0), ("b", 3.0))) == [1.0, 1.0]
@@ -162,10 +162,10 @@ def test_convex_fusion_gives_a_lone_or_tied_list_full_marks() -> None:
 
 
 def test_a_channels_completions_join_its_scores_but_not_its_ranks() -> None:
-    """Score completion (`workers.search.completion`): the vector channel's score for "d",
+    """Score completion (`engines.search.completion`): the vector channel's score for "d",
     which only sparse listed, is normalised and weighed with the vector list; rank fusion,
     the counts and the fused chunk's `channels` see the channels' own rankings only."""
-    from workers.fuse.rrf import fuse, weighted_convex
+    from engines.fuse.rrf import fuse, weighted_convex
 
     missed = chunk("d").model_copy(update={"score": 0.7, "completion": True})
     results = {
@@ -190,10 +190,10 @@ def test_a_channels_completions_join_its_scores_but_not_its_ranks() -> None:
 
 
 def test_a_channels_feedback_list_takes_the_place_of_its_ranking_in_score_fusion_only() -> None:
-    """Pseudo-relevance feedback (`workers.search.feedback`): the vector channel's second
+    """Pseudo-relevance feedback (`engines.search.feedback`): the vector channel's second
     search found "c" first; score fusion reads that list in place of the first one, which
     stays the channel's own for rank fusion, the counts and what a request reports."""
-    from workers.fuse.rrf import fuse, weighted_convex
+    from engines.fuse.rrf import fuse, weighted_convex
 
     fed = [
         c.model_copy(update={"feedback": True, "rank": rank})
@@ -218,7 +218,7 @@ def test_the_graph_weighs_nothing_where_the_text_channels_searched_again() -> No
     """A question that names no particular thing gets a feedback search and is fused by the
     text channels alone; the graph's chunks stay in the list, after theirs, and the weights
     the fusion reports say so. Without a feedback search the intent's weights stand."""
-    from workers.fuse.rrf import question_weights, weighted_convex
+    from engines.fuse.rrf import question_weights, weighted_convex
 
     first = {V: scored(("a", 0.9), ("b", 0.5)), S: scored(("a", 12.0), ("b", 6.0))}
     graph = {L: scored(("g", 5.0), ("b", 4.0))}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk
+from engines.fuse.bridge import BRIDGE_CHANNEL, INSERT_AT, MAX_BRIDGED, bridge
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities, title_norms
 from infra.retrieval.graph.store import GraphStore, open_graph_store
 from infra.settings import Settings
-from workers.fuse.bridge import BRIDGE_CHANNEL, INSERT_AT, MAX_BRIDGED, bridge
 
 CORPUS = {
     "book": (

@@ -4,7 +4,7 @@ query adds its best new ones after them (the worker's part is in test_answer_wor
 from __future__ import annotations
 
 from contracts.models import RetrievedChunk
-from workers.fuse.follow_up import FOLLOW_UP_CHANNEL, KEEP, PER_QUERY, follow_up
+from engines.fuse.follow_up import FOLLOW_UP_CHANNEL, KEEP, PER_QUERY, follow_up
 
 
 def ranking(*ids: str, channel: str = "vector") -> list[RetrievedChunk]:

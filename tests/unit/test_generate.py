@@ -8,11 +8,11 @@ from contracts.commands import GenerateCommand
 from contracts.enums import Intent
 from contracts.events import TokenEvent
 from contracts.models import RetrievedChunk, ToolOutcome
+from engines.generate.extractive import candidates, extractive_answer, no_evidence_answer
+from engines.generate.tools import tool_answer
 from infra.runtime.step_context import RequestNotLive
 from tests.unit.fakes import BrokenEncoder, FakeEncoder, with_stored_vectors
-from workers.generate.extractive import candidates, extractive_answer, no_evidence_answer
 from workers.generate.streaming import TokenEmitter, pieces
-from workers.generate.tools import tool_answer
 
 MARKER = re.compile(r"\[(\d+)\]")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.enums import Intent
-from workers.classify.dataset import (
+from engines.classify.dataset import (
     TEST_FILE,
     TRAIN_FILE,
     DatasetError,

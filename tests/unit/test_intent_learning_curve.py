@@ -1,4 +1,4 @@
-"""`bench.intent_learning_curve`: the shares, the folds and the scores it reports."""
+"""`studies.intent_learning_curve`: the shares, the folds and the scores it reports."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import zlib
 import numpy as np
 import pytest
 
-from bench import intent_learning_curve as lc
 from contracts.enums import Intent
-from workers.classify.dataset import Example, bundled_data_dir, load_examples
+from engines.classify.dataset import Example, bundled_data_dir, load_examples
+from studies import intent_learning_curve as lc
 
 
 def _hashed(examples: list[Example]) -> np.ndarray:

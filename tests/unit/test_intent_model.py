@@ -21,23 +21,23 @@ from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
 from contracts.enums import Intent
-from infra.retrieval.vectors.codec import unpack_query
-from infra.settings import Settings
-from tests.unit.fakes import BrokenEncoder, FakeEncoder
-from workers.classify import intent_model
-from workers.classify.classifier import IntentClassifier
-from workers.classify.cue_head import CueHead
-from workers.classify.dataset import (
+from engines.classify import intent_model
+from engines.classify.classifier import IntentClassifier
+from engines.classify.cue_head import CueHead
+from engines.classify.dataset import (
     TRAIN_FILE,
     Example,
     bundled_data_dir,
     first_per_class,
     load_examples,
 )
-from workers.classify.evaluation import calibration, evaluate, intervals
-from workers.classify.intent_model import IntentModel, ModelSlot, load_intent_model
-from workers.classify.model_meta import META_FILE, BodyMode, ModelMeta
-from workers.classify.training import shared_body, train_intent_model
+from engines.classify.evaluation import calibration, evaluate, intervals
+from engines.classify.intent_model import IntentModel, ModelSlot, load_intent_model
+from engines.classify.model_meta import META_FILE, BodyMode, ModelMeta
+from engines.classify.training import shared_body, train_intent_model
+from infra.retrieval.vectors.codec import unpack_query
+from infra.settings import Settings
+from tests.unit.fakes import BrokenEncoder, FakeEncoder
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("setfit") is None

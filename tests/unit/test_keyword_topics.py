@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.factual_questions import question_rows
-from bench.keyword_topics import topic_rows
+from studies.factual_questions import question_rows
+from studies.keyword_topics import topic_rows
 
 
 def test_a_splits_lower_case_short_queries_become_factual_rows(tmp_path: Path) -> None:

@@ -1,45 +1,31 @@
-"""Each package imports only the packages below it. Checked on the source (every `import`
-statement, those inside functions and under `TYPE_CHECKING` included), so a lazy import
-cannot hide a dependency the layering forbids.
+"""The layering, as `make lint` enforces it: import-linter's contracts in `pyproject.toml`
+([tool.importlinter]) and the import circle check (`tools/import_circles.py`).
 
-From the bottom: `contracts` (wire schemas) < `infra` < `workers`, `orchestrator` (side by
-side: neither imports the other) < `api` (the HTTP surface) < `launcher` (runs the roles);
-`client` (the HTTP API's Python client) sits on `contracts` alone; `bench` (benchmarks and
-evaluation) drives a stack through `client` and may start one with `launcher`, but takes
-nothing from `api`; `cli` is the top and nothing imports it. Inside `cli`, the command
-modules never import one another.
+From the bottom: `contracts` (wire schemas) < `infra` < `engines` (the compute that answers a
+question, knowing nothing of the bus) < `workers` (each kind the adapter from its subject to
+the engines it composes), beside `orchestrator` (neither imports the other; the saga runs no
+engine) < `api` (the HTTP surface, which runs no engine either) < `launcher` (runs the roles)
+< `bench` (benchmarks and evaluation: it drives a stack through `client`, and may start one
+with `launcher`) < `cli`, the top. Beside them, `studies` (the studies behind past decisions,
+run by hand) may import any of them, and none imports it. `client` stands on `contracts`
+alone. No worker kind imports another; the engines need none of each other but search's own
+fusion; no engine imports the bus; inside `orchestrator`, the phases import neither one another
+nor the saga above them; inside `cli`, the command modules never import one another.
+
+Here the suite runs the same contracts (so a broken one fails the tests too), and checks
+what a static graph cannot: that the CLI registers every command module, and that importing
+every engine loads no bus code at run time.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-OURS = (
-    "contracts",
-    "infra",
-    "workers",
-    "orchestrator",
-    "api",
-    "launcher",
-    "client",
-    "bench",
-    "cli",
-)
-ALLOWED: dict[str, set[str]] = {
-    "contracts": set(),
-    "infra": {"contracts"},
-    "workers": {"contracts", "infra"},
-    "orchestrator": {"contracts", "infra"},  # the saga decides; it runs no worker code
-    "client": {"contracts"},
-    "api": {"contracts", "infra", "orchestrator"},
-    "launcher": {"contracts", "infra", "workers", "orchestrator", "api"},
-    "bench": {"contracts", "infra", "workers", "orchestrator", "client", "launcher"},
-    "cli": set(OURS) - {"cli"},
-}
+BIN = Path(sys.executable).parent
 CLI_SUPPORT = {"cli.common", "cli.answers", "cli.ingest_job"}
 """`cli` modules that register no command: any command module may import them."""
 CLI_TOP = {"cli.app", "cli.entry", "cli.__main__", "cli"}
@@ -52,71 +38,66 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported(path: Path) -> set[str]:
-    """Every module name `path` imports, absolute (a relative import resolved)."""
-    package = module_name(path).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join([*package[: len(package) - node.level + 1], base]).strip(".")
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
-
-
-def sources(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
-
-
-def ours(name: str) -> str | None:
-    top = name.split(".", 1)[0]
-    return top if top in OURS else None
-
-
-@pytest.mark.parametrize("package", OURS)
-def test_a_package_imports_only_the_packages_below_it(package: str) -> None:
-    wrong = sorted(
-        f"{module_name(path)} imports {name}"
-        for path in sources(package)
-        for name in imported(path)
-        if (top := ours(name)) is not None and top != package and top not in ALLOWED[package]
+def test_the_import_contracts_are_kept() -> None:
+    done = subprocess.run(
+        [str(BIN / "lint-imports"), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert wrong == []
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "0 broken" in done.stdout
 
 
-def test_the_command_modules_never_import_each_other() -> None:
+def test_every_command_module_is_in_the_independence_contract() -> None:
+    """A new command module is held to the contract as soon as it exists."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
     commands = {
         module_name(path)
-        for path in sources("cli")
+        for path in (ROOT / "cli").glob("*.py")
         if module_name(path) not in CLI_SUPPORT | CLI_TOP
     }
-    assert {"cli.serve", "cli.ask", "cli.bench", "cli.tenants"} <= commands
-    wrong = []
-    for path in sources("cli"):
-        name = module_name(path)
-        if name in CLI_TOP:
-            continue
-        inside = {".".join(n.split(".")[:2]) for n in imported(path) if n.startswith("cli.")}
-        allowed = CLI_SUPPORT if name in commands else CLI_SUPPORT - {name}
-        wrong += [f"{name} imports {n}" for n in sorted(inside - allowed)]
-    assert wrong == []
+    assert set(contracts["commands"]["modules"]) == commands
+    kinds = {
+        f"workers.{p.name}" for p in (ROOT / "workers").iterdir() if (p / "__init__.py").exists()
+    }
+    assert set(contracts["workers"]["modules"]) == kinds
 
 
 def test_the_app_registers_every_command_module() -> None:
-    app = ROOT / "cli" / "app.py"
-    registered = {name for name in imported(app) if name.startswith("cli.")}
+    app = ast.parse((ROOT / "cli" / "app.py").read_text(encoding="utf-8"))
+    registered = {
+        f"cli.{alias.name}"
+        for node in ast.walk(app)
+        if isinstance(node, ast.ImportFrom) and node.module == "cli"
+        for alias in node.names
+    }
     commands = {
         module_name(path)
-        for path in sources("cli")
+        for path in (ROOT / "cli").glob("*.py")
         if module_name(path) not in CLI_SUPPORT | CLI_TOP
     }
     assert commands <= registered
     for name in commands:
         source = (ROOT / Path(*name.split("."))).with_suffix(".py").read_text(encoding="utf-8")
         assert "def register(app: typer.Typer)" in source, name
+
+
+def test_importing_every_engine_loads_no_bus() -> None:
+    """Checked where it runs too: every engine module imported, in a fresh interpreter, and
+    neither FastStream, nats-py nor any of `infra.runtime` is loaded."""
+    script = (
+        "import importlib, pkgutil, sys, engines\n"
+        "for m in pkgutil.walk_packages(engines.__path__, 'engines.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted({n.split('.')[0] if not n.startswith('infra') else n for n in sys.modules"
+        " if n.startswith(('faststream', 'nats', 'infra.runtime'))}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"

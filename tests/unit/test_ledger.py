@@ -86,7 +86,7 @@ def test_each_sample_is_set_against_what_the_floor_does() -> None:
     assert part(parse_frames(WORKER)) == PARTS["pydantic"]
     assert part(parse_frames(API)) == PARTS["http"]  # ragbus's API code is the HTTP end
     step = (
-        f"{LOOP};handle (workers/generate/router.py:80);select (workers/generate/extractive.py:9)"
+        f"{LOOP};handle (workers/generate/router.py:80);select (engines/generate/extractive.py:9)"
     )
     assert part(parse_frames(step)) == PARTS["steps"]
     decide = (

@@ -10,10 +10,10 @@ import pytest
 
 from contracts.models import RetrievedChunk
 from contracts.sessions import SessionTurn
+from engines.classify.llm_rewrite import SYSTEM_PROMPT, RewriteUnusable, llm_rewrite
+from engines.critic.llm_decompose import llm_plan
 from infra.llm import LLMClient
 from tests.fake_llm import FakeLLM
-from workers.classify.llm_rewrite import SYSTEM_PROMPT, RewriteUnusable, llm_rewrite
-from workers.critic.llm_decompose import llm_plan
 
 HISTORY = [
     SessionTurn(

@@ -12,6 +12,7 @@ from contracts.commands import GenerateCommand
 from contracts.enums import Intent, Step
 from contracts.models import ToolOutcome
 from contracts.results import GenerateResult
+from engines.generate.llm import CitationFilter, build_messages, check_citations, tool_turns
 from infra.llm import LLMClient
 from tests.fake_llm import FakeLLM
 from tests.unit.test_answer_workers_broker import (
@@ -19,7 +20,6 @@ from tests.unit.test_answer_workers_broker import (
     harness_for,  # noqa: F401  (fixture)
 )
 from workers import generate
-from workers.generate.llm import CitationFilter, build_messages, check_citations, tool_turns
 
 
 def command(**overrides: Any) -> GenerateCommand:

@@ -19,13 +19,14 @@ from contracts.commands import SearchCommand
 from contracts.enums import Channel, Step
 from contracts.results import SearchResult
 from contracts.sessions import RememberTurn, SessionTurn
+from engines.memory.recall import evidence, memorable, users_questions
 from infra.memory.semantic import Memory, new_memory
 from infra.memory.sessions import SessionStore
 from infra.runtime.services import LocalService
 from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
-from workers.memory import create_router, evidence, memorable, users_questions
+from workers.memory import create_router
 
 QUESTION = "Who built the Lighthouse of Alexandria?"
 ANSWER = "Sostratus of Cnidus built it [1]. It stood on the island of Pharos [2]."

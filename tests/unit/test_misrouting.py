@@ -14,11 +14,11 @@ from contracts.commands import FuseCommand, SearchCommand
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent, RequestStatus
 from contracts.models import RetrievedChunk
 from contracts.results import SearchResult
+from engines.critic.scoring import Scores
+from engines.critic.verdict import judge_answer
+from engines.fuse.rrf import fuse
 from infra.retrieval.intent_profiles import EVEN, LOW_CONFIDENCE, PRIOR, PROFILES, weights_for
 from tests.unit.saga_support import Run
-from workers.critic.scoring import Scores
-from workers.critic.verdict import judge_answer
-from workers.fuse.rrf import fuse
 
 QUERY = "what are the main themes across the canal documents"
 RELEVANT = RetrievedChunk(

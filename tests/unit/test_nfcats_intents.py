@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from contracts.enums import Intent
-from workers.classify.dataset import TRAIN_FILE, DatasetError, bundled_data_dir, load_examples
-from workers.classify.nf_cats import mapped_rows, training_examples
+from engines.classify.dataset import TRAIN_FILE, DatasetError, bundled_data_dir, load_examples
+from engines.classify.nf_cats import mapped_rows, training_examples
 
 
 def test_rows_are_mapped_and_the_bundled_ones_left_out(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from contracts.commands import CriticCommand
 from contracts.enums import Intent, Step
 from contracts.models import RetrievedChunk
 from contracts.results import CriticResult
+from engines.critic.scoring import score_answer
 from infra.retrieval.nli import NliModel, entailment_index, load_nli
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
@@ -28,7 +29,6 @@ from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.critic import create_router
-from workers.critic.scoring import score_answer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]

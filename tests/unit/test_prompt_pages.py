@@ -4,7 +4,7 @@ file, and reads exactly as before for every passage without one."""
 from __future__ import annotations
 
 from contracts.models import RetrievedChunk
-from workers.generate.llm import user_prompt
+from engines.generate.llm import user_prompt
 
 QUERY = "What methods were used?"
 

@@ -38,16 +38,18 @@ def test_the_command_is_named_ragbus_with_its_arguments_quoted() -> None:
     assert command(["python -m cli"]) == "ragbus"
 
 
-def test_a_bench_module_run_with_dash_m_is_named_as_typed(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("module", ["bench.floor", "studies.feedback_study"])
+def test_a_bench_or_study_module_run_with_dash_m_is_named_as_typed(
+    monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
     import types
 
     main = types.ModuleType("__main__")
-    main.__spec__ = types.SimpleNamespace(name="bench.evaluation.feedback_study")  # type: ignore[assignment]
+    main.__spec__ = types.SimpleNamespace(name=module)  # type: ignore[assignment]
     monkeypatch.setitem(sys.modules, "__main__", main)
-    monkeypatch.setattr(sys, "argv", ["/x/bench/evaluation/feedback_study.py", "--set", "a b"])
-    assert command() == "python -m bench.evaluation.feedback_study --set 'a b'"
+    path = "/x/" + module.replace(".", "/") + ".py"
+    monkeypatch.setattr(sys, "argv", [path, "--set", "a b"])
+    assert command() == f"python -m {module} --set 'a b'"
 
 
 def test_the_machine_line_starts_with_its_cores() -> None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from bench.site_names import ADULT, COMMON, site_name
 from contracts.enums import Intent
-from tests.unit.fakes import FakeEncoder
-from workers.classify.classifier import IntentClassifier, _best, allowed_intents
-from workers.classify.query_form import (
+from engines.classify.classifier import IntentClassifier, _best, allowed_intents
+from engines.classify.query_form import (
     is_keyword_query,
     keyword_intents,
     names_a_site,
     quantity_intents,
     site_names,
 )
-from workers.classify.rules import has_calculation_cue
+from engines.classify.rules import has_calculation_cue
+from studies.site_names import ADULT, COMMON, site_name
+from tests.unit.fakes import FakeEncoder
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_a_word_or_a_topic_is_no_site_name(query: str) -> None:
 
 
 def test_the_site_list_is_the_derivation_of_its_source() -> None:
-    """The shipped list is what `bench.site_names` makes of its source, by its rules."""
+    """The shipped list is what `studies.site_names` makes of its source, by its rules."""
     assert site_name("en.wikipedia.org") == "wikipedia"
     assert site_name("bbc.co.uk") == "bbc"
     assert site_name("apple.com") is None  # an ordinary word

@@ -193,4 +193,4 @@ def test_every_benchmark_row_names_its_run() -> None:
     for row in rows:
         _what, _figures, run, command = (cell.strip() for cell in row.strip("|").split(" | "))
         assert re.match(r"\d{4}-\d{2}-\d{2}, \d+ cores", run), row
-        assert command.startswith(("`ragbus ", "`python -m bench.")), row
+        assert command.startswith(("`ragbus ", "`python -m bench.", "`python -m studies.")), row

@@ -16,14 +16,14 @@ from contracts.commands import FuseCommand
 from contracts.enums import Channel, Step
 from contracts.models import RetrievedChunk
 from contracts.results import FuseResult
+from engines.fuse.rerank import passage_text, rerank
+from engines.fuse.rrf import fuse, weighted_rrf
 from infra.retrieval.reranker import Reranker, load_reranker
 from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from workers.fuse import create_router
-from workers.fuse.rerank import passage_text, rerank
-from workers.fuse.rrf import fuse, weighted_rrf
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]

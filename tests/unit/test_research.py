@@ -14,9 +14,9 @@ from contracts.events import AnswerData, AnswerEvent, DoneEvent, ErrorEvent, Pha
 from contracts.models import Citation
 from contracts.queries import ChildFinished, QueryCancelled, QuerySubmitted
 from contracts.results import PlanResult
-from orchestrator import research
+from engines.critic.plan import facets, plan
+from orchestrator import lineage
 from tests.unit.saga_support import Run
-from workers.critic.plan import facets, plan
 
 QUESTION = "Compare the Lighthouse of Alexandria and the Colossus of Rhodes"
 SUBS = [QUESTION, "the Lighthouse of Alexandria", "the Colossus of Rhodes"]
@@ -143,7 +143,7 @@ def test_a_child_tells_its_parent_how_it_ended() -> None:
         "r1",
         "timed_out",
     )
-    (outgoing,) = research.child_finished(run.state)
+    (outgoing,) = lineage.child_finished(run.state)
     assert (outgoing.subject, outgoing.stream) == (sj.QUERY_CHILD, sj.STREAM_QUERIES)
 
 

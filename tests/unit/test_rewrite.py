@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.sessions import SessionTurn
-from workers.classify.rewrite import rewrite, subject_of
+from engines.classify.rewrite import rewrite, subject_of
 
 
 def turn(query: str, answer: str | None = None, standalone: str | None = None) -> SessionTurn:

@@ -1,4 +1,4 @@
-"""Pseudo-relevance feedback (`workers.search.feedback`): the query moved toward its first
+"""Pseudo-relevance feedback (`engines.search.feedback`): the query moved toward its first
 hits, RM3's expanded terms, and the title rule that keeps a question about a particular thing
 as it was asked."""
 
@@ -13,6 +13,7 @@ import pytest
 from contracts.commands import SearchCommand
 from contracts.enums import Channel
 from contracts.models import RetrievedChunk, listed, scored
+from engines.search import channels, feedback
 from infra.retrieval.entities import normalize
 from infra.retrieval.lexical import analyze, term_id
 from infra.retrieval.vectors.codec import pack_query, unpack_query
@@ -21,7 +22,7 @@ from infra.settings import Settings
 from tests.unit.conftest import WorkerHarness, worker_harness
 from tests.unit.fakes import FakeEncoder
 from tests.unit.test_search_worker import _index
-from workers.search import channels, create_router, feedback
+from workers.search import create_router
 
 
 def test_every_span_of_the_question_is_a_title_candidate_longest_first() -> None:

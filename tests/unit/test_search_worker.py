@@ -17,6 +17,7 @@ from contracts.envelope import utcnow
 from contracts.ingest import DocumentIn
 from contracts.models import RetrievedChunk, listed
 from contracts.results import CHANNEL_TIMED_OUT, SearchResult, any_result_adapter
+from engines.search.channels import Found
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities
 from infra.retrieval.intent_profiles import PRIOR, weights_for
@@ -27,7 +28,6 @@ from infra.settings import Settings
 from tests.unit.conftest import worker_harness
 from tests.unit.fakes import FakeEncoder
 from workers.search import create_router
-from workers.search.channels import Found
 
 DOCS = [
     DocumentIn(
@@ -158,7 +158,7 @@ async def test_channel_function_is_looked_up_at_call_time(
 
     async with worker_harness(create_router, settings) as harness:
         # patched after the router exists: the subscriber must not hold the old function
-        monkeypatch.setattr("workers.search.channels.search_graph_local", fake)
+        monkeypatch.setattr("engines.search.channels.search_graph_local", fake)
         cmd = _command(Channel.GRAPH_LOCAL, "anything")
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.GRAPH_LOCAL), sj.STREAM_CMD)
         result = SearchResult.model_validate(harness.on("rag.res.search.graph_local")[0])
@@ -173,7 +173,7 @@ async def test_a_failing_channel_is_dead_lettered_and_reported(
     async def broken(resources: Resources, cmd: SearchCommand) -> Found:
         raise ValueError("index corrupted")
 
-    monkeypatch.setattr("workers.search.channels.search_sparse", broken)
+    monkeypatch.setattr("engines.search.channels.search_sparse", broken)
     async with worker_harness(create_router, settings) as harness:
         cmd = _command(Channel.SPARSE, "anything")
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.SPARSE), sj.STREAM_CMD)
@@ -201,7 +201,7 @@ async def test_a_command_for_a_request_that_is_not_live_is_dropped_unrun(
         ran.append(cmd.request_id)
         raise AssertionError("a dropped command's search never runs")
 
-    monkeypatch.setattr("workers.search.channels.search_sparse", searched)
+    monkeypatch.setattr("engines.search.channels.search_sparse", searched)
     async with worker_harness(create_router, settings, live=lambda rid: rid != "req-1") as harness:
         cmd = _command(Channel.SPARSE, "anything")
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.SPARSE), sj.STREAM_CMD)
@@ -258,8 +258,8 @@ async def test_a_failing_channel_inside_a_command_is_reported_beside_the_others(
     async def fine(resources: Resources, cmd: SearchCommand) -> Found:
         return Found([RetrievedChunk(chunk_id="c1", document_id="d", text="t")])
 
-    monkeypatch.setattr("workers.search.channels.search_sparse", broken)
-    monkeypatch.setattr("workers.search.channels.search_vector", fine)
+    monkeypatch.setattr("engines.search.channels.search_sparse", broken)
+    monkeypatch.setattr("engines.search.channels.search_vector", fine)
     async with worker_harness(create_router, settings) as harness:
         cmd = _command(Channel.VECTOR, "anything", also=[Channel.SPARSE])
         await harness.publish(cmd, sj.cmd_subject(Step.SEARCH, Channel.VECTOR), sj.STREAM_CMD)
@@ -285,7 +285,7 @@ async def test_a_channel_silent_past_the_commands_deadline_is_dropped_and_the_re
         await release.wait()
         raise AssertionError("released only at the end of the test")
 
-    monkeypatch.setattr("workers.search.channels.search_sparse", silent)
+    monkeypatch.setattr("engines.search.channels.search_sparse", silent)
     async with worker_harness(create_router, settings, encoder) as harness:
         await _index(harness.resources)
         cmd = _command(
@@ -463,7 +463,7 @@ async def test_a_classifying_command_must_fuse() -> None:
 async def test_the_text_channels_score_what_the_other_found(
     settings: Settings, encoder: FakeEncoder, completion: bool
 ) -> None:
-    """Score completion (`workers.search.completion`): after its own ranking, each text
+    """Score completion (`engines.search.completion`): after its own ranking, each text
     channel's list holds its exact score for the chunks only the other listed; none with
     `RAGBUS_SCORE_COMPLETION=false`."""
     # completion alone: feedback (test_search_feedback) searches again with other queries

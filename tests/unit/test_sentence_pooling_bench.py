@@ -1,4 +1,4 @@
-"""The sentence-pooling measurement (`bench.sentence_pooling`) on a tiny BEIR set, without a
+"""The sentence-pooling measurement (`studies.sentence_pooling`) on a tiny BEIR set, without a
 model: the documents it picks, and a report that pairs each question's two answers."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.evaluation.beir import load_beir
-from bench.sentence_pooling import measure, pick_documents, top_sentence
 from infra.retrieval.vectors.base import Sentences
 from infra.settings import Settings
+from studies.sentence_pooling import measure, pick_documents, top_sentence
 from tests.unit.fakes import FakeEncoder
 
 

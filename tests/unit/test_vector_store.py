@@ -142,7 +142,7 @@ def test_searches_return_references_that_hydrate(store: VectorStore) -> None:
 def test_a_channel_scores_the_chunks_another_found_as_its_search_would(
     store: VectorStore,
 ) -> None:
-    """Score completion (`workers.search.completion`): the exact score each given chunk would
+    """Score completion (`engines.search.completion`): the exact score each given chunk would
     get from the channel's own search, whatever the channel ranked first."""
     _index(store, STATINS)
     _index(store, VITAMIN)

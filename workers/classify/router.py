@@ -2,7 +2,7 @@
 
 A question of a session is first made standalone from the session's earlier turns (the
 `query_rewrite` phase: by the LLM when one is configured, else by the rules of
-`workers.classify.rewrite`), and the standalone question is what is classified and embedded.
+`engines.classify.rewrite`), and the standalone question is what is classified and embedded.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from faststream.nats import NatsRouter
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase, Step
 from contracts.results import ClassifyResult
+from engines.classify.classifier import IntentClassifier, described
+from engines.classify.llm_rewrite import llm_rewrite
+from engines.classify.model_meta import model_dir
+from engines.classify.rewrite import Rewrite, rewrite
 from infra.llm import describe
 from infra.logging import get_logger
 from infra.memory.sessions import SessionStore
@@ -19,10 +23,6 @@ from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
-from workers.classify.classifier import IntentClassifier, described
-from workers.classify.llm_rewrite import llm_rewrite
-from workers.classify.model_meta import model_dir
-from workers.classify.rewrite import Rewrite, rewrite
 
 log = get_logger(__name__)
 

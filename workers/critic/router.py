@@ -1,13 +1,15 @@
-"""The critic worker on the bus: `rag.cmd.critic` in, `rag.res.critic` out.
+"""The critic worker on the bus: `rag.cmd.critic` in, `rag.res.critic` out; the judgement and
+the research plan are the critic engine's (`engines.critic`).
 
 With `RAGBUS_NLI_PATH` set, an NLI model's entailment joins the per-sentence support (see
-`scoring`); the phase metadata names the model (`nli`) and the scores carry `nli`. A model that
-cannot load or run is logged and skipped (`nli_error` in the metadata): the critique is then the
-one without it, never a failed request.
+`engines.critic.scoring`); the phase metadata names the model (`nli`) and the scores carry
+`nli`. A model that cannot load or run is logged and skipped (`nli_error` in the metadata): the
+critique is then the one without it, never a failed request.
 
 When the critic decomposes a question and an LLM is configured, the model rewrites the
-follow-up queries (`llm_decompose`); the phase metadata's `planner` says whose were sent
-(`llm` or `bridges`), and a model that fails leaves the bridge follow-ups (`plan_error`).
+follow-up queries (`engines.critic.llm_decompose`); the phase metadata's `planner` says whose
+were sent (`llm` or `bridges`), and a model that fails leaves the bridge follow-ups
+(`plan_error`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from faststream.nats import NatsRouter
 from contracts.commands import CriticCommand, PlanCommand
 from contracts.enums import Phase, Step
 from contracts.results import CriticResult, PlanResult
+from engines.critic.judge import as_critique, judge
+from engines.critic.llm_decompose import llm_plan
+from engines.critic.plan import has_parts, plan
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
-from workers.critic.judge import judge
-from workers.critic.llm_decompose import llm_plan
-from workers.critic.plan import has_parts, plan
 
 log = get_logger(__name__)
 
@@ -39,7 +41,10 @@ def create_router(resources: Resources) -> NatsRouter:
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.CRITIC), settings, CriticCommand))
     async def critic(cmd: CriticCommand) -> None:
         """Score the answer and tell the orchestrator to accept it or how to retry."""
-        found, run = await judge(bus, cmd, resources, claims)
+        async with phase(bus, cmd, Phase.CRITIC) as run:
+            whole = await claims.whole(cmd)  # its claimed passages, read inside the phase
+            verdict, scores = await judge(whole, resources, run.metadata)
+        found = as_critique(verdict, scores)
         result = CriticResult(**step_result_fields(cmd, run), **dict(found))
         await publisher.publish(result)
 
@@ -50,7 +55,7 @@ def create_router(resources: Resources) -> NatsRouter:
     )
     async def plan_research(cmd: PlanCommand) -> None:
         """A research request's sub-questions: by the model when one is configured, else its
-        facets, entities and bridges (`workers.critic.plan`)."""
+        facets, entities and bridges (`engines.critic.plan`)."""
         async with phase(bus, cmd, Phase.RESEARCH_PLAN) as run:
             cmd = await claims.whole(cmd)
             questions = plan(cmd.query, cmd.contexts, cmd.max_questions)

@@ -1,6 +1,6 @@
 """The fuse worker on the bus: `rag.cmd.fuse` in, `rag.res.fuse` out.
 
-What fusion does is `workers.fuse.pipeline`'s; this worker reads the command's rankings (those
+What fusion does is `engines.fuse.pipeline`'s; this worker reads the command's rankings (those
 it carries, and those the channels left in the request's claim store, in one round trip) and
 answers with the fused list. An attempt whose channels are all searched by one command is
 fused by the search worker instead (`SearchCommand.fuse`), and sends no fuse command.
@@ -13,6 +13,7 @@ from faststream.nats import NatsRouter
 from contracts.commands import FuseCommand, parse_search_key
 from contracts.enums import Phase, Step
 from contracts.results import FuseResult
+from engines.fuse.pipeline import FusionRequest, Rankings, fuse_rankings
 from infra.errors import PoisonMessage
 from infra.logging import get_logger
 from infra.runtime.bus import step_consumer, subscriber_kwargs
@@ -20,7 +21,6 @@ from infra.runtime.claims import Claims
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
-from workers.fuse.pipeline import FusionRequest, Rankings, fuse_rankings
 
 log = get_logger(__name__)
 

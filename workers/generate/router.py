@@ -1,5 +1,6 @@
 """The generate worker on the bus: `rag.cmd.generate` in, `rag.res.generate` out, and the
-model's tokens to the caller while it writes.
+model's tokens to the caller while it writes. What writes the answer is the generate engine
+(`engines.generate`); what judges it, when asked, the critic engine (`self_critique`).
 
 Without `RAGBUS_LLM_BASE_URL` the answer is extractive: it exists whole the moment it is
 composed, so it is not streamed. The caller gets it once, in the request's `answer` event,
@@ -13,55 +14,32 @@ extractive`, `fallback_from: llm`, `reason`): never a silent empty answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from faststream.nats import NatsRouter
 
 from contracts.commands import GenerateCommand
-from contracts.enums import Intent, Phase, Step
+from contracts.enums import Phase, Step
 from contracts.limits import FUSED_OPENINGS
 from contracts.models import ToolCall
 from contracts.results import GenerateResult
+from engines.generate.answer import answer_for
+from engines.generate.extractive import Answer
+from engines.generate.llm import EmptyAnswer, llm_answer
 from infra.llm import LLMClient, LLMStreamBroken, describe
 from infra.logging import get_logger
-from infra.retrieval.vectors.codec import unpack_query
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.claims import opening
 from infra.runtime.phase_events import PhaseRun, phase
 from infra.runtime.resources import Resources
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
-from workers.generate.extractive import Answer, extractive_answer, no_evidence_answer
-from workers.generate.llm import EmptyAnswer, llm_answer
 from workers.generate.self_critique import self_critique, wants_critique
 from workers.generate.streaming import TokenEmitter
-from workers.generate.tools import tool_answer
 
 log = get_logger(__name__)
 
 GENERATOR = "extractive"
 LLM_GENERATOR = "llm"
-
-
-async def answer_for(cmd: GenerateCommand, resources: Resources) -> Answer:
-    """Tool outcomes answer a tool question; otherwise the contexts do, or we say we found
-    nothing."""
-    if cmd.tool_results or (cmd.intent is Intent.TOOL and not cmd.contexts):
-        return Answer(text=tool_answer(cmd.tool_results), citations={}, sentences=0)
-    if not cmd.contexts:
-        return no_evidence_answer(cmd.query)
-    return await extractive_answer(
-        cmd.query,
-        cmd.contexts,
-        resources.encoding(),
-        follow_ups=cmd.follow_ups,
-        query_vectors=query_vectors(cmd.query_vectors),
-    )
-
-
-def query_vectors(packed: Mapping[str, str]) -> dict[str, np.ndarray]:
-    return {text: vector for text, p in packed.items() if (vector := unpack_query(p)) is not None}
 
 
 async def _extractive(cmd: GenerateCommand, resources: Resources, run: PhaseRun) -> Answer:

@@ -3,9 +3,9 @@
 The critic reads what generation just had in hand: the question, the answer, its citations,
 the whole passages and the query's embedding. With `GenerateCommand.critique_attempts_left`
 set (`RAGBUS_CRITIQUE_WITH_GENERATION`, on by default) the generating worker runs the critic's
-own judgement (`workers.critic.judge`: the same scoring, the phase `critic` with the same
-metadata) and reports the verdict with the answer. That spares a request the hop through the
-saga: a result, a transition and a command carrying the passages again.
+own judgement (the critic engine, `engines.critic.judge`: the same scoring, the phase `critic`
+with the same metadata) and reports the verdict with the answer. That spares a request the hop
+through the saga: a result, a transition and a command carrying the passages again.
 
 It is bounded by `RAGBUS_CRITIC_TIMEOUT_S`. A critique that fails or runs out of time leaves
 the answer without a verdict, and the saga sends the critic its own command, as without the
@@ -18,15 +18,17 @@ import asyncio
 from typing import Any
 
 from contracts.commands import CriticCommand, GenerateCommand
+from contracts.enums import Phase
 from contracts.models import ToolCall
 from contracts.results import Critique
+from engines.critic.judge import as_critique, judge
+from engines.generate.extractive import Answer
 from infra.errors import describe_error
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
+from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
 from infra.runtime.step_context import RequestNotLive
-from workers.critic.judge import judge
-from workers.generate.extractive import Answer
 
 log = get_logger(__name__)
 
@@ -53,14 +55,22 @@ def critic_command(cmd: GenerateCommand, answer: Answer) -> CriticCommand:
     return CriticCommand.model_construct(**fields)
 
 
+async def judged(bus: Bus, cmd: CriticCommand, resources: Resources) -> Critique:
+    """The critic engine's judgement, measured and reported as the phase `critic`, as the
+    critic worker reports its own."""
+    async with phase(bus, cmd, Phase.CRITIC) as run:
+        verdict, scores = await judge(cmd, resources, run.metadata)
+    return as_critique(verdict, scores)
+
+
 async def self_critique(
     bus: Bus, cmd: GenerateCommand, answer: Answer, resources: Resources
 ) -> Critique | None:
     """The critic's verdict on `answer`, or None when it cannot be had in time (the critic
     step then judges it)."""
     try:
-        found, _ = await asyncio.wait_for(
-            judge(bus, critic_command(cmd, answer), resources),
+        found = await asyncio.wait_for(
+            judged(bus, critic_command(cmd, answer), resources),
             resources.settings.critic_timeout_s,
         )
     except RequestNotLive:

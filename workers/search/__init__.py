@@ -6,7 +6,7 @@ A command may name further channels (`SearchCommand.also`, which the saga sets u
 its own phase event and its own claimed ranking, so a query's document search is one command,
 one result and one saga transition instead of one per channel. When those channels are all
 the attempt searches, the command may also ask the worker to fuse them (`SearchCommand.fuse`,
-`RAGBUS_FUSE_WITH_SEARCH`): it runs the fuse step's own code (`workers.fuse.pipeline`) with the
+`RAGBUS_FUSE_WITH_SEARCH`): it runs the fuse step's own engine (`engines.fuse.pipeline`) with the
 rankings in hand, sends the fusion phase event, and answers with the fused list
 (`SearchResult.fused`) instead of claimed rankings: no fuse command, no fuse result, one saga
 transition fewer. Fusion that fails there leaves the rankings to the fuse step, as without it.
@@ -14,16 +14,18 @@ Such a command carries the search deadline (`SearchCommand.deadline_at`): a chan
 not answered by then is dropped (its phase event says so, and its outcome is
 `CHANNEL_TIMED_OUT`), and the others are answered and fused without it.
 
-The subscriber looks its channel function up on `channels` at call time, so a test (or an
-operator's patch) can replace one channel without rebuilding the router.
+A command that asks (`SearchCommand.classify`) is classified first, by the classify step's own
+engine (`engines.classify`), and searches the channels its intent weighs.
+
+What is searched, and how, is the search engine's (`engines.search`): each channel's function is
+looked up on `engines.search.channels` at call time (`search_channel`), so a test (or an
+operator's patch) can replace one channel without rebuilding the router. This worker runs the
+engines and says what they did: phase events, claimed rankings, the result.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,64 +36,27 @@ from contracts.commands import SKIPPED_BY_WEIGHT, FuseSpec, SearchCommand, weigh
 from contracts.enums import CHANNEL_PHASE, Channel, Intent, Phase, PhaseStatus, Step, StepStatus
 from contracts.envelope import utcnow
 from contracts.events import PhaseData, PhaseEvent
-from contracts.models import ErrorInfo, RetrievedChunk, listed
+from contracts.models import ErrorInfo, RetrievedChunk
 from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Classified, Fused, SearchResult
+from engines.classify.classifier import Classification, IntentClassifier, described
+from engines.classify.model_meta import model_dir
+from engines.fuse.pipeline import FusionRequest, fuse_rankings
+from engines.search.channel_search import CHANNEL_FUNCTIONS, ChannelTimedOut, search_channel
+from engines.search.refine import refine
 from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
-from infra.retrieval.lexical import SparseVec
 from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase, send_while_live
 from infra.runtime.resources import Resources
 from infra.runtime.step_context import RequestNotLive
-from infra.runtime.worker_runtime import ResultPublisher, step_router
-from workers.classify.classifier import Classification, IntentClassifier, described
-from workers.classify.model_meta import model_dir
-from workers.fuse.pipeline import FusionRequest, fuse_rankings
-from workers.search import channels, completion, feedback
+from infra.runtime.worker_runtime import (
+    SHOWN_QUERY_CHARS,
+    ResultPublisher,
+    result_event_id,
+    step_router,
+)
 
 log = get_logger(__name__)
-
-SHOWN_QUERY_CHARS = 200
-"""How much of the searched query a channel's phase event shows."""
-
-ChannelSearch = Callable[[Resources, SearchCommand], Awaitable[channels.Found]]
-
-CHANNEL_FUNCTIONS: dict[Channel, str] = {
-    Channel.VECTOR: "search_vector",
-    Channel.SPARSE: "search_sparse",
-    Channel.GRAPH_LOCAL: "search_graph_local",
-    Channel.GRAPH_GLOBAL: "search_graph_global",
-}
-
-
-def result_event_id(cmd: SearchCommand) -> str:
-    """Derived from the command, so a redelivered command's second answer is dropped by the
-    broker's duplicate window instead of reaching the orchestrator twice."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"ragbus/result/{cmd.event_id}").hex
-
-
-def ranked(
-    chunks: list[RetrievedChunk], channel: Channel, *, feedback: bool = False
-) -> list[RetrievedChunk]:
-    """1-based ranks, recorded under the channel's name for fusion; references only (fusion
-    hydrates the chunks it keeps), so a store that answered with text, or with the chunk's
-    place in its document (page, section), does not ship it.
-    `feedback` marks a feedback search's list (`RetrievedChunk.feedback`)."""
-    return [
-        chunk.model_copy(
-            update={
-                "rank": rank,
-                "channels": {channel.value: rank},
-                "text": "",
-                "vectors": None,
-                "page": None,
-                "page_label": "",
-                "section": "",
-                "feedback": feedback,
-            }
-        )
-        for rank, chunk in enumerate(chunks, start=1)
-    ]
 
 
 @dataclass
@@ -120,28 +85,11 @@ class Searched:
         }
 
 
-class ChannelTimedOut(Exception):
-    """A channel had not answered by its command's deadline (`SearchCommand.deadline_at`):
-    it is dropped, not retried (the saga would not wait for a second try)."""
-
-
 def _error_info(exc: Exception | None) -> ErrorInfo | None:
     if exc is None:
         return None
     code = CHANNEL_TIMED_OUT if isinstance(exc, ChannelTimedOut) else "channel_failed"
     return ErrorInfo(code=code, message=describe_error(exc)[:2000])
-
-
-async def within(search: Awaitable[channels.Found], deadline_at: datetime | None) -> channels.Found:
-    """The channel's search, given until `deadline_at` (no limit without one)."""
-    if deadline_at is None:
-        return await search
-    left = (deadline_at - utcnow()).total_seconds()
-    try:
-        async with asyncio.timeout(max(left, 0.0)):
-            return await search
-    except TimeoutError as exc:
-        raise ChannelTimedOut(f"no answer by the search deadline ({max(left, 0.0):.3g}s)") from exc
 
 
 def skipped(cmd: SearchCommand, channel: Channel) -> PhaseEvent:
@@ -214,18 +162,17 @@ def create_router(resources: Resources) -> NatsRouter:
     async def search_one(
         cmd: SearchCommand, channel: Channel, deadline_at: datetime | None = None
     ) -> Searched:
-        search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
         # the query is named: a rewritten or decomposed attempt searches other words
         shown = cmd.query[:SHOWN_QUERY_CHARS]
         async with phase(
             bus, cmd, CHANNEL_PHASE[channel], channel=channel.value, query=shown
         ) as run:
             try:
-                found = await within(search(resources, cmd), deadline_at)
+                found = await search_channel(resources, cmd, channel, deadline_at)
             except ChannelTimedOut as exc:
                 run.metadata.update(dropped=True, reason=str(exc))
                 raise
-            chunks = ranked(found.chunks, channel)[: cmd.top_k]
+            chunks = found.chunks
             run.metadata["count"] = len(chunks)
         return Searched(channel, chunks, None, len(chunks), found.query_vector, run.duration_ms)
 
@@ -273,60 +220,14 @@ def create_router(resources: Resources) -> NatsRouter:
         made = [s.query_vector for s in searched if s.channel is Channel.VECTOR and not s.error]
         return cmd.query_vector or (made[0] if made else None)
 
-    async def completions(
-        cmd: SearchCommand,
-        vector: str | None,
-        rankings: dict[Channel, list[RetrievedChunk]],
-        terms: SparseVec | None = None,
-    ) -> dict[Channel, list[RetrievedChunk]]:
-        """Each text channel's completions of `rankings` (`workers.search.completion`); none
-        when completion fails (logged): fusion goes on with the channels' own lists."""
-        try:
-            return await completion.complete(resources, cmd.query, vector, rankings, terms)
-        except Exception:
-            log.exception("score_completion_failed", request_id=cmd.request_id)
-            return {}
-
     async def refine_text_channels(cmd: SearchCommand, searched: list[Searched]) -> None:
-        """Score completion, then pseudo-relevance feedback (`workers.search.feedback`): the
-        text channels search again with what their first hits say, and are completed again.
-        A failed feedback search is logged, and the first lists stand."""
-        vector = query_vector_of(cmd, searched)
+        """The text channels' lists completed and searched again (`engines.search.refine`),
+        in place of those they answered."""
         ok = {s.channel: s for s in searched if s.error is None}
-        if settings.score_completion:
-            added = await completions(cmd, vector, {c: s.chunks for c, s in ok.items()})
-            for channel, chunks in added.items():
-                ok[channel].chunks = [*ok[channel].chunks, *chunks]
-        if not settings.search_feedback:
-            return
-        started = time.perf_counter()
-        try:
-            again = await feedback.search_again(
-                resources, cmd, vector, {c: s.chunks for c, s in ok.items()}
-            )
-        except Exception:
-            log.exception("search_feedback_failed", request_id=cmd.request_id)
-            return
-        log.debug(
-            "search_feedback",
-            request_id=cmd.request_id,
-            applied=again is not None,
-            ms=round((time.perf_counter() - started) * 1000, 2),
-        )
-        if again is None:
-            return
-        lists, moved_vector, terms = again
-        # marked as they are ranked; their completions, copies of the other's, keep the mark
-        fed = {
-            channel: ranked(chunks, channel, feedback=True)[: cmd.top_k]
-            for channel, chunks in lists.items()
-        }
-        added = (
-            await completions(cmd, moved_vector, fed, terms) if settings.score_completion else {}
-        )
-        for channel, chunks in fed.items():
-            # the channel's own ranking stays what it reports; fusion reads the second list
-            ok[channel].chunks = [*listed(ok[channel].chunks), *chunks, *added.get(channel, [])]
+        lists = {c: s.chunks for c, s in ok.items()}
+        refined = await refine(resources, cmd, query_vector_of(cmd, searched), lists)
+        for channel, chunks in refined.items():
+            ok[channel].chunks = chunks
 
     async def fuse_searched(
         cmd: SearchCommand, spec: FuseSpec, searched: list[Searched]
