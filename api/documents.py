@@ -7,12 +7,7 @@ limits (`infra.tenancy.quotas`), and its jobs answer only to it.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -29,12 +24,8 @@ from fastapi import (
     status,
 )
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from nats.js import JetStreamContext
 from sse_starlette import EventSourceResponse
-from starlette.datastructures import Headers, UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
-from starlette.types import Message, Receive
 
 from api.auth import Caller, CallerDep, authenticate
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
@@ -52,25 +43,28 @@ from api.routes import V1_ERRORS, take_submission, unconfirmed
 from api.schemas import (
     DOCUMENT_FILES_ENCODING,
     DOCUMENT_FILES_SCHEMA,
-    MAX_FILES_PER_CALL,
     DocumentEntry,
     DocumentList,
     DocumentsRequest,
     DocumentUpload,
     ErrorResponse,
-    FileBatchPrint,
     IngestAccepted,
     JobView,
     NamespaceCount,
     Namespaces,
-    _namespace,
 )
 from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
+from api.uploads import (
+    MULTIPART,
+    MULTIPART_RECEIVE,
+    FileBatch,
+    FilesOrJsonRoute,
+    file_batch,
+)
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.ingest import (
     DOCUMENT_ID_PATTERN,
-    MAX_METADATA_CHARS,
     DocumentIn,
     FileDocument,
     IngestProgress,
@@ -78,7 +72,6 @@ from contracts.ingest import (
 )
 from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
 from contracts.tenancy import caller_namespace, store_namespace
-from infra.documents import ParseRefused, sniff
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
 from infra.runtime.files import FileStore
@@ -87,7 +80,6 @@ from infra.runtime.ingest_producer import (
     DocumentTooLarge,
     JobReceipt,
     check_sizes,
-    document_id_for,
     publish_deletion,
     publish_job,
 )
@@ -225,227 +217,6 @@ async def accept_batch(
         lambda job_id: publish_job(bus, documents, job_id=job_id),
         None if idempotency_key is None else (idempotency, idempotency_key, fingerprint(body)),
     )
-
-
-MULTIPART = "multipart/form-data"
-MULTIPART_RECEIVE = "ragbus.multipart_receive"
-"""Where `FilesOrJsonRoute` keeps a multipart request's body (its ASGI `receive`) for the
-endpoint, which reads it once the caller is authenticated."""
-FORM_FIELDS = ("files", "namespace", "metadata")
-MAX_FIELD_BYTES = 4 * MAX_METADATA_CHARS + 1024
-"""A form field's bytes at most: the metadata's characters, four bytes each at worst."""
-MAX_FILENAME_CHARS = 512
-
-
-def is_multipart(headers: Headers) -> bool:
-    content_type = headers.get("content-type", "")
-    return content_type.split(";", 1)[0].strip().lower() == MULTIPART
-
-
-async def _no_body() -> Message:
-    return {"type": "http.request", "body": b"", "more_body": False}
-
-
-class FilesOrJsonRoute(APIRoute):
-    """`POST /v1/documents` takes JSON (a `DocumentsRequest`, validated by FastAPI) or
-    `multipart/form-data` (files). FastAPI reads a route's body as the one content type it
-    declares, before the dependencies run; so a multipart request reaches the endpoint with an
-    empty body (its `body` None) and its stream set aside, which the endpoint reads only once
-    the caller is authenticated and within its rate (`file_batch`)."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            if is_multipart(request.headers):
-                request.scope[MULTIPART_RECEIVE] = request.receive
-                request = Request(request.scope, _no_body)
-            return await handler(request)
-
-        return route
-
-
-class FileOverLimit(Exception):
-    def __init__(self, filename: str, limit: int) -> None:
-        super().__init__(
-            f"{filename} is over {limit:,} bytes, the largest file taken "
-            "(RAGBUS_MAX_FILE_BYTES): nothing of the batch was queued"
-        )
-
-
-class _BoundedMultiPartParser(MultiPartParser):
-    """Starlette's multipart parser, with each file's bytes bounded as they arrive (its own
-    bounds are for the other fields): a file over the limit ends the upload there, rather than
-    after it was spooled to disk whole."""
-
-    def __init__(self, headers: Headers, stream: AsyncIterator[bytes], max_file_bytes: int):
-        super().__init__(
-            headers,
-            stream,  # type: ignore[arg-type]
-            max_files=MAX_FILES_PER_CALL,
-            max_fields=len(FORM_FIELDS) * 2,
-            max_part_size=MAX_FIELD_BYTES,
-        )
-        self._max_file_bytes = max_file_bytes
-        self._file_bytes = 0
-
-    def on_part_begin(self) -> None:
-        super().on_part_begin()
-        self._file_bytes = 0
-
-    def on_part_data(self, data: bytes, start: int, end: int) -> None:
-        file = self._current_part.file
-        if file is not None:
-            self._file_bytes += end - start
-            if self._file_bytes > self._max_file_bytes:
-                raise FileOverLimit(file.filename or "a file", self._max_file_bytes)
-        super().on_part_data(data, start, end)
-
-
-@dataclass(frozen=True)
-class UploadedFile:
-    """One file of a multipart batch, checked; its bytes stay spooled in `upload`."""
-
-    document_id: str
-    upload: UploadFile
-    filename: str
-    media_type: str
-    """what the bytes are (`infra.documents.sniff`), whatever the name or the part said"""
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class FileBatch:
-    namespace: str
-    metadata: dict[str, Any]
-    files: list[UploadedFile]
-
-    def fingerprint(self) -> str:
-        files = [(f.document_id, f.sha256) for f in self.files]
-        print_ = FileBatchPrint(namespace=self.namespace, metadata=self.metadata, files=files)
-        return fingerprint(print_)
-
-
-def _invalid(field: str, message: str) -> RequestValidationError:
-    """A 422 naming `field` of the form, as FastAPI words one of a JSON body's."""
-    return RequestValidationError(
-        [{"type": "value_error", "loc": ("body", field), "msg": message, "input": None}]
-    )
-
-
-def _one_field(form: Any, name: str) -> str | None:
-    values = form.getlist(name)
-    if len(values) > 1:
-        raise _invalid(name, f"give `{name}` once")
-    if values and not isinstance(values[0], str):
-        raise _invalid(name, f"`{name}` is a form field, not a file")
-    return values[0] if values else None
-
-
-def _form_metadata(raw: str | None) -> dict[str, Any]:
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        metadata = json.loads(raw)
-    except ValueError:
-        raise _invalid("metadata", "not JSON: give a JSON object") from None
-    if not isinstance(metadata, dict):
-        raise _invalid("metadata", "give a JSON object")
-    if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
-        raise _invalid("metadata", f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
-    return metadata
-
-
-async def _checked_file(upload: UploadFile) -> UploadedFile:
-    filename = upload.filename or ""
-    document_id = document_id_for(filename)
-    if document_id is None or len(filename) > MAX_FILENAME_CHARS:
-        raise _invalid(
-            "files",
-            f"the file name {filename[:300]!r} makes no document id: name the file with "
-            "1-256 characters (white space becomes `_`)",
-        )
-    data = await upload.read()
-    if not data:
-        raise _invalid("files", f"{filename} is empty")
-    try:
-        media_type = await asyncio.to_thread(sniff, data, filename)
-    except ParseRefused as exc:
-        reason = str(exc)
-        raise HTTPException(
-            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            reason if filename in reason else f"{filename}: {reason}",
-        ) from None
-    await upload.seek(0)
-    return UploadedFile(
-        document_id=document_id,
-        upload=upload,
-        filename=filename,
-        media_type=media_type,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-    )
-
-
-def _one_version_each(files: list[UploadedFile]) -> list[UploadedFile]:
-    """A file sent twice under one document id is sent once; two different files that would
-    be one document are refused, not guessed between (as two versions in a JSON batch are)."""
-    first: dict[str, UploadedFile] = {}
-    for file in files:
-        earlier = first.setdefault(file.document_id, file)
-        if earlier.sha256 != file.sha256:
-            raise _invalid(
-                "files",
-                f"{file.filename} and {earlier.filename} would both be document "
-                f"{file.document_id!r}, with different content: send one of them",
-            )
-    return list(first.values())
-
-
-async def read_file_batch(form: Any) -> FileBatch:
-    """A parsed multipart form as a batch of files, checked whole: 422 naming the field (or
-    the file), 415 naming a file whose kind is not read."""
-    unknown = sorted(set(form.keys()) - set(FORM_FIELDS))
-    if unknown:
-        raise _invalid(unknown[0], f"not a field of this form ({', '.join(FORM_FIELDS)})")
-    namespace = _one_field(form, "namespace") or "default"
-    try:
-        _namespace(namespace)
-    except ValueError as exc:
-        raise _invalid("namespace", str(exc)) from None
-    metadata = _form_metadata(_one_field(form, "metadata"))
-    parts = form.getlist("files")
-    if not parts:
-        raise _invalid("files", "no file: send each as a `files` part with its file name")
-    if not all(isinstance(part, UploadFile) for part in parts):
-        raise _invalid("files", "every `files` part must be a file, sent with its file name")
-    files = _one_version_each([await _checked_file(part) for part in parts])
-    return FileBatch(namespace=namespace, metadata=metadata, files=files)
-
-
-@asynccontextmanager
-async def file_batch(request: Request, max_file_bytes: int) -> AsyncIterator[FileBatch]:
-    """The multipart body of `request`, read and checked whole (`read_file_batch`); its files
-    stay spooled (in memory, or on disk past 1 MB) until the block ends. A file over
-    `max_file_bytes` ends the reading with a 413 naming it."""
-    receive: Receive = request.scope.get(MULTIPART_RECEIVE, request.receive)
-    source = Request(request.scope, receive)
-    try:
-        async with aclosing(source.stream()) as stream:
-            form = await _BoundedMultiPartParser(source.headers, stream, max_file_bytes).parse()
-    except FileOverLimit as exc:
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
-    except MultiPartException as exc:
-        if exc.message.startswith("Too many files"):
-            raise _invalid("files", f"at most {MAX_FILES_PER_CALL} files a call") from None
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST, f"the multipart body could not be read: {exc.message}"
-        ) from None
-    try:
-        yield await read_file_batch(form)
-    finally:
-        await form.close()
 
 
 async def accept_files(
