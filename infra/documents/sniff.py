@@ -169,11 +169,11 @@ def _is_html(sample: bytes, strong_only: bool) -> bool:
     return b"</" in start[:2048] and _MARKUP_TAGS.match(start) is not None
 
 
-def _zip_kind(data: bytes, filename: str) -> str:
-    name = display_name(filename)
+def _zip_members(data: bytes, filename: str) -> list[zipfile.ZipInfo]:
+    """The members of a zip archive; `ParseRefused` for one that cannot be read as one."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = set(archive.namelist())
+            return archive.infolist()
     except (
         zipfile.BadZipFile,
         zipfile.LargeZipFile,
@@ -182,7 +182,13 @@ def _zip_kind(data: bytes, filename: str) -> str:
         EOFError,
         NotImplementedError,
     ) as exc:
+        name = display_name(filename)
         raise ParseRefused(f"{name} is a damaged zip archive; ragbus cannot read it") from exc
+
+
+def _zip_kind(data: bytes, filename: str) -> str:
+    name = display_name(filename)
+    members = {info.filename for info in _zip_members(data, filename)}
     if "word/document.xml" in members:
         return DOCX
     if "ppt/presentation.xml" in members:
@@ -200,18 +206,7 @@ def check_zip(data: bytes, filename: str, limits: ParseLimits) -> None:
     """Refuse a zip bomb before any member is unpacked: members that would unpack to more
     than `max_unpacked_bytes` together, a big member packed more than 100:1, or too many."""
     name = display_name(filename)
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            infos = archive.infolist()
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        OSError,
-        ValueError,
-        EOFError,
-        NotImplementedError,
-    ) as exc:
-        raise ParseRefused(f"{name} is a damaged zip archive; ragbus cannot read it") from exc
+    infos = _zip_members(data, filename)
     total = sum(info.file_size for info in infos)
     bomb = f"{name} looks like a zip bomb"
     if len(infos) > MAX_MEMBERS:
