@@ -181,6 +181,17 @@ def _answer(response: Response, started: tuple[IngestAccepted, bool]) -> IngestA
     return accepted
 
 
+async def charge(quotas: Quotas, caller: Caller, sizes: list[DocumentSize]) -> None:
+    """Count a batch's documents against the caller's limits, or refuse it whole with 429."""
+    try:
+        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
+    except QuotaExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
+        ) from exc
+
+
 async def accept_batch(
     caller: Caller,
     body: DocumentsRequest,
@@ -203,13 +214,7 @@ async def accept_batch(
     except DocumentTooLarge as exc:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
     sizes = [DocumentSize(d.namespace, d.id, len(d.text.encode())) for d in documents]
-    try:
-        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
-    except QuotaExceeded as exc:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
-        ) from exc
+    await charge(quotas, caller, sizes)
     return await _start_job(
         caller,
         redis,
@@ -236,13 +241,7 @@ async def accept_files(
     then a message per file for the parse workers."""
     space = store_namespace(caller.tenant, batch.namespace)
     sizes = [DocumentSize(space, f.document_id, f.size) for f in batch.files]
-    try:
-        await quotas.accept_documents(caller.tenant, sizes, caller.limits)
-    except QuotaExceeded as exc:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"the batch is refused whole: {exc}; delete documents, or ask for a larger limit",
-        ) from exc
+    await charge(quotas, caller, sizes)
 
     async def publish(job_id: str) -> JobReceipt:
         documents = []
