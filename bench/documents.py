@@ -137,6 +137,18 @@ def write_beir(
             fh.write(json.dumps(row) + "\n")
 
 
+def pages_in(folder: Path) -> int:
+    """The pages of every PDF in `folder`."""
+    import pypdfium2 as pdfium
+
+    count = 0
+    for pdf in folder.glob("*.pdf"):
+        document = pdfium.PdfDocument(str(pdf))
+        count += len(document)
+        document.close()
+    return count
+
+
 def build(
     beir_dir: Path,
     work: Path,
@@ -153,7 +165,6 @@ def build(
     text_dir, scan_dir = work / "text-pdf", work / "scan-pdf"
     text_dir.mkdir(parents=True, exist_ok=True)
     scan_dir.mkdir(parents=True, exist_ok=True)
-    pages = scan_pages = 0
     for done, source in enumerate(sources, start=1):
         pdf = text_dir / file_name(source.id)
         if not pdf.exists():
@@ -164,18 +175,6 @@ def build(
                 render_scan(pdf, scan)
         if progress is not None:
             progress("render", done, len(sources))
-    import pypdfium2 as pdfium
-
-    for folder in (text_dir, scan_dir):
-        count = 0
-        for pdf in folder.glob("*.pdf"):
-            document = pdfium.PdfDocument(str(pdf))
-            count += len(document)
-            document.close()
-        if folder is text_dir:
-            pages = count
-        else:
-            scan_pages = count
     all_queries = [qid for qid in sorted(beir.qrels) if qid in beir.queries]
     kept = [source for source in sources if source.id in subset]
     write_beir(work / "beir-text", beir, all_queries, str, sources)
@@ -184,9 +183,9 @@ def build(
     write_beir(work / "beir-scan-pdf", beir, queries, lambda d: file_name(d))
     made = {
         "documents": len(sources),
-        "text_pdf_pages": pages,
+        "text_pdf_pages": pages_in(text_dir),
         "scan_documents": len(kept),
-        "scan_pages": scan_pages,
+        "scan_pages": pages_in(scan_dir),
         "scan_queries": len(queries),
         "scan_dpi": SCAN_DPI,
     }

@@ -23,19 +23,16 @@ def register(app: typer.Typer) -> None:
     app.command("bench-documents")(bench_documents)
 
 
-def _ragbus(*args: str, api: str, token: str | None) -> subprocess.CompletedProcess[str]:
+def _ragbus(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "cli", *args]
-    if token:
-        command += ["--token", token]
-    if args[0] == "eval":
-        command += ["--api", api]
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
-def _ingest(folder: Path, namespace: str, api: str, token: str | None) -> dict[str, Any]:
-    """`ragbus ingest FOLDER` through the bus (its parse and ingest workers); how long."""
+def _ingest(folder: Path, namespace: str) -> dict[str, Any]:
+    """`ragbus ingest FOLDER` through the bus (its parse and ingest workers; it talks to NATS,
+    not the API); how long."""
     started = time.perf_counter()
-    done = _ragbus("ingest", str(folder), "--namespace", namespace, api=api, token=token)
+    done = _ragbus("ingest", str(folder), "--namespace", namespace)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise Failure(f"ragbus ingest {folder} failed: {done.stderr.strip()[-500:]}")
@@ -46,7 +43,8 @@ def _ndcg(beir: Path, namespace: str, api: str, token: str | None, ingest: bool)
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "eval.json"
         args = ["eval", "--beir", str(beir), "--namespace", namespace, "--out", str(out)]
-        done = _ragbus(*args, *([] if ingest else ["--skip-ingest"]), api=api, token=token)
+        args += ["--api", api, *(["--token", token] if token else [])]
+        done = _ragbus(*args, *([] if ingest else ["--skip-ingest"]))
         if done.returncode != 0:
             raise Failure(f"ragbus eval {beir} failed: {done.stderr.strip()[-500:]}")
         report = json.loads(out.read_text())
@@ -101,10 +99,10 @@ def bench_documents(
         report["retrieval"] = {
             "text": {"ndcg@10": _ndcg(work / "beir-text", ns["text"], api, token, True)},
             "text_pdf": {
-                "ingest": _ingest(work / "text-pdf", ns["text-pdf"], api, token),
+                "ingest": _ingest(work / "text-pdf", ns["text-pdf"]),
             },
             "subset_text": {"ndcg@10": _ndcg(work / "beir-subset", ns["subset"], api, token, True)},
-            "scan_pdf": {"ingest": _ingest(work / "scan-pdf", ns["scan-pdf"], api, token)},
+            "scan_pdf": {"ingest": _ingest(work / "scan-pdf", ns["scan-pdf"])},
         }
         r = report["retrieval"]
         r["text_pdf"]["ndcg@10"] = _ndcg(work / "beir-text-pdf", ns["text-pdf"], api, token, False)
