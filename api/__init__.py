@@ -1,5 +1,6 @@
 """The HTTP surface and the web page: the FastAPI application (`app`), its routes (`routes`:
-submit, status, SSE; `documents`: ingest; `sessions`, `admin`, `ops`), their dependencies
+submit, status, SSE; `documents`: ingest; `jobs`: ingest jobs; `catalogue`: namespaces and
+documents listed; `sessions`, `admin`, `ops`), their dependencies
 (`deps`, `auth`, `idempotency`), models (`schemas`), the SSE relay the event endpoints share
 (`sse`), JetStream readers behind the event streams (`event_stream`), and the page's assets
 (`web`, `static/`).

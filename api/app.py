@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 from faststream.nats import NatsBroker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import admin, documents, ops, reference, routes, sessions, web
+from api import admin, catalogue, documents, jobs, ops, reference, routes, sessions, web
 from api.event_hub import EventHub
 from api.intake import Intake
 from api.schemas import ErrorDetail, ErrorResponse
@@ -128,6 +128,8 @@ def create_app(
     app.state.settings = settings
     app.include_router(routes.router)
     app.include_router(documents.router)
+    app.include_router(jobs.router)
+    app.include_router(catalogue.router)
     app.include_router(sessions.router)
     app.include_router(admin.router)
     app.include_router(ops.router)

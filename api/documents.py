@@ -1,14 +1,15 @@
-"""The `/v1` document endpoints: ingest a batch as a job, delete a document, follow a job.
+"""The `/v1` document endpoints: ingest a batch as a job, read a file's original, delete a
+document.
 
 Each acts for its caller's tenant (`api.auth`): the caller's namespaces are kept in the stores
-under the tenant's name (`contracts.tenancy.store_namespace`), its documents count against its
-limits (`infra.tenancy.quotas`), and its jobs answer only to it.
+under the tenant's name (`contracts.tenancy.store_namespace`) and its documents count against
+its limits (`infra.tenancy.quotas`). Each answers with an ingest job, followed at its own
+endpoints (`api.jobs`); the caller's namespaces and documents are listed by `api.catalogue`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 import redis.asyncio as aioredis
@@ -18,42 +19,27 @@ from fastapi import (
     Depends,
     HTTPException,
     Path,
-    Query,
     Request,
     Response,
     status,
 )
 from fastapi.exceptions import RequestValidationError
 from nats.js import JetStreamContext
-from sse_starlette import EventSourceResponse
 
 from api.auth import Caller, CallerDep, authenticate
+from api.catalogue import NamespaceQuery
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
-from api.event_stream import INGEST_TERMINAL, ingest_events, one_each
-from api.idempotency import (
-    IDEMPOTENCY_HEADER,
-    REPLAYED_HEADER,
-    Claim,
-    Idempotency,
-    IdempotencyDep,
-    IdempotencyKey,
-    fingerprint,
-)
-from api.routes import V1_ERRORS, take_submission, unconfirmed
+from api.idempotency import Idempotency, IdempotencyDep, IdempotencyKey, fingerprint
+from api.jobs import answer, start_job
+from api.routes import V1_ERRORS, take_submission
 from api.schemas import (
     DOCUMENT_FILES_ENCODING,
     DOCUMENT_FILES_SCHEMA,
-    DocumentEntry,
-    DocumentList,
     DocumentsRequest,
     DocumentUpload,
     ErrorResponse,
     IngestAccepted,
-    JobView,
-    NamespaceCount,
-    Namespaces,
 )
-from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
 from api.uploads import (
     MULTIPART,
     MULTIPART_RECEIVE,
@@ -61,21 +47,11 @@ from api.uploads import (
     FilesOrJsonRoute,
     file_batch,
 )
-from contracts import subjects as sj
-from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
-from contracts.ingest import (
-    DOCUMENT_ID_PATTERN,
-    DocumentIn,
-    FileDocument,
-    IngestProgress,
-    JobCounts,
-)
-from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
-from contracts.tenancy import caller_namespace, store_namespace
+from contracts.ingest import DOCUMENT_ID_PATTERN, DocumentIn, FileDocument
+from contracts.tenancy import store_namespace
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
 from infra.runtime.files import FileStore
-from infra.runtime.ingest_jobs import open_job, read_job
 from infra.runtime.ingest_producer import (
     DocumentTooLarge,
     JobReceipt,
@@ -83,7 +59,6 @@ from infra.runtime.ingest_producer import (
     publish_deletion,
     publish_job,
 )
-from infra.runtime.redis_client import RETRY_AFTER_S
 from infra.settings import Settings
 from infra.tenancy.quotas import DocumentSize, QuotaExceeded, Quotas
 
@@ -91,94 +66,12 @@ log = get_logger(__name__)
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(authenticate)], responses=V1_ERRORS)
 
-NamespaceQuery = Annotated[
-    str, Query(pattern=NAMESPACE_PATTERN, max_length=MAX_CALLER_NAMESPACE_CHARS)
-]
-COUNT_FIELDS = frozenset(JobCounts.model_fields)
-MAX_LISTED = 1000
-"""Documents `GET /v1/documents` lists at most."""
-
-JobIdPath = Annotated[
-    str, Path(pattern=REQUEST_ID_PATTERN, description="Letters, digits, '_' or '-'; 1-64.")
-]
-
 
 def stored(caller: Caller, upload: DocumentUpload) -> DocumentIn:
     """A caller's document as the bus and the stores take it: in the tenant's namespace."""
     fields = upload.model_dump()
     fields["namespace"] = store_namespace(caller.tenant, upload.namespace)
     return DocumentIn.model_validate(fields)
-
-
-def job_status_url(job_id: str) -> str:
-    return f"/v1/ingest/{job_id}"
-
-
-def job_events_url(job_id: str) -> str:
-    return f"/v1/ingest/{job_id}/events"
-
-
-async def _start_job(
-    caller: Caller,
-    redis: aioredis.Redis,
-    settings: Settings,
-    publish: Callable[[str], Awaitable[JobReceipt]],
-    idempotent: tuple[Idempotency, str, str] | None = None,
-) -> tuple[IngestAccepted, bool]:
-    """Make the job readable, publish it, and say where to follow it, and whether the answer
-    is an earlier one replayed. `idempotent` = (the store, the key, the body's fingerprint): a
-    key whose job was accepted answers with that job; one whose job is still being published
-    answers 409."""
-    job_id = new_request_id()
-    if idempotent is not None:
-        idempotency, key, body_print = idempotent
-        earlier = await idempotency.claim(
-            "documents", key, Claim(work_id=job_id, fingerprint=body_print)
-        )
-        if earlier is not None:
-            if earlier.receipt is None:
-                raise HTTPException(
-                    status.HTTP_409_CONFLICT,
-                    f"job {earlier.work_id} with this {IDEMPOTENCY_HEADER} is still being queued",
-                    headers={"Retry-After": str(RETRY_AFTER_S)},
-                )
-            return IngestAccepted.model_validate(earlier.receipt), True
-    try:
-        await open_job(redis, job_id, settings.state_ttl_s, caller.tenant)
-        receipt = await publish(job_id)
-    except Exception as exc:
-        log.exception("ingest_publish_failed", job_id=job_id)
-        if idempotent is not None:
-            await idempotent[0].release("documents", idempotent[1])
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            unconfirmed(
-                f"ingest job {job_id}",
-                job_status_url(job_id),
-                idempotent[1] if idempotent is not None else None,
-            ),
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        ) from exc
-    accepted = IngestAccepted(
-        job_id=receipt.job_id,
-        accepted=receipt.accepted,
-        duplicates=receipt.duplicates,
-        status_url=job_status_url(receipt.job_id),
-        events_url=job_events_url(receipt.job_id),
-    )
-    if idempotent is not None:
-        idempotency, key, body_print = idempotent
-        done = Claim(work_id=job_id, fingerprint=body_print, receipt=accepted.model_dump())
-        await idempotency.accepted("documents", key, done)
-    return accepted, False
-
-
-def _answer(response: Response, started: tuple[IngestAccepted, bool]) -> IngestAccepted:
-    accepted, replayed = started
-    response.headers["Location"] = accepted.status_url
-    if replayed:
-        response.headers[REPLAYED_HEADER] = "true"
-    return accepted
 
 
 async def charge(quotas: Quotas, caller: Caller, sizes: list[DocumentSize]) -> None:
@@ -215,7 +108,7 @@ async def accept_batch(
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
     sizes = [DocumentSize(d.namespace, d.id, len(d.text.encode())) for d in documents]
     await charge(quotas, caller, sizes)
-    return await _start_job(
+    return await start_job(
         caller,
         redis,
         settings,
@@ -261,7 +154,7 @@ async def accept_files(
     idempotent = None
     if idempotency_key is not None:
         idempotent = (idempotency, idempotency_key, batch.fingerprint())
-    return await _start_job(caller, redis, settings, publish, idempotent)
+    return await start_job(caller, redis, settings, publish, idempotent)
 
 
 async def get_files(request: Request, js: JetStreamDep, settings: SettingsDep) -> FileStore:
@@ -302,7 +195,7 @@ async def ingest_documents(
             idempotency=idempotency,
             idempotency_key=idempotency_key,
         )
-        return _answer(response, started)
+        return answer(response, started)
     if MULTIPART_RECEIVE not in request.scope:
         raise RequestValidationError(
             [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
@@ -320,7 +213,7 @@ async def ingest_documents(
             idempotency=idempotency,
             idempotency_key=idempotency_key,
         )
-    return _answer(response, started)
+    return answer(response, started)
 
 
 router.add_api_route(
@@ -440,9 +333,9 @@ async def delete_document(
     """The deletion is a job for the ingest workers; the document's original file, if it has
     one, is deleted here once the job is accepted."""
     space = store_namespace(caller.tenant, namespace)
-    accepted = _answer(
+    accepted = answer(
         response,
-        await _start_job(
+        await start_job(
             caller,
             redis,
             settings,
@@ -457,97 +350,3 @@ async def delete_document(
             "original_not_deleted", namespace=space, document_id=document_id, error=repr(exc)
         )
     return accepted
-
-
-@router.get(
-    "/ingest/{job_id}",
-    response_model=JobView,
-    name="get_job",
-    summary="An ingest job's progress and counts",
-)
-async def get_job(job_id: JobIdPath, caller: CallerDep, redis: RedisDep) -> JobView:
-    job = await _owned_job(redis, caller, job_id)
-    return JobView.model_validate({**job, "job_id": job_id})
-
-
-async def _owned_job(redis: aioredis.Redis, caller: Caller, job_id: str) -> dict[str, Any]:
-    job = await read_job(redis, job_id)
-    if job is None or job["tenant"] != caller.tenant:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r}")
-    return job
-
-
-@router.get(
-    "/ingest/{job_id}/events",
-    name="job_events",
-    response_class=EventSourceResponse,
-    responses=SSE_DOC,
-    summary="Replay then follow an ingest job's progress (SSE); resumes after Last-Event-ID",
-)
-async def job_events(
-    job_id: JobIdPath,
-    caller: CallerDep,
-    redis: RedisDep,
-    js: JetStreamDep,
-    last_event_id: LastEventId = None,
-) -> EventSourceResponse:
-    """`progress` events, each the job's counts after one document, until the one whose
-    status is `completed` or `failed`. Events that expired are summed up by one from the
-    job's record, with an id like every event."""
-    await _owned_job(redis, caller, job_id)
-    after = resume_after(last_event_id).seq  # progress events are one a message
-
-    async def finished() -> bool:
-        job = await read_job(redis, job_id)
-        return job is None or job["status"] in INGEST_TERMINAL
-
-    async def progress_from_job(_: int) -> dict[str, Any] | None:
-        job = await read_job(redis, job_id)
-        if job is None:
-            return None
-        counts = JobCounts.model_validate({k: v for k, v in job.items() if k in COUNT_FIELDS})
-        progress = IngestProgress(request_id=job_id, tenant=caller.tenant, data=counts.model_dump())
-        return progress.model_dump(mode="json")
-
-    relay = relay_to_end(
-        one_each(ingest_events(js, job_id, after, is_finished=finished)),
-        ends=lambda event: (event.get("data") or {}).get("status") in INGEST_TERMINAL,
-        stream=(js, sj.STREAM_INGEST_EVENTS, sj.ingest_events_subject(job_id), after),
-        summary=progress_from_job,
-        name="progress",
-    )
-    return EventSourceResponse(relay, ping=SSE_PING_S)
-
-
-@router.get(
-    "/namespaces",
-    response_model=Namespaces,
-    summary="The caller's namespaces and how many documents each keeps",
-)
-async def list_namespaces(caller: CallerDep, quotas: QuotasDep) -> Namespaces:
-    spaces = await quotas.namespaces(caller.tenant)
-    return Namespaces(
-        namespaces=[
-            NamespaceCount(namespace=caller_namespace(caller.tenant, space), documents=count)
-            for space, count in sorted(spaces.items())
-        ]
-    )
-
-
-@router.get(
-    "/documents",
-    response_model=DocumentList,
-    summary="The documents the caller keeps in a namespace (accepted through this API), by id",
-)
-async def list_documents(
-    caller: CallerDep,
-    quotas: QuotasDep,
-    namespace: NamespaceQuery = "default",
-    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 200,
-) -> DocumentList:
-    space = store_namespace(caller.tenant, namespace)
-    documents = await quotas.documents(caller.tenant, space, limit)
-    return DocumentList(
-        namespace=namespace,
-        documents=[DocumentEntry(id=doc.document_id, bytes=doc.bytes) for doc in documents],
-    )

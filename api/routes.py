@@ -1,5 +1,6 @@
 """The `/v1` query endpoints: submit, status, SSE events and chat, each for its caller's
-tenant (`api.auth`); documents and ingest jobs are `api.documents`, the SSE relay `api.sse`."""
+tenant (`api.auth`); documents are `api.documents`, ingest jobs `api.jobs`, the SSE relay
+`api.sse`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Server-sent events for the `/v1` endpoints: a stored event as an SSE message, the relay of
 a stream's events up to its terminal one (with the end made from the record when the events
 expired), resuming after `Last-Event-ID`, and how the SSE endpoints are documented. The query
-endpoints (`api.routes`) and the ingest job's events (`api.documents`) share them."""
+endpoints (`api.routes`) and the ingest job's events (`api.jobs`) share them."""
 
 from __future__ import annotations
 

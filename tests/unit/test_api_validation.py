@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
 import api.documents
+import api.jobs
 from api.app import create_app
 from api.deps import get_bus, get_jetstream, get_nats, get_redis, get_store
 from contracts import subjects as sj
@@ -268,7 +269,7 @@ def test_unknown_job_is_404(client: TestClient, monkeypatch: pytest.MonkeyPatch)
     async def read_job(redis: Any, job_id: str) -> None:
         return None
 
-    monkeypatch.setattr(api.documents, "read_job", read_job)
+    monkeypatch.setattr(api.jobs, "read_job", read_job)
     assert_error(client.get("/v1/ingest/nosuchjob"), 404)
     assert_error(client.get("/v1/ingest/bad.job"), 422, "job_id")
 

@@ -186,7 +186,8 @@ def test_the_benchmark_tables_are_the_reports_latest_runs() -> None:
 
 
 def test_every_benchmark_row_names_its_run() -> None:
-    from bench.tables import ROWS, table
+    from bench.figures import ROWS
+    from bench.tables import table
 
     rows = table(ROOT / "results").splitlines()[2:]
     assert len(rows) >= len(ROWS) - 1  # chaos-soak.json appears after the first `make soak`

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.tables import _share, replaced, table
+from bench.figures import _share
+from bench.tables import replaced, table
 
 
 def test_a_share_below_all_is_never_shown_as_all() -> None:
