@@ -28,8 +28,8 @@ from rich.table import Table
 
 from bench.closed_loop import closed_loop
 from infra.retrieval.lexical import stem
-from infra.retrieval.vectors.base import DENSE
 from infra.retrieval.vectors.edge import CONFIG_FILE
+from infra.retrieval.vectors.points import DENSE
 from infra.settings import Settings
 
 COPY_ATTEMPTS = 3

@@ -45,8 +45,8 @@ from infra.retrieval.entities import Entity
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.graph.model import Embed
 from infra.retrieval.sparse import Bm25Sparse
-from infra.retrieval.vectors.base import StoredPoint
 from infra.retrieval.vectors.edge import EdgeVectorStore
+from infra.retrieval.vectors.points import StoredPoint
 from infra.settings import Settings
 
 WRITE_BATCH = 1024

@@ -42,7 +42,7 @@ from bench.scale_source import SourceDocument
 from infra.retrieval.chunking import Chunk, chunk_id_for
 from infra.retrieval.entities import Entity
 from infra.retrieval.sparse import Bm25Sparse
-from infra.retrieval.vectors.base import StoredPoint
+from infra.retrieval.vectors.points import StoredPoint
 
 TARGET_COSINE = 0.95
 """Cosine of a copy's dense (and sentence) vector to the original's, in expectation."""

@@ -23,9 +23,9 @@ from contracts.models import RetrievedChunk
 from infra.retrieval.entities import Entity, EntityKind
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.lexical import SparseVec
-from infra.retrieval.vectors.base import DENSE, SPARSE, StoredPoint
 from infra.retrieval.vectors.codec import sentences_of
 from infra.retrieval.vectors.edge import CONFIG_FILE, EdgeVectorStore, _stored_kind
+from infra.retrieval.vectors.points import DENSE, SPARSE, StoredPoint
 from infra.settings import Settings
 
 READ_BATCH = 256

@@ -36,8 +36,8 @@ from engines.generate.extractive import extractive_answer
 from infra.retrieval.chunk_vectors import chunk_embeddings, sentence_embeddings
 from infra.retrieval.chunking import Chunk, chunk_document
 from infra.retrieval.encoder import Encoder, load_encoder
-from infra.retrieval.vectors.base import Sentences
 from infra.retrieval.vectors.codec import chunk_vectors
+from infra.retrieval.vectors.points import Sentences
 from infra.runtime.ingest_producer import load_documents
 from infra.settings import Settings
 

@@ -19,7 +19,7 @@ from infra.retrieval.chunking import Chunk
 from infra.retrieval.encoder import Encoding, SpanEncoding
 from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.span_pooling import SpanItem
-from infra.retrieval.vectors.base import Sentences
+from infra.retrieval.vectors.points import Sentences
 
 Shown = list[tuple[tuple[int, int], str]]
 """A chunk's sentences: each span in `chunk.text` and the sentence as an answer shows it."""

@@ -18,7 +18,7 @@ from infra.retrieval.chunk_vectors import chunk_embeddings, sentence_embeddings
 from infra.retrieval.chunking import Chunk
 from infra.retrieval.encoder import Encoding
 from infra.retrieval.lexical import SparseEncoder, SparseVec
-from infra.retrieval.vectors.base import Sentences
+from infra.retrieval.vectors.points import Sentences
 
 
 @runtime_checkable

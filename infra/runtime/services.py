@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from infra.config.services import nats_servers
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.parent_death import stop_with_parent
-from infra.settings import Settings, nats_servers
+from infra.settings import Settings
 
 if TYPE_CHECKING:
     from infra.tenancy.trust import Trust

@@ -21,7 +21,7 @@ from infra.retrieval.graph.store import open_graph_store
 from infra.retrieval.lexical import SparseEncoder
 from infra.retrieval.sentences import split_sentences
 from infra.retrieval.vectors import VectorStore, open_vector_store
-from infra.retrieval.vectors.base import StoredPoint
+from infra.retrieval.vectors.points import StoredPoint
 from infra.retrieval.vectors.qdrant import QdrantVectorStore
 from infra.settings import Settings
 from orchestrator.answer import build_answer

@@ -28,9 +28,9 @@ from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.retrieval.sentences import clean_sentence, sentence_spans
 from infra.retrieval.sparse import Bm25Sparse
 from infra.retrieval.vectors import Sentences
-from infra.retrieval.vectors.base import DENSE, SPARSE
 from infra.retrieval.vectors.codec import sentences_of
 from infra.retrieval.vectors.edge import EdgeVectorStore
+from infra.retrieval.vectors.points import DENSE, SPARSE
 from infra.settings import Settings
 from tests.unit.fakes import FakeEncoder
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.evaluation.beir import load_beir
-from infra.retrieval.vectors.base import Sentences
+from infra.retrieval.vectors.points import Sentences
 from infra.settings import Settings
 from studies.sentence_pooling import measure, pick_documents, top_sentence
 from tests.unit.fakes import FakeEncoder

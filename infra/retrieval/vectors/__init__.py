@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from infra.logging import get_logger
-from infra.retrieval.vectors.base import Sentences, StoreMismatch, VectorStore
+from infra.retrieval.vectors.base import VectorStore
+from infra.retrieval.vectors.points import Sentences, StoreMismatch
 from infra.settings import Settings
 
 __all__ = ["Sentences", "StoreMismatch", "VectorStore", "open_memory_store", "open_vector_store"]

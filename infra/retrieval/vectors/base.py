@@ -1,10 +1,5 @@
-"""What every vector store backend shares: the stored point, the document bookkeeping, the
-search merge across namespaces and hydration.
-
-One collection (or Edge shard) per namespace, each holding three named vectors per chunk:
-`dense` (HNSW, cosine), `sparse` (BM25 term frequencies with the IDF modifier, or learned
-weights without it) and `sentences`, the chunk's sentence embeddings as one unindexed float16
-multivector: nothing searches them, generation and the critic read them back by chunk id.
+"""What every vector store backend shares: the document bookkeeping, the search merge across
+namespaces and hydration, over the points of `infra.retrieval.vectors.points`.
 
 A document's chunks have deterministic ids (`infra.retrieval.chunking.chunk_id_for`), and its
 first chunk carries the content hash and chunk count. So reading a document's version,
@@ -22,96 +17,35 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
-from infra.retrieval.chunking import Chunk, chunk_id_for, placed
+from infra.retrieval.chunking import Chunk, chunk_id_for
 from infra.retrieval.lexical import SparseVec
-from infra.retrieval.vectors.codec import chunk_vectors
+from infra.retrieval.vectors.points import (
+    DENSE,
+    REF_FIELDS,
+    SENTENCES,
+    SPARSE,
+    Hit,
+    Record,
+    Sentences,
+    StoredPoint,
+    hydrated,
+    ids_by_namespace,
+    stored_point,
+    to_chunk,
+)
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
 
-DENSE = "dense"
-SPARSE = "sparse"
-SENTENCES = "sentences"
 UPSERT_BATCH = 256
-REF_FIELDS = ("chunk_id", "document_id", "title", "source", "namespace")
-"""What a search hit carries: a reference, not the text nor its place in the document (page,
-section): fusion's `hydrate` adds those to the chunks it keeps, so rankings stay small."""
-
-
-@dataclass(frozen=True)
-class Sentences:
-    """A chunk's sentences: character spans into its text and one unit vector per span."""
-
-    spans: list[tuple[int, int]]
-    vectors: np.ndarray
-
-
-@dataclass(frozen=True)
-class StoredPoint:
-    id: str
-    dense: list[float]
-    sparse: SparseVec
-    sentences: list[list[float]] | None
-    payload: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Hit:
-    id: str
-    score: float
-    payload: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Record:
-    id: str
-    payload: Mapping[str, Any]
-    vectors: Mapping[str, Any]
-
-
-class StoreMismatch(ValueError):
-    """A namespace's collection was made for another encoder (dense size or sparse kind)."""
-
-
-def mismatch(name: str, dim: int | None, idf: bool, want_dim: int, want_idf: bool) -> StoreMismatch:
-    kind = {True: "IDF-weighted (BM25)", False: "learned"}
-    return StoreMismatch(
-        f"{name} holds dense dim {dim} and {kind[idf]} sparse vectors, but the configured "
-        f"models make dim {want_dim} and {kind[want_idf]} ones: re-ingest under another "
-        "RAGBUS_QDRANT_COLLECTION_PREFIX or data directory"
-    )
-
-
-def to_chunk(hit: Hit | Record, namespace: str, score: float = 0.0) -> RetrievedChunk:
-    """A reference to a stored chunk; its place (`placed`) where the payload read has it
-    (searches read only `REF_FIELDS`: hydration adds the place)."""
-    payload = hit.payload
-    return RetrievedChunk(
-        chunk_id=str(payload.get("chunk_id") or hit.id),
-        document_id=str(payload.get("document_id", "")),
-        title=str(payload.get("title", "")),
-        source=str(payload.get("source", "")),
-        namespace=str(payload.get("namespace") or namespace),
-        score=float(hit.score) if isinstance(hit, Hit) else score,
-        **placed(payload),
-    )
-
-
-def _ids_by_namespace(chunks: Sequence[RetrievedChunk]) -> dict[str, list[str]]:
-    """The chunks' ids, grouped by the namespace (the collection) that holds them."""
-    by_namespace: dict[str, list[str]] = {}
-    for chunk in chunks:
-        by_namespace.setdefault(chunk.namespace, []).append(chunk.chunk_id)
-    return by_namespace
 
 
 class VectorStore(ABC):
@@ -156,7 +90,7 @@ class VectorStore(ABC):
         document_id = chunks[0].document_id
         per_chunk: Sequence[Sentences | None] = sentences or [None] * len(chunks)
         points = [
-            self._point(namespace, chunk, vector, sparse_vec, content_hash, len(chunks), found)
+            stored_point(namespace, chunk, vector, sparse_vec, content_hash, len(chunks), found)
             for chunk, vector, sparse_vec, found in zip(
                 chunks, dense, sparse, per_chunk, strict=True
             )
@@ -178,48 +112,6 @@ class VectorStore(ABC):
             self._ensure(namespace)
             for start in range(0, len(points), UPSERT_BATCH):
                 self._upsert(namespace, points[start : start + UPSERT_BATCH])
-
-    def _point(
-        self,
-        namespace: str,
-        chunk: Chunk,
-        vector: np.ndarray,
-        sparse: SparseVec,
-        content_hash: str,
-        chunk_count: int,
-        found: Sentences | None,
-    ) -> StoredPoint:
-        spans: list[tuple[int, int]] = []
-        rows: list[list[float]] | None = None
-        if found is not None and found.spans:
-            if len(found.vectors) != len(found.spans):
-                raise ValueError("one sentence vector per span is required")
-            spans = list(found.spans)
-            rows = np.asarray(found.vectors, dtype=np.float32).tolist()
-        return StoredPoint(
-            id=chunk.chunk_id,
-            dense=np.asarray(vector, dtype=np.float32).tolist(),
-            sparse=(list(sparse[0]), list(sparse[1])),
-            sentences=rows,
-            payload={
-                "chunk_id": chunk.chunk_id,
-                "document_id": chunk.document_id,
-                "title": chunk.title,
-                "source": chunk.source,
-                "namespace": namespace,
-                "text": chunk.text,
-                "heading": chunk.heading,
-                **(
-                    {"page": chunk.page, "page_label": chunk.page_label}
-                    if chunk.page is not None
-                    else {}
-                ),
-                "index": chunk.index,
-                "content_hash": content_hash,
-                "chunk_count": chunk_count,
-                "spans": [[int(a), int(b)] for a, b in spans],
-            },
-        )
 
     def delete_document(self, namespace: str, document_id: str) -> int:
         """Remove a document's chunks; returns how many there were."""
@@ -286,7 +178,7 @@ class VectorStore(ABC):
 
     def _scores(self, chunks: Sequence[RetrievedChunk], using: str, query: Any) -> dict[str, float]:
         scores: dict[str, float] = {}
-        for namespace, ids in _ids_by_namespace(chunks).items():
+        for namespace, ids in ids_by_namespace(chunks).items():
             if self._exists(namespace):
                 for hit in self._query(namespace, using, query, len(ids), ("chunk_id",), ids):
                     scores[str(hit.payload.get("chunk_id") or hit.id)] = float(hit.score)
@@ -316,7 +208,7 @@ class VectorStore(ABC):
         has is left out): what a feedback search reads of its first hits, without the
         sentence vectors that `hydrate` decodes."""
         found: dict[str, tuple[str, np.ndarray]] = {}
-        for namespace, ids in _ids_by_namespace(chunks).items():
+        for namespace, ids in ids_by_namespace(chunks).items():
             if not self._exists(namespace):
                 continue
             for record in self._retrieve(namespace, ids, ("chunk_id", "text"), (DENSE,)):
@@ -340,7 +232,7 @@ class VectorStore(ABC):
         whole = [chunk.claimed or chunk.vectors is not None for chunk in chunks]
         wanted = [chunk for chunk, kept in zip(chunks, whole, strict=True) if not kept]
         found: dict[tuple[str, str], Record] = {}
-        for namespace, ids in _ids_by_namespace(wanted).items():
+        for namespace, ids in ids_by_namespace(wanted).items():
             if not self._exists(namespace):
                 continue
             for record in self._retrieve(namespace, ids, True, (DENSE, SENTENCES)):
@@ -349,36 +241,10 @@ class VectorStore(ABC):
         for chunk, kept in zip(chunks, whole, strict=True):
             stored = None if kept else found.get((chunk.namespace, chunk.chunk_id))
             if stored is not None:
-                out.append(self._hydrated(chunk, stored))
+                out.append(hydrated(chunk, stored, self.dim))
             elif kept or chunk.text:
                 out.append(chunk)
         return out
-
-    def _hydrated(self, chunk: RetrievedChunk, stored: Record) -> RetrievedChunk:
-        payload = stored.payload
-        update: dict[str, Any] = {
-            "text": str(payload.get("text", "")) or chunk.text,  # the spans index the stored text
-            "title": chunk.title or str(payload.get("title", "")),
-            "source": chunk.source or str(payload.get("source", "")),
-            "document_id": chunk.document_id or str(payload.get("document_id", "")),
-        }
-        place = placed(payload)
-        if chunk.page is None and "page" in place:
-            update["page"], update["page_label"] = place["page"], place.get("page_label", "")
-        if not chunk.section and "section" in place:
-            update["section"] = place["section"]
-        dense = stored.vectors.get(DENSE)
-        if dense is not None:
-            spans = [(int(a), int(b)) for a, b in payload.get("spans") or []]
-            rows = stored.vectors.get(SENTENCES) or []
-            if len(rows) != len(spans):  # stored without sentences: generation encodes them
-                spans, rows = [], []
-            update["vectors"] = chunk_vectors(
-                np.asarray(dense, dtype=np.float32),
-                spans,
-                np.asarray(rows, dtype=np.float32).reshape(len(spans), self.dim),
-            )
-        return chunk.model_copy(update=update)
 
     def count(self, namespace: str) -> int:
         return self._count(namespace) if self._exists(namespace) else 0

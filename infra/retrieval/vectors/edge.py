@@ -51,14 +51,14 @@ from qdrant_edge import (
 )
 
 from infra.logging import get_logger
-from infra.retrieval.vectors.base import (
+from infra.retrieval.vectors.base import VectorStore
+from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
     SPARSE,
     Hit,
     Record,
     StoredPoint,
-    VectorStore,
     mismatch,
 )
 

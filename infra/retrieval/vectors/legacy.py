@@ -21,7 +21,8 @@ from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.retrieval.encoder import Encoder
 from infra.retrieval.sentences import clean_sentence, sentence_spans
-from infra.retrieval.vectors.base import DENSE, SPARSE, Record, StoredPoint, VectorStore
+from infra.retrieval.vectors.base import VectorStore
+from infra.retrieval.vectors.points import DENSE, SPARSE, Record, StoredPoint
 from infra.settings import Settings
 
 log = get_logger(__name__)

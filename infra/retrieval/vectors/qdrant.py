@@ -16,14 +16,14 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
 from infra.logging import get_logger
-from infra.retrieval.vectors.base import (
+from infra.retrieval.vectors.base import VectorStore
+from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
     SPARSE,
     Hit,
     Record,
     StoredPoint,
-    VectorStore,
     mismatch,
 )
 

@@ -1,0 +1,89 @@
+"""The API's settings: where it listens, who may call it (the auth mode and its tokens),
+what a tenant's NATS account may hold and how much a tenant may submit and keep, and how many
+OS processes `ragbus up` runs the stack in.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import BaseModel, Field, model_validator
+
+
+class ApiSettings(BaseModel):
+    """API, tenants and processes: one group of `infra.settings.Settings`."""
+
+    api_host: str = Field("127.0.0.1", description="API bind address.")
+    api_port: int = Field(8000, description="API port.")
+    api_token: str | None = Field(
+        None, description="The bearer token of `token` mode (one user, one shared secret)."
+    )
+    auth_mode: Literal["none", "token", "tenants"] | None = Field(
+        None,
+        description="Who may call: `none`, `token` (RAGBUS_API_TOKEN) or `tenants` (each "
+        "tenant's own API key; `ragbus tenant create`); unset = `token` when RAGBUS_API_TOKEN "
+        "is set, else `none`.",
+    )
+    admin_token: str | None = Field(
+        None, description="Bearer token of the admin API (`/v1/admin`); unset = no admin API."
+    )
+    metrics_token: str | None = Field(
+        None,
+        description="Bearer token of `/metrics` (a Prometheus scraper's), which the admin token "
+        "opens too; in `tenants` mode also of `/openapi.json`. Unset = `/metrics` is open in "
+        "`none` and `token` modes and needs the admin token in `tenants` mode.",
+    )
+    shared_event_consumer: bool = Field(
+        True,
+        description="The API process follows every caller event with one JetStream consumer "
+        "and hands each event stream its own; false = one ordered consumer per event stream.",
+    )
+    tenant_max_consumers: int = Field(
+        64,
+        ge=1,
+        description="`tenants` mode: JetStream consumers a tenant's NATS account may hold (on "
+        "its own copy of its events).",
+    )
+    tenant_max_connections: int = Field(
+        64, ge=1, description="`tenants` mode: NATS connections a tenant's account may hold."
+    )
+    tenant_events_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="`tenants` mode: bytes of JetStream storage a tenant's account has, for its "
+        "own copy of its events (the oldest go first).",
+    )
+    quota_requests_per_s: float = Field(
+        50.0, ge=0, description="Submissions per second per tenant (token bucket); 0 = no limit."
+    )
+    quota_burst: int = Field(100, ge=1, description="Submissions a tenant may make at once.")
+    quota_documents: int = Field(
+        1_000_000, ge=0, description="Documents a tenant may keep; 0 = no limit."
+    )
+    quota_namespaces: int = Field(
+        100, ge=0, description="Namespaces a tenant may fill; 0 = no limit."
+    )
+    quota_bytes: int = Field(
+        10_000_000_000, ge=0, description="Document text (bytes) a tenant may keep; 0 = no limit."
+    )
+    up_processes: int = Field(
+        0,
+        ge=0,
+        le=2,
+        description="OS processes `ragbus up` runs: 1 = everything in one, 2 = the API, saga, "
+        "classifier, generation and critic in one and the other workers in a child; 0 = 2 on "
+        "a machine with two cores or more.",
+    )
+
+    @model_validator(mode="after")
+    def _token_mode_has_a_token(self) -> Self:
+        if self.auth_mode == "token" and not self.api_token:
+            raise ValueError("RAGBUS_AUTH_MODE=token needs RAGBUS_API_TOKEN")
+        return self
+
+    @property
+    def auth(self) -> Literal["none", "token", "tenants"]:
+        """The auth mode in force (RAGBUS_AUTH_MODE, or what RAGBUS_API_TOKEN implies)."""
+        if self.auth_mode is not None:
+            return self.auth_mode
+        return "token" if self.api_token else "none"
