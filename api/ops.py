@@ -16,8 +16,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from api.auth import require_metrics_key
 from api.deps import BusDep, JetStreamDep, NatsDep, RedisDep, SettingsDep
 from api.schemas import ErrorResponse, Health, Readiness
-from infra.runtime.bus import stream_specs
 from infra.runtime.readiness import QUERY_ROLES, ready_processes
+from infra.runtime.topology import stream_specs
 
 CHECK_TIMEOUT_S = 2.0
 MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"

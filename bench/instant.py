@@ -174,10 +174,11 @@ CHILD_ENTRY = ("-m", "bench.instant", "worker")
 
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m bench.instant`: the stack laid out as `ragbus up` lays it out (the API, the
-    saga and `launcher.runtime.UP_PARENT` here, the other query workers in a child, or all in
+    saga and `launcher.layout.UP_PARENT` here, the other query workers in a child, or all in
     one process when `RAGBUS_UP_PROCESSES=1`). `python -m bench.instant worker KIND...`: that
     child."""
-    from launcher.runtime import serve, up_layout
+    from launcher.layout import up_layout
+    from launcher.serving import serve
 
     args = list(sys.argv[1:] if argv is None else argv)
     settings = Settings()

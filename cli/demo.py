@@ -25,8 +25,10 @@ from infra.runtime.data_lock import check_data_dir
 from infra.runtime.ingest_producer import load_documents
 from infra.runtime.services import redacted
 from infra.settings import Settings
+from launcher.layout import WORKER_KINDS
 from launcher.processes import SIGNALS
-from launcher.runtime import WORKER_KINDS, find_services, preflight, serve
+from launcher.runtime import find_services
+from launcher.serving import preflight, serve
 
 READY_TIMEOUT_S = 180.0
 INGEST_TIMEOUT_S = 600.0
@@ -110,7 +112,7 @@ async def run_demo(
     the stack stays up after the answer, for the web page, until Ctrl-C (or SIGTERM).
 
     Before anything starts it takes the data directory's lock and binds the API's port
-    (`launcher.runtime.preflight`: `StartupError`); a signal in any step stops everything it
+    (`launcher.serving.preflight`: `StartupError`); a signal in any step stops everything it
     started (exit code 128 + the signal's number, or 0 once the answer was given)."""
     console.rule("[bold]ragbus demo")
     answered: list[str] = []  # the question's status once it has one

@@ -24,14 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from api.event_stream import ingest_events
 from cli.common import Failure
 from contracts.ingest import DocumentIn, FileDocument
-from infra.runtime.bus import (
-    INGEST_WORKER,
-    PARSE_WORKER,
-    Bus,
-    ConsumerSpec,
-    create_broker,
-    declare_streams,
-)
+from infra.runtime.bus import Bus, create_broker
 from infra.runtime.files import FileStore
 from infra.runtime.ingest_producer import (
     JobItem,
@@ -42,6 +35,7 @@ from infra.runtime.ingest_producer import (
     publish_job,
     upload_file,
 )
+from infra.runtime.topology import INGEST_WORKER, PARSE_WORKER, ConsumerSpec, declare_streams
 from infra.settings import Settings
 
 PROBE_CONNECT_S = 2.0

@@ -13,8 +13,9 @@ import typer
 from cli.common import console, errors, server_logging
 from infra.errors import StartupError
 from infra.settings import Settings
+from launcher.layout import WORKER_KINDS, embedded_layout_problem, up_layout
 from launcher.processes import SIGNALS
-from launcher.runtime import WORKER_KINDS, embedded_layout_problem, serve, up_layout
+from launcher.serving import serve
 
 WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
 

@@ -12,7 +12,7 @@ import typer
 
 from cli.common import OutFile, console, errors, write_out
 from infra.settings import Settings
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 
 
 def register(app: typer.Typer) -> None:

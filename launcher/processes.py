@@ -2,12 +2,12 @@
 
 One Python process is one GIL: under load `ragbus up` in one process kept a single core busy
 while the other waited. With two processes the API, the saga, the classifier, generation and
-the critic run in the parent (`launcher.runtime.UP_PARENT`) and every other worker kind in a
+the critic run in the parent (`launcher.layout.UP_PARENT`) and every other worker kind in a
 child started with `python -m cli worker <kinds>`, on the services the parent found or
 started, with the parent's `RAGBUS_HOST_PROCESSES` (how many stacks share the cores:
 `infra.threads`). The parent restarts a child that dies (at most
-`CHILD_RESTARTS` times a minute, then it stops too, so a supervisor sees the failure) and
-stops it before the services it started.
+`launcher.serving.CHILD_RESTARTS` times a minute, then it stops too, so a supervisor sees the
+failure) and stops it before the services it started.
 
 It also holds what every long-running command does on SIGINT and SIGTERM (`StopSignals`): the
 first signal asks for a clean stop and starts a deadline (`STOP_DEADLINE_S`), after which
@@ -191,7 +191,7 @@ def kill_descendants() -> list[int]:
 class StopSignals:
     """SIGINT and SIGTERM for the whole process, whichever command runs (`serve`, `ragbus
     demo`): Python-level handlers (`signal.signal`), so a signal is seen even while the event
-    loop waits on a thread, and they stay in charge while uvicorn serves (`launcher.runtime`
+    loop waits on a thread, and they stay in charge while uvicorn serves (`launcher.serving`
     keeps uvicorn from installing its own).
 
     The first signal calls every listener on its loop (the command stops cleanly) and wakes a

@@ -23,19 +23,18 @@ from contracts.queries import ChildFinished, QueryCancelled, QueryMessage, Query
 from contracts.results import AnyResult
 from infra.logging import get_logger
 from infra.metrics import REQUEST_SECONDS, REQUESTS, UNKNOWN_REQUESTS
-from infra.runtime.bus import (
-    ORCHESTRATOR_ADVISORIES,
-    ORCHESTRATOR_QUERIES,
-    ORCHESTRATOR_RESULTS,
-    Bus,
-    PublishAbandoned,
-    subscriber_kwargs,
-)
+from infra.runtime.bus import Bus, PublishAbandoned
 from infra.runtime.dead_letters import handle_max_deliveries
 from infra.runtime.ingest_jobs import JobTracker
 from infra.runtime.liveness import is_live
 from infra.runtime.resources import Resources
 from infra.runtime.sweeper import sweep_orphans
+from infra.runtime.topology import (
+    ORCHESTRATOR_ADVISORIES,
+    ORCHESTRATOR_QUERIES,
+    ORCHESTRATOR_RESULTS,
+    subscriber_kwargs,
+)
 from infra.runtime.worker_runtime import error_policy
 from infra.telemetry import continue_trace, tracer, tracing_on
 from orchestrator.saga import Clock, Saga

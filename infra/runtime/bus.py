@@ -1,17 +1,10 @@
-"""The broker: stream and consumer declarations, and publishing with broker-side dedupe.
+"""The broker and publishing: our messages go out as JSON bodies with broker-side dedupe.
 
-Streams and durable consumers are declared explicitly at start-up (idempotently):
-FastStream's implicit durables keep their first config forever, and nats-server 2.9
-silently ignores `filter_subjects`, so each consumer gets exactly one `filter_subject`.
-
-The query path's consumers are push consumers with a delivery group (every replica of a role
-joins the group, and the server spreads the messages among them): a message arrives as soon
-as it is stored, with no fetch request and no poll timeout in between (in a ping-pong probe,
-FastStream's pull subscriber cost about twice its push subscriber per message). Ingestion
-keeps a pull consumer (`ConsumerSpec.pull`): its messages are slow, and a process should
-hold only a few of them. Each subscriber decodes its body once, from bytes straight to the
-contract model (`json_decoder`), inside FastStream's middleware chain, so a malformed body
-still reaches the error policy and the dead letters.
+Every message carries `Nats-Msg-Id` (its `event_id`), so a publish retries until its ack comes
+(`acked`) and a re-send of one the stream took is dropped by the stream itself. A publish
+waits out a cluster electing its leaders (`until_jetstream_answers`), and the caller events a
+handled message holds back go out before anything else it sends (`send_held_first`). What the
+messages travel through, the streams and durable consumers, is `infra.runtime.topology`'s.
 """
 
 from __future__ import annotations
@@ -21,20 +14,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
-from faststream.message import StreamMessage
-from faststream.nats import JStream, NatsBroker, PullSub
-from nats.js import JetStreamContext, api
+from faststream.nats import NatsBroker
 from nats.js.api import PubAck
-from nats.js.object_store import ObjectStore
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from contracts import subjects as sj
-from contracts.enums import Channel, Step
 from contracts.envelope import Envelope
 from contracts.events import CallerEvent
 from infra.logging import get_logger
@@ -61,248 +49,6 @@ JETSTREAM_UNAVAILABLE: tuple[type[Exception], ...] = (
 """What a retry can fix: a late answer, or a stream with no leader while a cluster elects one."""
 
 
-@dataclass(frozen=True)
-class StreamSpec:
-    name: str
-    subjects: list[str]
-    work_queue: bool
-    max_age_s: float | None = None
-
-
-def stream_specs(settings: Settings) -> list[StreamSpec]:
-    return [
-        StreamSpec(sj.STREAM_QUERIES, ["rag.query.>"], work_queue=True),
-        StreamSpec(sj.STREAM_CMD, ["rag.cmd.>"], work_queue=True),
-        StreamSpec(sj.STREAM_RES, ["rag.res.>"], work_queue=True),
-        StreamSpec(
-            sj.STREAM_EVENTS,
-            ["rag.events.>"],
-            work_queue=False,
-            max_age_s=settings.events_max_age_s,
-        ),
-        # files to parse (`rag.ingest.parse.<job>`) and documents to index, one work queue
-        StreamSpec(
-            sj.STREAM_INGEST,
-            [f"{sj.INGEST_DOCS_PREFIX}.>", f"{sj.INGEST_PARSE_PREFIX}.>"],
-            work_queue=True,
-        ),
-        StreamSpec(
-            sj.STREAM_INGEST_EVENTS,
-            [f"{sj.INGEST_EVENTS_PREFIX}.>"],
-            work_queue=False,
-            max_age_s=7 * 86_400,
-        ),
-        StreamSpec(sj.STREAM_DLQ, ["rag.dlq.>"], work_queue=False, max_age_s=14 * 86_400),
-        # nats-server's own word that it stopped delivering a message nobody acknowledged
-        # (`infra.runtime.dead_letters`): kept, so an orchestrator that was down still acts on it.
-        StreamSpec(
-            sj.STREAM_ADVISORIES,
-            [sj.MAX_DELIVERIES_ADVISORIES],
-            work_queue=True,
-            max_age_s=14 * 86_400,
-        ),
-    ]
-
-
-@dataclass(frozen=True)
-class ConsumerSpec:
-    durable: str
-    stream: str
-    filter_subject: str
-    pull: bool = False
-    """A pull consumer: each process fetches `worker_concurrency` messages at a time. For bulk
-    work whose messages are slow (ingestion): a push consumer hands a process every message up
-    to `max_ack_pending`, and a killed process then spends a delivery of each of them."""
-
-
-def step_consumer(step: Step, channel: Channel | None = None) -> ConsumerSpec:
-    name = f"worker-{step.value}" + (f"-{channel.value}" if channel else "")
-    return ConsumerSpec(name.replace("_", "-"), sj.STREAM_CMD, sj.cmd_subject(step, channel))
-
-
-ORCHESTRATOR_QUERIES = ConsumerSpec("orchestrator-queries", sj.STREAM_QUERIES, "rag.query.>")
-ORCHESTRATOR_RESULTS = ConsumerSpec("orchestrator-results", sj.STREAM_RES, "rag.res.>")
-INGEST_WORKER = ConsumerSpec(
-    "worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>", pull=True
-)
-PARSE_WORKER = ConsumerSpec(
-    "worker-parse", sj.STREAM_INGEST, f"{sj.INGEST_PARSE_PREFIX}.>", pull=True
-)
-"""Files to parse. A parse may run for up to `RAGBUS_PARSE_TIMEOUT_S`, well past the ack wait:
-the error policy's heartbeat (`worker_runtime.Heartbeat`) tells JetStream every half ack wait
-that the message is still being worked on, so only a dead process gets its files redelivered."""
-ORCHESTRATOR_ADVISORIES = ConsumerSpec(
-    "orchestrator-advisories", sj.STREAM_ADVISORIES, sj.MAX_DELIVERIES_ADVISORIES
-)
-
-
-def all_consumers() -> list[ConsumerSpec]:
-    specs = [
-        ORCHESTRATOR_QUERIES,
-        ORCHESTRATOR_RESULTS,
-        ORCHESTRATOR_ADVISORIES,
-        INGEST_WORKER,
-        PARSE_WORKER,
-    ]
-    for step in Step:
-        if step is Step.SEARCH:
-            specs.extend(step_consumer(step, channel) for channel in Channel)
-        else:
-            specs.append(step_consumer(step))
-    return specs
-
-
-def stream_config(spec: StreamSpec, settings: Settings) -> api.StreamConfig:
-    """A stream as the settings place it: `RAGBUS_STREAM_REPLICAS` copies (its consumers
-    inherit the count), on nodes carrying `RAGBUS_STREAM_PLACEMENT_TAGS` when set."""
-    tags = settings.placement_tags
-    return api.StreamConfig(
-        name=spec.name,
-        subjects=spec.subjects,
-        retention=api.RetentionPolicy.WORK_QUEUE if spec.work_queue else api.RetentionPolicy.LIMITS,
-        storage=api.StorageType.FILE,
-        max_age=spec.max_age_s,
-        duplicate_window=120.0,
-        num_replicas=settings.stream_replicas,
-        placement=api.Placement(tags=tags) if tags else None,
-    )
-
-
-async def declare_streams(js: JetStreamContext, settings: Settings) -> None:
-    """Every stream (one that exists with another config, fewer subjects say, is brought in
-    line), and the object store the uploaded files wait in."""
-    for spec in stream_specs(settings):
-        config = stream_config(spec, settings)
-        try:
-            await js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            # Exists with another config: bring it in line rather than fail start-up.
-            await js.update_stream(config)
-    await declare_files_bucket(js, settings)
-
-
-def files_bucket_config(settings: Settings) -> api.ObjectStoreConfig:
-    """`RAG_FILES`, placed and replicated like the streams."""
-    tags = settings.placement_tags
-    return api.ObjectStoreConfig(
-        bucket=sj.FILES_BUCKET,
-        description="ragbus: uploaded files, kept as the documents' originals",
-        storage=api.StorageType.FILE,
-        replicas=settings.stream_replicas,
-        placement=api.Placement(tags=tags) if tags else None,
-    )
-
-
-async def declare_files_bucket(js: JetStreamContext, settings: Settings) -> ObjectStore:
-    """The files' object store, made when missing. One made with another placement (before
-    `RAGBUS_STREAM_REPLICAS` changed) is kept as it is: its files are the originals."""
-    try:
-        return await js.object_store(sj.FILES_BUCKET)
-    except nats.js.errors.BucketNotFoundError:
-        pass
-    try:
-        return await js.create_object_store(sj.FILES_BUCKET, files_bucket_config(settings))
-    except nats.js.errors.BadRequestError as exc:  # made meanwhile, by another process
-        log.warning("files_bucket_kept_existing_config", error=str(exc))
-        return await js.object_store(sj.FILES_BUCKET)
-
-
-def deliver_subject(spec: ConsumerSpec) -> str:
-    """Where the server pushes a consumer's messages; no tenant may subscribe to it."""
-    return f"_RAGBUS_DELIVER.{spec.durable}"
-
-
-def consumer_config(spec: ConsumerSpec, settings: Settings) -> api.ConsumerConfig:
-    return api.ConsumerConfig(
-        durable_name=spec.durable,
-        name=spec.durable,
-        filter_subject=spec.filter_subject,
-        deliver_subject=None if spec.pull else deliver_subject(spec),
-        deliver_group=None if spec.pull else spec.durable,
-        ack_policy=api.AckPolicy.EXPLICIT,
-        deliver_policy=api.DeliverPolicy.ALL,
-        ack_wait=settings.ack_wait_s,
-        max_deliver=settings.max_deliver,
-        max_ack_pending=1000 if spec.pull else settings.max_ack_pending,
-    )
-
-
-async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: Settings) -> None:
-    """Create the durable consumer. One of the other kind (a pull consumer an older release
-    left where a push one is declared now) is replaced: the stream keeps its messages, and the
-    new consumer delivers them."""
-    config = consumer_config(spec, settings)
-    try:
-        await js.add_consumer(spec.stream, config)
-        return
-    except nats.js.errors.BadRequestError as exc:
-        error = exc
-    try:
-        existing = await js.consumer_info(spec.stream, spec.durable)
-    except nats.js.errors.NotFoundError:
-        existing = None
-    if existing is not None and bool(existing.config.deliver_subject) == spec.pull:
-        log.warning("consumer_kind_replaced", consumer=spec.durable, pull=spec.pull)
-        await js.delete_consumer(spec.stream, spec.durable)
-        await js.add_consumer(spec.stream, config)
-        return
-    log.warning("consumer_kept_existing_config", consumer=spec.durable, error=str(error))
-
-
-TOPOLOGY_WAIT_S = 120.0
-
-
-async def declare_topology(
-    js: JetStreamContext, settings: Settings, wait_s: float = TOPOLOGY_WAIT_S
-) -> None:
-    """Streams and every durable consumer; safe to run from every process at start-up. A
-    cluster that just lost a node answers the JetStream API with nothing or "unavailable"
-    until it has elected new leaders: start-up waits that out (up to `wait_s`, backing off
-    from 0.5 s to 5 s) instead of exiting."""
-
-    async def declare() -> None:
-        await declare_streams(js, settings)
-        for spec in all_consumers():
-            await declare_consumer(js, spec, settings)
-
-    await until_jetstream_answers(
-        declare,
-        wait_s,
-        first_delay_s=0.5,
-        max_delay_s=5.0,
-        event="jetstream_unavailable",
-        level=logging.WARNING,
-    )
-
-
-def json_decoder(model: Any) -> Callable[[StreamMessage[Any]], Awaitable[Any]]:
-    """A FastStream decoder: the body's bytes validated straight into `model` (a contract
-    class or a union of them), in one pass. Async on purpose: FastStream runs a sync decoder
-    in a thread pool."""
-    adapter: TypeAdapter[Any] = TypeAdapter(model)
-
-    async def decode(msg: StreamMessage[Any]) -> Any:
-        return adapter.validate_json(msg.body)
-
-    return decode
-
-
-def subscriber_kwargs(spec: ConsumerSpec, settings: Settings, model: Any) -> dict[str, Any]:
-    """Arguments that bind a FastStream subscriber to a declared durable consumer, its
-    messages decoded as `model`."""
-    common = {
-        "subject": spec.filter_subject,
-        "stream": JStream(spec.stream, declare=False),
-        "max_workers": settings.worker_concurrency,
-        "decoder": json_decoder(model),
-    }
-    if spec.pull:
-        pull = PullSub(batch_size=settings.worker_concurrency, timeout=1.0)
-        return {**common, "durable": spec.durable, "pull_sub": pull}
-    # nats-py binds a queue subscription to the durable of its name
-    return {**common, "queue": spec.durable}
-
-
 def no_correlation_id() -> str:
     """FastStream's `id_generator`: no `correlation_id` header. Every body carries its
     `event_id` (also its `Nats-Msg-Id`), its `request_id` and its trace, so FastStream's
@@ -314,7 +60,7 @@ def create_broker(settings: Settings, name: str = "ragbus") -> NatsBroker:
     """FastStream's per-message access lines go to a stdlib logger at DEBUG: our own
     structlog events already say what happened to each message, with its request_id.
     Without FastStream's dependency injection: every handler takes one argument, the message
-    its subscriber's `json_decoder` already validated."""
+    its subscriber's decoder (`topology.json_decoder`) already validated."""
     return NatsBroker(
         settings.nats_servers,
         apply_types=False,

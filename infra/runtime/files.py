@@ -29,7 +29,8 @@ from nats.js.object_store import ObjectStore
 from contracts import subjects as sj
 from contracts.ingest import FileRef
 from infra.logging import get_logger
-from infra.runtime.bus import PUBLISH_RETRY_S, declare_files_bucket, until_jetstream_answers
+from infra.runtime.bus import PUBLISH_RETRY_S, until_jetstream_answers
+from infra.runtime.topology import declare_files_bucket
 from infra.settings import Settings
 
 log = get_logger(__name__)

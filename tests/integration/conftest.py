@@ -22,7 +22,8 @@ from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 from infra.settings import Settings
-from launcher.runtime import WORKER_KINDS, Runtime
+from launcher.layout import WORKER_KINDS
+from launcher.runtime import Runtime
 from tests.integration.corpus import DOCUMENTS
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from infra.runtime.bus import declare_streams
 from infra.runtime.services import LocalService, free_port, start_nats
+from infra.runtime.topology import declare_streams
 from infra.settings import Settings
 
 

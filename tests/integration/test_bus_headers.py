@@ -12,8 +12,9 @@ import pytest
 from contracts import subjects as sj
 from contracts.enums import RequestStatus
 from contracts.events import DoneData, DoneEvent
-from infra.runtime.bus import Bus, create_broker, declare_streams
+from infra.runtime.bus import Bus, create_broker
 from infra.runtime.services import LocalService
+from infra.runtime.topology import declare_streams
 from infra.settings import Settings
 
 pytestmark = pytest.mark.integration

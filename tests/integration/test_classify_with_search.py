@@ -11,7 +11,7 @@ import httpx
 import nats
 import pytest
 
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, own_services, running, serving_api
 from tests.integration.corpus import EXPECTED_DOCUMENT, QUESTION
 from tests.integration.sse import read_events

@@ -19,7 +19,6 @@ from api.event_stream import stored_events
 from api.sse import event_id
 from contracts import subjects as sj
 from contracts.events import caller_events
-from infra.runtime.bus import stream_specs
 from infra.runtime.nats_cluster import (
     NatsCluster,
     stream_leader,
@@ -27,8 +26,9 @@ from infra.runtime.nats_cluster import (
     until_streams_current,
 )
 from infra.runtime.services import LocalService, free_port, start_redis
+from infra.runtime.topology import stream_specs
 from infra.settings import Settings
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 from tests.integration.corpus import QUESTION
 from tests.integration.sse import SseEvent, read_events

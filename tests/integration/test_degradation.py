@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 from tests.integration.test_query_flow import ask, phase_is
 

@@ -20,9 +20,10 @@ from contracts.enums import Phase, PhaseStatus, RequestStatus
 from contracts.envelope import utcnow
 from contracts.events import DoneData, DoneEvent, PhaseData, PhaseEvent
 from contracts.tenancy import DEFAULT_TENANT
-from infra.runtime.bus import Bus, PublishAbandoned, create_broker, declare_streams
+from infra.runtime.bus import Bus, PublishAbandoned, create_broker
 from infra.runtime.done_fence import MAX_FENCED_TRIES, DoneFence, SubjectTail, emit_unless_done
 from infra.runtime.services import LocalService
+from infra.runtime.topology import declare_streams
 from infra.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from nats.js import JetStreamContext
 from api.event_hub import EventHub
 from api.event_stream import each_event, request_messages
 from contracts import subjects as sj
-from infra.runtime.bus import declare_streams
 from infra.runtime.services import LocalService
+from infra.runtime.topology import declare_streams
 from infra.settings import Settings
 from tests.integration.restartable_nats import publish_when_ready, restartable_nats
 

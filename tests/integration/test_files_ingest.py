@@ -31,11 +31,11 @@ from contracts import subjects as sj
 from contracts.dlq import DeadLetter
 from contracts.ingest import FileDocument
 from infra.documents import ParserPool
-from infra.runtime.bus import PARSE_WORKER, declare_topology
 from infra.runtime.files import FileStore
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job
 from infra.runtime.services import LocalService
+from infra.runtime.topology import PARSE_WORKER, declare_topology
 from infra.settings import Settings
 from infra.tenancy.quotas import effective
 from launcher.runtime import Runtime

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from infra.runtime.services import free_port, start_nats, start_redis
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.fake_llm import fake_llm
 from tests.integration.conftest import running, serving_api, stack_settings
 from tests.integration.sse import read_events

@@ -15,7 +15,7 @@ from contracts import subjects as sj
 from contracts.events import caller_events
 from contracts.tenancy import DEFAULT_TENANT
 from infra.runtime.services import free_port, start_nats, start_redis
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 
 pytestmark = pytest.mark.integration

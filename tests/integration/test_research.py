@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, own_services, running, serving_api
 from tests.integration.sse import SseEvent, read_events
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from infra.runtime.services import free_port
 from infra.telemetry import setup_tracing, stop_tracing
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, own_services, running, serving_api
 from tests.integration.corpus import QUESTION
 from tests.integration.sse import read_events

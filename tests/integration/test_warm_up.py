@@ -19,11 +19,12 @@ import pytest
 from contracts import subjects as sj
 from contracts.commands import ClassifyCommand
 from contracts.enums import Step
-from infra.runtime.bus import Bus, declare_topology
+from infra.runtime.bus import Bus
 from infra.runtime.liveness import DEADLINES_KEY
 from infra.runtime.readiness import ready_processes
 from infra.runtime.redis_client import connect_redis
 from infra.runtime.resources import Resources
+from infra.runtime.topology import declare_topology
 from infra.settings import Settings
 from launcher.runtime import Runtime
 from tests.integration.conftest import own_services

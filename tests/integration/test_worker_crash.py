@@ -15,7 +15,7 @@ import pytest
 
 from infra.runtime.services import free_port, start_nats, start_redis
 from infra.settings import Settings
-from launcher.runtime import WORKER_KINDS
+from launcher.layout import WORKER_KINDS
 from tests.integration.conftest import ingest_and_wait, running, serving_api, stack_settings
 from tests.integration.sse import read_events
 

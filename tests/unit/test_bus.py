@@ -121,7 +121,7 @@ class ElectingJetStream:
 
 
 async def test_start_up_waits_for_a_cluster_that_is_electing_leaders() -> None:
-    from infra.runtime.bus import all_consumers, declare_topology, stream_specs
+    from infra.runtime.topology import all_consumers, declare_topology, stream_specs
     from infra.settings import Settings
 
     js = ElectingJetStream(unavailable=2)
@@ -131,7 +131,7 @@ async def test_start_up_waits_for_a_cluster_that_is_electing_leaders() -> None:
 
 
 async def test_start_up_gives_up_when_jetstream_stays_unavailable() -> None:
-    from infra.runtime.bus import declare_topology
+    from infra.runtime.topology import declare_topology
     from infra.settings import Settings
 
     with pytest.raises(nats.js.errors.ServiceUnavailableError):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from infra.settings import Settings
+from launcher.layout import WORKER_KINDS
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 BACKENDS = ("nats", "redis", "qdrant", "neo4j")
@@ -22,14 +23,8 @@ def services() -> dict[str, dict[str, Any]]:
     return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]  # type: ignore[no-any-return]
 
 
-def worker_kinds() -> tuple[str, ...]:
-    from launcher.runtime import WORKER_KINDS  # lazily: the launcher pulls in the runtime
-
-    return WORKER_KINDS
-
-
 def ragbus_services() -> list[str]:
-    return [*ROLES, *(f"worker-{kind}" for kind in worker_kinds())]
+    return [*ROLES, *(f"worker-{kind}" for kind in WORKER_KINDS)]
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -55,7 +50,7 @@ def test_ragbus_services_are_complete(services: dict[str, dict[str, Any]]) -> No
         for backend, condition in service["depends_on"].items():
             assert backend in BACKENDS
             assert condition["condition"] == "service_healthy"
-    for kind in worker_kinds():
+    for kind in WORKER_KINDS:
         assert services[f"worker-{kind}"]["command"] == ["ragbus", "worker", kind]
 
 

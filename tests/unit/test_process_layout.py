@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from infra.settings import Settings
-from launcher.runtime import STORE_READERS, embedded_layout_problem, up_layout
+from launcher.layout import STORE_READERS, embedded_layout_problem, up_layout
 
 
 def test_a_fuse_worker_of_its_own_is_refused_in_embedded_mode(

@@ -47,7 +47,7 @@ def test_a_nats_url_that_cannot_work_is_refused_with_the_bad_part(url: str, name
 
 
 def test_streams_are_placed_by_the_replica_and_tag_settings() -> None:
-    from infra.runtime.bus import stream_config, stream_specs
+    from infra.runtime.topology import stream_config, stream_specs
 
     one = Settings()
     spec = stream_specs(one)[0]

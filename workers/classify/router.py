@@ -19,9 +19,9 @@ from engines.classify.rewrite import Rewrite, rewrite
 from infra.llm import describe
 from infra.logging import get_logger
 from infra.memory.sessions import SessionStore
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 
 log = get_logger(__name__)

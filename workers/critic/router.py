@@ -23,9 +23,9 @@ from engines.critic.judge import as_critique, judge
 from engines.critic.llm_decompose import llm_plan
 from engines.critic.plan import has_parts, plan
 from infra.logging import get_logger
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 
 log = get_logger(__name__)

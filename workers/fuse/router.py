@@ -16,10 +16,10 @@ from contracts.results import FuseResult
 from engines.fuse.pipeline import FusionRequest, Rankings, fuse_rankings
 from infra.errors import PoisonMessage
 from infra.logging import get_logger
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.claims import Claims
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 
 log = get_logger(__name__)

@@ -28,10 +28,10 @@ from engines.generate.extractive import Answer
 from engines.generate.llm import EmptyAnswer, llm_answer
 from infra.llm import LLMClient, LLMStreamBroken, describe
 from infra.logging import get_logger
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.claims import opening
 from infra.runtime.phase_events import PhaseRun, phase
 from infra.runtime.resources import Resources
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from workers.generate.self_critique import self_critique, wants_critique
 from workers.generate.streaming import TokenEmitter

@@ -26,12 +26,13 @@ from contracts.ingest import (
 from infra.errors import is_transient
 from infra.logging import get_logger
 from infra.retrieval.graph.llm_summaries import LLMCommunitySummariser
-from infra.runtime.bus import INGEST_WORKER, Bus, subscriber_kwargs
+from infra.runtime.bus import Bus
 from infra.runtime.dead_letters import report_document_failure
 from infra.runtime.ingest_jobs import JobTracker
 from infra.runtime.ingest_jobs import publish_progress as publish_job_progress
 from infra.runtime.resources import Resources
 from infra.runtime.step_context import current_deliveries
+from infra.runtime.topology import INGEST_WORKER, subscriber_kwargs
 from infra.runtime.worker_runtime import step_router
 from workers.ingest.indexer import IndexOutcome, index_document, remove_document
 

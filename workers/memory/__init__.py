@@ -30,9 +30,9 @@ from infra.errors import PoisonMessage
 from infra.logging import get_logger
 from infra.memory.semantic import MemoryIndex, scope_of
 from infra.memory.sessions import SessionStore, forgotten_key
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import (
     SHOWN_QUERY_CHARS,
     ResultPublisher,

@@ -44,12 +44,13 @@ from infra.documents import ParsedDocument, ParseLimits, ParseRefused, ParserFai
 from infra.errors import describe_error
 from infra.logging import get_logger
 from infra.metrics import STEP_SECONDS
-from infra.runtime.bus import PARSE_WORKER, Bus, subscriber_kwargs, wire_json
+from infra.runtime.bus import Bus, wire_json
 from infra.runtime.dead_letters import report_document_failure
 from infra.runtime.files import FileStore, FileUnavailable
 from infra.runtime.ingest_jobs import JobTracker, publish_progress
 from infra.runtime.ingest_producer import HEADER_ALLOWANCE
 from infra.runtime.resources import Resources
+from infra.runtime.topology import PARSE_WORKER, subscriber_kwargs
 from infra.runtime.worker_runtime import step_router
 from infra.settings import Settings
 

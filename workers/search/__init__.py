@@ -45,10 +45,10 @@ from engines.search.channel_search import CHANNEL_FUNCTIONS, ChannelTimedOut, se
 from engines.search.refine import refine
 from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase, send_while_live
 from infra.runtime.resources import Resources
 from infra.runtime.step_context import RequestNotLive
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import (
     SHOWN_QUERY_CHARS,
     ResultPublisher,

@@ -9,9 +9,9 @@ from contracts.enums import Phase, Step
 from contracts.models import ToolOutcome
 from contracts.results import ToolResult
 from infra.logging import get_logger
-from infra.runtime.bus import step_consumer, subscriber_kwargs
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
+from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from infra.settings import Settings
 from workers.tool.calculator import register_calculator
