@@ -43,6 +43,7 @@ from infra.documents.model import (
     ran_past,
 )
 from infra.documents.parse import parse_bytes
+from infra.runtime.idle_priority import run_when_idle
 
 T = TypeVar("T")
 
@@ -73,10 +74,7 @@ def _child_setup(limits: ParseLimits, parent_pid: int) -> None:
 
     with contextlib.suppress(OSError):  # already a group (or session) leader
         os.setpgid(0, 0)
-    os.nice(PARSER_NICE)
-    if hasattr(os, "SCHED_IDLE"):  # Linux: runs only on a core nothing else wants
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    run_when_idle(PARSER_NICE)
     for variable in _THREAD_VARIABLES:
         os.environ[variable] = "1"
     _, hard = resource.getrlimit(resource.RLIMIT_AS)

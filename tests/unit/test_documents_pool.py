@@ -43,6 +43,7 @@ async def test_parse_in_the_child_is_the_same_as_in_process(pool: ParserPool) ->
 
 async def test_the_child_is_niced_and_bounded(pool: ParserPool) -> None:
     assert await pool.run(os.nice, 0) >= os.nice(0) + PARSER_NICE
+    assert await pool.run(os.sched_getscheduler, 0) == os.SCHED_IDLE  # a core no one wants
     soft, _ = await pool.run(resource.getrlimit, resource.RLIMIT_AS)
     assert soft == 1024 * 2**20
     assert await pool.run(os.getpgrp) == pool.pid  # its own group, its OCR programs in it
