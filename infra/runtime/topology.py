@@ -268,17 +268,23 @@ def json_decoder(model: Any) -> Callable[[StreamMessage[Any]], Awaitable[Any]]:
     return decode
 
 
-def subscriber_kwargs(spec: ConsumerSpec, settings: Settings, model: Any) -> dict[str, Any]:
+def subscriber_kwargs(
+    spec: ConsumerSpec, settings: Settings, model: Any, concurrency: int | None = None
+) -> dict[str, Any]:
     """Arguments that bind a FastStream subscriber to a declared durable consumer, its
-    messages decoded as `model`."""
+    messages decoded as `model`, `concurrency` of them at once (`RAGBUS_WORKER_CONCURRENCY`
+    unless the worker can do fewer). A pull consumer fetches no more than that: a message
+    fetched before a handler is free for it gets no heartbeat while it waits, and past the
+    ack wait it is delivered again."""
+    workers = concurrency or settings.worker_concurrency
     common = {
         "subject": spec.filter_subject,
         "stream": JStream(spec.stream, declare=False),
-        "max_workers": settings.worker_concurrency,
+        "max_workers": workers,
         "decoder": json_decoder(model),
     }
     if spec.pull:
-        pull = PullSub(batch_size=settings.worker_concurrency, timeout=1.0)
+        pull = PullSub(batch_size=workers, timeout=1.0)
         return {**common, "durable": spec.durable, "pull_sub": pull}
     # nats-py binds a queue subscription to the durable of its name
     return {**common, "queue": spec.durable}

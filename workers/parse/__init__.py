@@ -24,7 +24,6 @@ The parse worker owns no store: it may run anywhere the bus and Redis are.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -60,6 +59,10 @@ log = get_logger(__name__)
 
 MIB = 1024 * 1024
 PARSED_MSG_ID_SUFFIX = "~parsed"
+PARSE_CONCURRENCY = 1
+"""Files a parse worker takes at once: its pool parses one at a time. Each file it held
+beyond that would wait with its bytes in memory and no heartbeat, and past the ack wait be
+delivered again and parsed twice (4 of 200 scans were, fetched four at a time)."""
 REFUSED_MSG_ID_SUFFIX = "~refused"
 """The document's `Nats-Msg-Id` is its file message's `event_id` and this: both messages are
 in `RAG_INGEST`, whose duplicate window would drop a second message under the same id."""
@@ -122,10 +125,6 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
     settings, bus = resources.settings, resources.bus
     tracker: JobTracker | None = None
     pool: ParserPool | None = None
-    # One file at a time: the pool parses one at a time anyway, and a file waiting for it
-    # would hold its bytes in memory, and a thread of the loop's default executor (which the
-    # process's other workers share), while it waited.
-    parsing = asyncio.Lock()
 
     def jobs() -> JobTracker:
         nonlocal tracker
@@ -180,26 +179,25 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
                 f"{ref.filename} is {ref.size:,} bytes; files of at most "
                 f"{settings.max_file_bytes:,} bytes are parsed (RAGBUS_MAX_FILE_BYTES)"
             )
-        async with parsing:
-            try:
-                data = await file_store().get(ref)
-            except FileUnavailable as exc:
-                raise FileRefused(f"{ref.filename}: {exc}") from None
-            started = time.perf_counter()
-            try:
-                parsed = await parser().parse(data, ref.filename)
-            except ParseRefused as exc:
-                raise FileRefused(str(exc)) from None
-            except ParserFailed as exc:
-                log.error(
-                    "parser_failed",
-                    job_id=message.request_id,
-                    document_id=message.document.id,
-                    error=str(exc),
-                    seconds=round(time.perf_counter() - started, 3),
-                )
-                raise ParseCrashed(f"{ref.filename}: {exc}") from exc
-            return parsed, time.perf_counter() - started
+        try:
+            data = await file_store().get(ref)
+        except FileUnavailable as exc:
+            raise FileRefused(f"{ref.filename}: {exc}") from None
+        started = time.perf_counter()
+        try:
+            parsed = await parser().parse(data, ref.filename)
+        except ParseRefused as exc:
+            raise FileRefused(str(exc)) from None
+        except ParserFailed as exc:
+            log.error(
+                "parser_failed",
+                job_id=message.request_id,
+                document_id=message.document.id,
+                error=str(exc),
+                seconds=round(time.perf_counter() - started, 3),
+            )
+            raise ParseCrashed(f"{ref.filename}: {exc}") from exc
+        return parsed, time.perf_counter() - started
 
     async def publish_document(message: IngestFile, document: DocumentIn) -> None:
         out = IngestDocument(
@@ -263,7 +261,10 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
 
     router = step_router(resources, on_dead_letter=on_dead_letter)
 
-    @router.subscriber(**subscriber_kwargs(PARSE_WORKER, settings, IngestFile), title="parse")
+    @router.subscriber(
+        **subscriber_kwargs(PARSE_WORKER, settings, IngestFile, concurrency=PARSE_CONCURRENCY),
+        title="parse",
+    )
     async def parse_file(message: IngestFile) -> None:
         await on_file(message)
 
