@@ -1,7 +1,8 @@
 """`ragbus bench-documents`: how faithfully and how fast ragbus reads a BEIR set kept as files
-(PDFs with a text layer, and scans), against the plain text of the same documents. The
-measuring is `bench.documents`'; this module parses options, drives a running stack for the
-retrieval part, and prints."""
+(PDFs with a text layer, and scans), against the plain text of the same documents; and
+`ragbus bench-during-ingest`: the queries' p95 while a folder of files is ingested, against
+idle. The measuring is `bench.documents`' and `bench.during_ingest`'; this module parses
+options, drives a running stack, and prints."""
 
 from __future__ import annotations
 
@@ -16,11 +17,24 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import DEFAULT_API, ApiUrl, Failure, Token, check_api, console, save_json
+from cli.common import (
+    DEFAULT_API,
+    DEFAULT_QUERIES,
+    ApiUrl,
+    Concurrency,
+    Duration,
+    Failure,
+    Queries,
+    Token,
+    check_api,
+    console,
+    save_json,
+)
 
 
 def register(app: typer.Typer) -> None:
     app.command("bench-documents")(bench_documents)
+    app.command("bench-during-ingest")(bench_during_ingest)
 
 
 def _ragbus(*args: str) -> subprocess.CompletedProcess[str]:
@@ -114,3 +128,64 @@ def bench_documents(
             r[key]["ingest"]["pages_per_minute"] = round(60 * pages / seconds, 1)
     console.print_json(json.dumps(report))
     save_json(report, out)
+
+
+def bench_during_ingest(
+    files: Annotated[
+        Path,
+        typer.Option(exists=True, file_okay=False, help="A folder of files to ingest meanwhile."),
+    ],
+    queries: Queries = DEFAULT_QUERIES,
+    namespace: Annotated[
+        str | None, typer.Option(help="Where the queries search (default: the API's).")
+    ] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Load rounds busy, and as many idle.")] = 3,
+    concurrency: Concurrency = 8,
+    duration: Duration = 25.0,
+    delay: Annotated[
+        float, typer.Option(min=0, help="Seconds into the ingest before the first round.")
+    ] = 20.0,
+    out: Annotated[Path, typer.Option(help="JSON report.")] = Path(
+        "results/bench-during-ingest.json"
+    ),
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+) -> None:
+    """Load the running API in rounds while `ragbus ingest FILES` works, then as many rounds
+    once it is done; report p95 busy against idle (issue 46's goal: within 1.5x). The folder
+    goes into a namespace of its own."""
+    import asyncio
+
+    from bench.during_ingest import measure
+    from bench.load import load_queries
+
+    check_api(api, token)
+    try:
+        report = asyncio.run(
+            measure(
+                api,
+                load_queries(queries),
+                files,
+                namespace=namespace,
+                rounds=rounds,
+                concurrency=concurrency,
+                duration_s=duration,
+                delay_s=delay,
+                token=token,
+                progress=lambda line: console.print(line),
+            )
+        )
+    except RuntimeError as exc:
+        raise Failure(str(exc)) from None
+    for kind in ("busy", "idle"):
+        p95 = ", ".join(f"{r['p95_ms']:.0f}" for r in report[kind])
+        qps = ", ".join(f"{r['throughput_qps']:.1f}" for r in report[kind])
+        console.print(f"{kind}: p95 {p95} ms; {qps} q/s")
+    console.print(
+        f"p95 {report['busy_p95_ms']:.0f} ms during the ingest against "
+        f"{report['idle_p95_ms']:.0f} ms idle: {report['ratio']:.2f}x (worst round "
+        f"{report['worst_round_ratio']:.2f}x; goal {report['goal_ratio']}x: "
+        f"{'met' if report['met'] else 'missed'})"
+    )
+    save_json(report, out)
+    console.print(f"wrote {out}")

@@ -33,7 +33,13 @@ def ingest(
         str | None, typer.Option(help="Put every document here.", callback=store_namespace)
     ] = None,
     job_id: Annotated[str | None, typer.Option(help="Job id (default: a new one).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for completion.")] = 600.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds without progress before the command stops waiting (the job goes on "
+            "in the workers)."
+        ),
+    ] = 600.0,
     verbose: Verbose = False,
 ) -> None:
     """Publish documents as an ingest job and follow it until it completes. It reads PDF

@@ -170,7 +170,7 @@ async def ingest_and_follow(
 ) -> tuple[JobReceipt, dict[str, Any] | None]:
     """Upload the `files` (to the object store), publish the job (the files for the parse
     workers, the documents for the ingest workers), then show a progress bar until it is
-    `completed` or `failed`.
+    `completed` or `failed`, or until `timeout_s` pass without a progress event.
 
     Fails within seconds where no NATS server answers (`NoServersError`) and, with
     `require_worker`, where no ingest worker (or, with files, no parse worker) is running
@@ -224,8 +224,12 @@ async def ingest_and_follow(
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task("indexing", total=receipt.accepted or None, chunks=0, parsed=0)
             try:
-                async with asyncio.timeout(timeout_s):
+                # a stall, not the job's length, ends the wait: a folder of scans parsed
+                # while queries take the cores may take hours, and is fine while it moves
+                loop = asyncio.get_running_loop()
+                async with asyncio.timeout(timeout_s) as stalled:
                     async for _, event in ingest_events(js, receipt.job_id):
+                        stalled.reschedule(loop.time() + timeout_s)
                         data = event.get("data") or {}
                         if data.get("stage") == "parsed":
                             parsed += 1
@@ -243,7 +247,7 @@ async def ingest_and_follow(
                             chunks=last.get("chunks", 0),
                         )
             except TimeoutError:
-                console.print(f"[red]no completion within {timeout_s:g} s[/red]")
+                console.print(f"[red]no progress for {timeout_s:g} s[/red]")
         return receipt, last
     finally:
         await nc.drain()

@@ -116,8 +116,9 @@ class RetrievalSettings(BaseModel):
     )
     background_process: bool = Field(
         True,
-        description="Run ingestion's encoder passes and community detection in a niced child "
-        "process, off the query path; false = threads of the same process.",
+        description="Run ingestion's encoder passes, entity extraction and community detection "
+        "in a child process under SCHED_IDLE (a core no query wants), off the query path; "
+        "false = threads of the same process.",
     )
     bge_m3_path: Path | None = Field(
         None,
