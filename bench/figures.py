@@ -105,15 +105,6 @@ def _documents(r: Report) -> str:
     return "; ".join(parts)
 
 
-def _during_ingest(r: Report) -> str:
-    return (
-        f"p95 {r['busy_p95_ms']:,.0f} ms over {r['rounds']} rounds of c = {r['concurrency']} "
-        f"during `ragbus ingest` of {r['folder'].rstrip('/').rsplit('/', 1)[-1]}, against "
-        f"{r['idle_p95_ms']:,.0f} ms idle: {r['ratio']:.2f}× (worst round "
-        f"{r['worst_round_ratio']:.2f}×, goal ≤ {r['goal_ratio']}×)"
-    )
-
-
 def _encoder_devices(r: Report) -> str:
     configs = r["configurations"]
     first = next(iter(configs))
@@ -275,7 +266,6 @@ ROWS = (
         _encoder_devices,
     ),
     Row("documents as files: PDFs and scans of NFCorpus", "bench-documents.json", _documents),
-    Row("queries during an ingest of scanned PDFs", "bench-during-ingest.json", _during_ingest),
     Row("chaos", "chaos.json", _chaos),
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
     Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),
