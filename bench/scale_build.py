@@ -117,9 +117,12 @@ async def abuild_corpus(
     intent_model = await asyncio.to_thread(
         _copy_dir, source_data_dir / MODEL_DIR_NAME, out_data_dir / MODEL_DIR_NAME
     )
-    encoder_models = await asyncio.to_thread(
-        _copy_dir, source_settings.models_path, out.models_path
-    )
+    if out.models_path == source_settings.models_path:  # one RAGBUS_MODELS_DIR serves both
+        encoder_models = out.models_path.is_dir()
+    else:
+        encoder_models = await asyncio.to_thread(
+            _copy_dir, source_settings.models_path, out.models_path
+        )
 
     sigma = noise_sigma(source.dim)
     rng = np.random.default_rng(seed)

@@ -73,6 +73,13 @@ class ServiceSettings(BaseModel):
     )
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for saga state.")
     data_dir: Path = Field(Path(".ragbus"), description="Local stores and started services' data.")
+    models_dir: Path | None = Field(
+        None,
+        description="Where the models ragbus derives from installed ones are kept (the "
+        "encoder's ONNX export, keyed by the model's files); unset = `$RAGBUS_DATA_DIR/models`. "
+        "Stacks on one machine may share one: the first process exports, the others wait for it "
+        "and read the same file.",
+    )
     start_services: bool = Field(
         True, description="Start nats-server / redis-server when the URLs are unreachable."
     )
@@ -130,7 +137,7 @@ class ServiceSettings(BaseModel):
     @property
     def models_path(self) -> Path:
         """Models ragbus derives from installed ones (the encoder's ONNX export)."""
-        return self.data_dir / "models"
+        return self.models_dir or self.data_dir / "models"
 
     @property
     def graph_path(self) -> Path:

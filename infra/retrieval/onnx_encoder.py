@@ -14,6 +14,7 @@ by mean or by CLS token are exported; anything else keeps the torch runtime.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -213,6 +214,28 @@ def ensure_onnx_model(model_dir: Path, cache_dir: Path, name: str) -> Path:
     target = cache_dir / f"{name}-{model_key(model_dir)}.onnx"
     if target.exists():
         return target
+    # one export per file: the processes of a stack (and stacks sharing RAGBUS_MODELS_DIR)
+    # start together; the first exports, the others wait for its file instead of doing the
+    # same seconds of CPU beside it
+    with open(target.with_suffix(".lock"), "a") as lock:
+        if _locked_by_another(lock):
+            log.info("encoder_onnx_wait", target=str(target))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        return _export_checked(model_dir, target)
+
+
+def _locked_by_another(lock: Any) -> bool:
+    """Take the export lock if it is free; whether another process holds it."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def _export_checked(model_dir: Path, target: Path) -> Path:
     log.info("encoder_onnx_export", model=str(model_dir), target=str(target))
     try:
         export_onnx(model_dir, target)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, Playwright, expect
 
 from infra.runtime.services import free_port
+from tests.environment import child_environment
 from tests.up_process import ragbus_up
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -105,7 +105,7 @@ class Stack:
 def running_stack(root: Path, **env: str) -> Iterator[Stack]:
     """`ragbus up` with its own nats-server and redis-server on free ports."""
     api_port = free_port()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("RAGBUS_")}
+    environment = child_environment()
     environment.update(
         {
             "RAGBUS_NATS_URL": f"nats://127.0.0.1:{free_port()}",

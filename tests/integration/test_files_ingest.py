@@ -39,6 +39,7 @@ from infra.runtime.topology import PARSE_WORKER, declare_topology
 from infra.settings import Settings
 from infra.tenancy.quotas import effective
 from launcher.runtime import Runtime
+from tests.environment import child_environment
 from tests.integration.conftest import own_services, running, serving, stack_settings
 from tests.integration.sse import read_events
 
@@ -323,7 +324,7 @@ async def test_a_parser_that_hangs_or_crashes_dead_letters_its_file_and_the_work
 
 
 def cli_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGBUS_")}
+    env = child_environment()
     env.update(
         RAGBUS_NATS_URL=settings.nats_url,
         RAGBUS_REDIS_URL=settings.redis_url,

@@ -23,6 +23,7 @@ from infra.runtime.readiness import role_key
 from infra.runtime.redis_client import connect_redis
 from infra.runtime.services import LocalService
 from infra.settings import Settings
+from tests.environment import child_environment
 from tests.integration.conftest import own_services, serving, stack_settings
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ QUICK_S = 5.0
 
 
 def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGBUS_")}
+    env = child_environment()
     env.update(
         RAGBUS_NATS_URL=settings.nats_url,
         RAGBUS_REDIS_URL=settings.redis_url,

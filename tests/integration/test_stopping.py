@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from infra.runtime.services import free_port, start_nats
+from tests.environment import child_environment
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +111,7 @@ class Up:
         self.nats_port = free_port()
         self.redis_port = free_port()
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("RAGBUS_")},
+            **child_environment(),
             "RAGBUS_NATS_URL": f"nats://127.0.0.1:{self.nats_port}",
             "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "RAGBUS_DATA_DIR": str(self.data_dir),
@@ -311,12 +312,12 @@ MADE = (Path(sys.prefix) / ".installed").exists()
 def test_make_demo_on_a_taken_port_ends_in_one_sentence(up: Up) -> None:
     """The newcomer's very first command, on a laptop where something already listens on the
     API's port: `make demo` finds the setup done, trains the intent model into the (new) data
-    directory, and its `ragbus demo` ends at once in the sentence; make says the recipe failed
-    and exits 2, and nothing is left running."""
+    directory (a small one: two queries an intent), and its `ragbus demo` ends at once in the
+    sentence; make says the recipe failed and exits 2, and nothing is left running."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", up.api_port))
         taken.listen()
-        code = up.make("demo").wait(180)
+        code = up.make("demo", INTENT_ARGS="--per-class 2").wait(180)
         up.look()
     assert code == 2, up.stderr()[-3000:]
     stderr = up.stderr()

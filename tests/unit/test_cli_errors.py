@@ -19,6 +19,7 @@ import pytest
 from cli.common import explain, verbose_asked
 from client.http import ApiError
 from infra.runtime.services import free_port
+from tests.environment import child_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK_S = 5.0
@@ -38,7 +39,7 @@ def startup_s() -> float:
 def env(tmp_path: Path) -> dict[str, str]:
     """Every service the CLI could reach at a free port where nothing listens."""
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("RAGBUS_")},
+        **child_environment(),
         "RAGBUS_NATS_URL": f"nats://127.0.0.1:{free_port()}",
         "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
         "RAGBUS_API_URL": f"http://127.0.0.1:{free_port()}",

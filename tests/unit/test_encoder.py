@@ -72,14 +72,59 @@ def test_onnx_runtime_matches_the_torch_reference(tmp_path: Path) -> None:
     reference = load_encoder(
         Settings(data_dir=tmp_path, encoder_runtime="torch", encoder_precision="fp32")
     )
-    onnx = load_encoder(Settings(data_dir=tmp_path, encoder_runtime="onnx"))
+    # its own models directory, not the suite's shared one (tests/conftest.py): a real export
+    onnx = load_encoder(
+        Settings(data_dir=tmp_path, models_dir=tmp_path / "models", encoder_runtime="onnx")
+    )
     assert (reference.runtime, onnx.runtime) == ("torch", "onnx")
     exported = list((tmp_path / "models").glob("all-MiniLM-L6-v2-*.onnx"))
     assert len(exported) == 1
     assert np.min(np.sum(reference.encode(texts) * onnx.encode(texts), axis=1)) > 0.999
-    again = load_encoder(Settings(data_dir=tmp_path, encoder_runtime="onnx"))  # no new export
+    again = load_encoder(  # no new export
+        Settings(data_dir=tmp_path, models_dir=tmp_path / "models", encoder_runtime="onnx")
+    )
     assert list((tmp_path / "models").glob("*.onnx")) == exported
     assert np.allclose(again.encode(texts), onnx.encode(texts), atol=1e-6)
+
+
+def test_processes_starting_together_export_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack's processes (and stacks sharing RAGBUS_MODELS_DIR) start together: the first
+    exports, the others wait on the export's lock and read its file. Threads stand in for the
+    processes: each opens the lock file itself, and flock locks such opens against each other."""
+    import threading
+    import time
+
+    from infra.retrieval import onnx_encoder
+    from infra.retrieval.encoder import model_path
+
+    exports: list[Path] = []
+
+    def slow_export(model_dir: Path, target: Path) -> None:
+        exports.append(target)
+        time.sleep(0.5)
+        target.write_bytes(b"exported")
+
+    monkeypatch.setattr(onnx_encoder, "export_onnx", slow_export)
+    monkeypatch.setattr(onnx_encoder, "_probe_cosine", lambda *_: 1.0)
+    model_dir = model_path(Settings())
+    found: list[Path] = []
+    starts = [
+        threading.Thread(
+            target=lambda: found.append(
+                onnx_encoder.ensure_onnx_model(model_dir, tmp_path, "encoder")
+            )
+        )
+        for _ in range(3)
+    ]
+    for thread in starts:
+        thread.start()
+    for thread in starts:
+        thread.join(10)
+    assert len(exports) == 1
+    assert found == exports * 3
+    assert exports[0].read_bytes() == b"exported"
 
 
 async def test_sentence_embeddings_are_the_shown_sentences_encoded(tmp_path: Path) -> None:

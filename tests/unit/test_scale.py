@@ -166,19 +166,22 @@ def _points(data_dir: Path) -> dict[str, dict[str, Any]]:
 async def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     root = tmp_path_factory.mktemp("scale")
     source_dir, out_dir = root / "source", root / "out"
-    source_entities = await _make_source(source_dir)
-    source_points = await asyncio.to_thread(_points, source_dir)
-    before = _fingerprint(source_dir)
-    progress: list[tuple[str, int, int]] = []
-    result = await abuild_corpus(
-        source_dir,
-        NS,
-        3 * len(source_points),
-        out_dir,
-        seed=7,
-        progress=lambda stage, done, total: progress.append((stage, done, total)),
-        embed=FakeEncoder(DIM).aencode,
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        # each data directory keeps its models, as by default: the copy of them is asserted
+        patch.delenv("RAGBUS_MODELS_DIR", raising=False)
+        source_entities = await _make_source(source_dir)
+        source_points = await asyncio.to_thread(_points, source_dir)
+        before = _fingerprint(source_dir)
+        progress: list[tuple[str, int, int]] = []
+        result = await abuild_corpus(
+            source_dir,
+            NS,
+            3 * len(source_points),
+            out_dir,
+            seed=7,
+            progress=lambda stage, done, total: progress.append((stage, done, total)),
+            embed=FakeEncoder(DIM).aencode,
+        )
     return Built(
         source_dir,
         out_dir,
