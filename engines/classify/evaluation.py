@@ -112,33 +112,59 @@ def intervals(gold: Sequence[str], predicted: Sequence[str]) -> dict[str, list[f
     """95% intervals of the accuracy and of the macro-F1 over the set's own intents: a
     bootstrap over the rows (scipy's, percentile, 2,000 resamples, seeded). A class with a few
     rows moves the macro-F1 by several points a row, and a figure read against a target
-    should say so."""
+    should say so. The statistics take every resample at once (`macro_f1_rows`, scikit-learn's
+    macro-F1 in numpy): scikit-learn's own, called 4,000 times, took seconds a report."""
     from scipy.stats import bootstrap
-    from sklearn.metrics import f1_score
 
     labels = [i.value for i in Intent if i.value in set(gold)]
     if len(gold) < 2:
         return {}
+    codes = {label: code for code, label in enumerate(sorted(set(gold) | set(predicted)))}
+    data = (
+        np.asarray([codes[g] for g in gold], dtype=np.int16),
+        np.asarray([codes[p] for p in predicted], dtype=np.int16),
+    )
+    counted = [codes[label] for label in labels]
 
-    def accuracy(g: np.ndarray, p: np.ndarray) -> float:
-        return float(np.mean(g == p))
+    def accuracy(g: np.ndarray, p: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(np.mean(g == p, axis=axis))
 
-    def macro_f1(g: np.ndarray, p: np.ndarray) -> float:
-        return float(f1_score(g, p, labels=labels, average="macro", zero_division=0))
+    def macro_f1(g: np.ndarray, p: np.ndarray, axis: int = -1) -> np.ndarray:
+        return macro_f1_rows(g, p, counted)
 
     out = {}
     for name, statistic in (("accuracy", accuracy), ("macro_f1_labelled", macro_f1)):
         found = bootstrap(
-            (np.asarray(gold), np.asarray(predicted)),
+            data,
             statistic,
             paired=True,
-            vectorized=False,
+            vectorized=True,
+            batch=BOOTSTRAP_BATCH,
             n_resamples=2000,
             method="percentile",
             rng=np.random.default_rng(0),
         ).confidence_interval
         out[name] = [round(float(found.low), 4), round(float(found.high), 4)]
     return out
+
+
+BOOTSTRAP_BATCH = 250
+"""Resamples scored at once: 250 × the rows as int16, a few MB for a set of thousands."""
+
+
+def macro_f1_rows(gold: np.ndarray, predicted: np.ndarray, labels: Sequence[int]) -> np.ndarray:
+    """Macro-F1 over `labels` of each row of `gold` and `predicted` (coded labels, the last
+    axis the queries), as scikit-learn's `f1_score(average="macro", zero_division=0)` counts
+    it: F1 = 2·TP / (2·TP + FP + FN) per label, 0 where a label is neither gold nor
+    predicted."""
+    scores = []
+    for label in labels:
+        is_gold, is_predicted = gold == label, predicted == label
+        tp = np.sum(is_gold & is_predicted, axis=-1)
+        wrong = np.sum(is_gold ^ is_predicted, axis=-1)
+        denominator = 2 * tp + wrong
+        scores.append(np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 0.0))
+    return np.asarray(np.mean(scores, axis=0))
 
 
 def by_form(gold: Sequence[str], predicted: Sequence[str], forms: Sequence[str]) -> dict[str, Any]:

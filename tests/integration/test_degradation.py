@@ -19,6 +19,11 @@ pytestmark = pytest.mark.integration
 
 SEARCH_DEADLINE_S = 3.0
 GENERATE_DEADLINE_S = 5.0
+# the lean path's steps carry the deadlines of the steps they include: a search that also
+# classifies is dropped at classify + search, a generation that judges its own answer at
+# generate + critic; both questions name their intent (no model runs), so 5 s is plenty
+CLASSIFY_DEADLINE_S = 5.0
+CRITIC_DEADLINE_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +37,10 @@ async def short_http(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         services[0].url,
         services[1].url,
         root / "data",
+        classify_timeout_s=CLASSIFY_DEADLINE_S,
         search_timeout_s=SEARCH_DEADLINE_S,
         generate_timeout_s=GENERATE_DEADLINE_S,
+        critic_timeout_s=CRITIC_DEADLINE_S,
     )
     try:
         async with running(settings, orchestrator=True, workers=WORKER_KINDS) as runtime:

@@ -102,7 +102,11 @@ async def test_a_503_during_a_nats_outage_says_it_may_still_run_and_a_keyed_retr
     port, nats_dir = free_port(), tmp_path / "nats"
     nats_service: LocalService = start_nats(port, nats_dir)
     redis_service = start_redis(free_port(), tmp_path / "redis", persistent=False)
-    settings = stack_settings(nats_service.url, redis_service.url, tmp_path / "data")
+    # a publish gives up after RAGBUS_PUBLISH_RETRY_S (20 s by default, for a cluster's
+    # election); the 503 it ends in is the same after 2 s
+    settings = stack_settings(
+        nats_service.url, redis_service.url, tmp_path / "data", publish_retry_s=2.0
+    )
     try:
         async with (
             running(settings, orchestrator=True, workers=()) as runtime,

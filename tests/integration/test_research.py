@@ -72,8 +72,12 @@ async def researching(
     tmp_path: Path, *, generate_timeout_s: float
 ) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
     """A stack of the test's own with no generate worker, the corpus indexed, and a research
-    request submitted: (the API client, the request's id)."""
-    with own_services(tmp_path, generate_timeout_s=generate_timeout_s) as settings:
+    request submitted: (the API client, the request's id). A generation that judges its own
+    answer has the critic's deadline added to its own: here the critic's is that of the
+    generation, so a child waits for no more than twice `generate_timeout_s`."""
+    with own_services(
+        tmp_path, generate_timeout_s=generate_timeout_s, critic_timeout_s=generate_timeout_s
+    ) as settings:
         async with running(settings, orchestrator=True, workers=NO_GENERATOR) as runtime:
             await ingest_and_wait(runtime)
             async with (

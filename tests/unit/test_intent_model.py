@@ -31,7 +31,7 @@ from engines.classify.dataset import (
     first_per_class,
     load_examples,
 )
-from engines.classify.evaluation import calibration, evaluate, intervals
+from engines.classify.evaluation import calibration, evaluate, intervals, macro_f1_rows
 from engines.classify.intent_model import IntentModel, ModelSlot, load_intent_model
 from engines.classify.model_meta import META_FILE, BodyMode, ModelMeta
 from engines.classify.training import shared_body, train_intent_model
@@ -353,6 +353,24 @@ def test_the_intervals_hold_the_figure_and_widen_where_a_class_has_few_rows() ->
     low, high = bounds["macro_f1_labelled"]
     assert low < 0.78 < high and high - low > 0.1  # ten comparison rows: a wide interval
     assert intervals(gold, gold) == {"accuracy": [1.0, 1.0], "macro_f1_labelled": [1.0, 1.0]}
+
+
+def test_the_resamples_macro_f1_is_scikit_learns() -> None:
+    """The bootstrap scores every resample at once in numpy; each row's figure is the one
+    scikit-learn gives, absent labels and labels never predicted included."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(5)
+    gold = rng.integers(0, 5, size=(40, 30))
+    predicted = np.where(rng.random((40, 30)) < 0.6, gold, rng.integers(0, 6, size=(40, 30)))
+    labels = [0, 1, 2, 3, 4]
+    ours = macro_f1_rows(gold, predicted, labels)
+    theirs = [
+        f1_score(g, p, labels=labels, average="macro", zero_division=0)
+        for g, p in zip(gold, predicted, strict=True)
+    ]
+    assert ours == pytest.approx(theirs, abs=1e-12)
+    assert macro_f1_rows(np.zeros((1, 3)), np.ones((1, 3)), [2])[0] == 0.0
 
 
 @pytest.fixture
