@@ -12,11 +12,11 @@ and never replayed, so nobody sees half an answer twice.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import openai
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -72,26 +72,36 @@ class Completion:
     """Content deltas forwarded to the sink."""
 
 
+def _openai() -> Any:
+    """The `openai` SDK where a client was made (its errors exist only then), else None: the
+    SDK takes most of a second to import, and a process with no LLM configured never needs it."""
+    return sys.modules.get("openai")
+
+
 def is_transient(exc: BaseException) -> bool:
     """Worth another try: the server was unreachable, slow, overloaded or failed itself."""
     if isinstance(exc, LLMStreamBroken):
         return False
     if isinstance(exc, LLMError):
         return exc.retryable
-    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is one of these
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    if sdk := _openai():
+        if isinstance(exc, sdk.APIConnectionError):  # APITimeoutError is one of these
+            return True
+        if isinstance(exc, sdk.APIStatusError):
+            return bool(exc.status_code in (408, 409, 429) or exc.status_code >= 500)
     return isinstance(exc, TimeoutError | ConnectionError)
 
 
 def describe(exc: BaseException) -> str:
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code} from the model server"
-    if isinstance(exc, openai.APITimeoutError | TimeoutError):
+    if sdk := _openai():
+        if isinstance(exc, sdk.APIStatusError):
+            return f"HTTP {exc.status_code} from the model server"
+        if isinstance(exc, sdk.APITimeoutError):
+            return "the model server did not answer in time"
+        if isinstance(exc, sdk.APIConnectionError):
+            return "the model server could not be reached"
+    if isinstance(exc, TimeoutError):
         return "the model server did not answer in time"
-    if isinstance(exc, openai.APIConnectionError):
-        return "the model server could not be reached"
     return str(exc) or type(exc).__name__
 
 
@@ -122,6 +132,8 @@ class LLMClient:
         self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_tokens = max_tokens
+        import openai
+
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or NO_KEY,
