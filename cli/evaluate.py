@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from cli.common import (
     DEFAULT_API,
@@ -22,10 +24,23 @@ from cli.common import (
     interactive_logging,
     save_json,
 )
-from cli.ingest_job import ingest_to_workers
+from contracts.ingest import DocumentIn
 from infra.settings import Settings
 
 Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1)]
+
+
+async def ingest_to_workers(
+    settings: Settings,
+    documents: Sequence[DocumentIn],
+    console: Console,
+    *,
+    timeout_s: float = 600.0,
+) -> tuple[Any, dict[str, Any] | None]:
+    """`cli.ingest_job.ingest_to_workers`, imported when an ingest runs: it loads the bus."""
+    from cli.ingest_job import ingest_to_workers as ingest
+
+    return await ingest(settings, documents, console, timeout_s=timeout_s)
 
 
 def register(app: typer.Typer) -> None:

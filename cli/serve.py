@@ -15,7 +15,6 @@ from infra.errors import StartupError
 from infra.settings import Settings
 from launcher.layout import WORKER_KINDS, embedded_layout_problem, up_layout
 from launcher.processes import SIGNALS
-from launcher.serving import serve
 
 WorkerKind = StrEnum("WorkerKind", [(kind, kind) for kind in WORKER_KINDS])  # type: ignore[misc]
 
@@ -61,6 +60,8 @@ async def _run(
     """Serve until stopped; the exit code. A start that cannot work (a taken port, a service
     that does not answer, a data directory in use or unusable) is one sentence on stderr and
     exit code 1, with nothing left running."""
+    from launcher.serving import serve  # the runtime: loaded by the commands that serve
+
     code = 1
     try:
         await serve(

@@ -10,17 +10,19 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import redis.asyncio as aioredis
 import typer
 from rich.table import Table
 
 from cli.common import console, errors, server_logging
-from infra.runtime.redis_client import connect_redis, started_redis_url
 from infra.settings import Settings
-from infra.tenancy import tenants
-from infra.tenancy.registry import Limits, NewTenant, TenantError, TenantRegistry
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from infra.tenancy.registry import NewTenant
 
 T = TypeVar("T")
 
@@ -36,7 +38,19 @@ def register(app: typer.Typer) -> None:
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
+def _tenants() -> ModuleType:
+    """`infra.tenancy.tenants`, loaded by a tenant command when it runs (it brings Redis's and
+    NATS's clients, which no other command's start needs)."""
+    from infra.tenancy import tenants
+
+    return tenants
+
+
 def _run(work: Callable[[aioredis.Redis, Settings], Awaitable[T]]) -> T:
+    from infra.runtime.redis_client import connect_redis, started_redis_url
+    from infra.tenancy.registry import TenantError
+
+    tenants = _tenants()
     settings = Settings()
     server_logging(settings)  # on stderr: stdout is the command's own
 
@@ -71,6 +85,8 @@ def create(
 ) -> None:
     """Create a tenant and print its API key and NATS credentials (shown this once). In
     `tenants` mode its NATS account is on every server when this returns."""
+    from infra.tenancy.registry import Limits
+
     limits = Limits(
         requests_per_s=rps,
         burst=burst,
@@ -78,7 +94,7 @@ def create(
         namespaces=max_namespaces,
         bytes=max_bytes,
     )
-    made: NewTenant = _run(lambda redis, settings: tenants.create(redis, settings, name, limits))
+    made: NewTenant = _run(lambda redis, settings: _tenants().create(redis, settings, name, limits))
     if creds_out is not None and made.nats_creds:
         _write_secret(creds_out, made.nats_creds)
     if as_json:
@@ -98,6 +114,8 @@ def list_tenants(as_json: AsJson = False) -> None:
     """Every tenant, revoked ones included (never their secrets)."""
 
     async def work(redis: aioredis.Redis, _: Settings) -> list[dict[str, Any]]:
+        from infra.tenancy.registry import TenantRegistry
+
         return [tenant.public() for tenant in await TenantRegistry(redis).list()]
 
     listed = _run(work)
@@ -120,7 +138,7 @@ def list_tenants(as_json: AsJson = False) -> None:
 def revoke(name: str, as_json: AsJson = False) -> None:
     """Revoke a tenant: its API key stops at once; in `tenants` mode its NATS connections are
     closed and refused on every server when this returns."""
-    revoked = _run(lambda redis, settings: tenants.revoke(redis, settings, name)).public()
+    revoked = _run(lambda redis, settings: _tenants().revoke(redis, settings, name)).public()
     print(json.dumps(revoked)) if as_json else console.print(f"revoked {name}")
 
 
@@ -133,7 +151,7 @@ def creds(
 ) -> None:
     """New NATS credentials for a tenant (`tenants` mode): lost ones, a second client, or a
     tenant made before tenants had NATS accounts (it gets its account now). Shown this once."""
-    text = _run(lambda redis, settings: tenants.issue_creds(redis, settings, name))
+    text = _run(lambda redis, settings: _tenants().issue_creds(redis, settings, name))
     if out is None:
         print(text, end="")
     else:
@@ -156,7 +174,7 @@ def nats_config(
     resolver, with no file edited and no reload. The operator's keys are made on first use in
     RAGBUS_NATS_TRUST_DIR (default <data>/nats/trust); the roles connect with
     RAGBUS_NATS_CREDS=<that directory>/service.creds."""
-    trust = tenants.trust_for(Settings(), create=True)
+    trust = _tenants().trust_for(Settings(), create=True)
     block = trust.server_config(resolver_dir)
     if out is None:
         print(block, end="")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
-import nats.errors
-import redis.exceptions
 from pydantic import ValidationError
 
 
@@ -27,16 +26,30 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
     asyncio.TimeoutError,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.NoRespondersError,
 )
 
 
 def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, _TRANSIENT)
+    """Worth another try: a connection or a wait failed, not the work. The Redis and NATS
+    clients' errors are asked for only where those clients were loaded (no error of theirs can
+    exist before): importing them here cost every `ragbus` command half a second."""
+    if isinstance(exc, _TRANSIENT):
+        return True
+    if "redis" in sys.modules:
+        import redis.exceptions
+
+        if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return True
+    if "nats" in sys.modules:
+        import nats.errors
+
+        transient = (
+            nats.errors.TimeoutError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.NoRespondersError,
+        )
+        return isinstance(exc, transient)
+    return False
 
 
 def describe_error(exc: BaseException) -> str:

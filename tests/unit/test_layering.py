@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-CLI_SUPPORT = {"cli.common", "cli.answers", "cli.ingest_job"}
+CLI_SUPPORT = {"cli.common", "cli.answers", "cli.ingest_job", "cli.demo_run"}
 """`cli` modules that register no command: any command module may import them."""
 CLI_TOP = {"cli.app", "cli.entry", "cli.__main__", "cli"}
 
@@ -133,3 +133,34 @@ def test_a_server_stores_errors_are_retried_where_its_client_is_loaded() -> None
     hiccups = store_hiccups()
     assert ResponseHandlingException in hiccups
     assert neo4j.exceptions.ServiceUnavailable in hiccups
+
+
+def test_the_clients_errors_are_transient_once_their_clients_are_loaded() -> None:
+    """`infra.errors.is_transient` imports neither Redis nor NATS for a CLI command's start,
+    and still knows their connection errors, which only exist where they are loaded."""
+    import nats.errors
+    import redis.exceptions
+
+    from infra.errors import PoisonMessage, is_transient
+
+    assert is_transient(redis.exceptions.ConnectionError("gone"))
+    assert is_transient(nats.errors.NoRespondersError())
+    assert is_transient(TimeoutError())
+    assert not is_transient(PoisonMessage("bad"))
+    assert not is_transient(redis.exceptions.ResponseError("WRONGTYPE"))
+
+
+def test_a_cli_command_starts_without_the_bus() -> None:
+    """`ragbus ask`, `ragbus --help` …: the command table is built without FastStream, nats-py
+    or the launcher; a command that serves or ingests loads them when it runs."""
+    script = (
+        "import sys\n"
+        "import cli.app\n"
+        "print(sorted({n for n in sys.modules if n.split('.')[0] in"
+        " {'faststream', 'nats', 'redis', 'torch'} or n in"
+        " {'launcher.runtime', 'launcher.serving', 'infra.tenancy.tenants'}}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
