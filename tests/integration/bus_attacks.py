@@ -110,6 +110,7 @@ async def run(p: Parties) -> list[Attack]:
     victim_events = f"rag.events.{p.victim}"
     try:
         # -- writing where it may not: every subject class, directly -------------------------
+        published: list[tuple[str, str]] = []
         for subject in (
             f"{victim_events}.{{m}}",
             "rag.query.submitted",
@@ -133,11 +134,15 @@ async def run(p: Parties) -> list[Attack]:
         ):
             m = _marker()
             await attacker.publish(subject.format(m=m), json.dumps({"marker": m}).encode())
-            await settle()
-            judge("publish", subject.format(m="<marker>"), m)
+            published.append((subject.format(m="<marker>"), m))
+        # one settle for the lot: each marker is its own, and a leak is one that arrived
+        await settle()
+        for what, m in published:
+            judge("publish", what, m)
 
         # -- the same through reply subjects: a request whose answer another account would
         # publish (the document intake's, and JetStream API answers in its own account) ------
+        replied: list[tuple[str, str]] = []
         for reply in (
             f"{victim_events}.{{m}}",
             "rag.query.submitted",
@@ -152,24 +157,35 @@ async def run(p: Parties) -> list[Attack]:
                 # the marker is in the reply subject alone: the intake refuses the empty batch,
                 # and its answer must reach the attacker's account only
                 await attacker.publish(request, b"{}", reply=reply.format(m=m))
-                await settle()
-                judge("reply subject", f"{request} answered to {reply.format(m='<marker>')}", m)
+                replied.append((f"{request} answered to {reply.format(m='<marker>')}", m))
+        await settle()
+        for what, m in replied:
+            judge("reply subject", what, m)
 
         # -- reaching another account's API: JetStream, the system account, KV, objects -----
-        for api, body in (
-            ("$JS.API.STREAM.INFO.RAG_CMD", b""),
-            ("$JS.API.STREAM.DELETE.RAG_EVENTS", b""),
-            ("$JS.API.STREAM.PURGE.RAG_EVENTS", b""),
-            ("$JS.API.STREAM.MSG.DELETE.RAG_EVENTS", b'{"seq": 1}'),
-            ("$JS.API.STREAM.UPDATE.RAG_EVENTS", b'{"name": "RAG_EVENTS", "subjects": [">"]}'),
-            ("$JS.API.CONSUMER.CREATE.RAG_EVENTS", b'{"stream_name": "RAG_EVENTS"}'),
-            ("$SYS.REQ.CLAIMS.LIST", b""),
-            ("$SYS.REQ.SERVER.PING", b""),
-            ("$SYS.REQ.ACCOUNT.PING.CONNZ", b""),
-        ):
-            m = _marker()
-            answer = await _quiet(attacker.request(api, body or m.encode(), timeout=1))
-            await settle()
+        calls = [
+            (api, body, _marker())
+            for api, body in (
+                ("$JS.API.STREAM.INFO.RAG_CMD", b""),
+                ("$JS.API.STREAM.DELETE.RAG_EVENTS", b""),
+                ("$JS.API.STREAM.PURGE.RAG_EVENTS", b""),
+                ("$JS.API.STREAM.MSG.DELETE.RAG_EVENTS", b'{"seq": 1}'),
+                ("$JS.API.STREAM.UPDATE.RAG_EVENTS", b'{"name": "RAG_EVENTS", "subjects": [">"]}'),
+                ("$JS.API.CONSUMER.CREATE.RAG_EVENTS", b'{"stream_name": "RAG_EVENTS"}'),
+                ("$SYS.REQ.CLAIMS.LIST", b""),
+                ("$SYS.REQ.SERVER.PING", b""),
+                ("$SYS.REQ.ACCOUNT.PING.CONNZ", b""),
+            )
+        ]
+        # all at once: each waits its second for an answer that should not come
+        answers = await asyncio.gather(
+            *(
+                _quiet(attacker.request(api, body or m.encode(), timeout=1))
+                for api, body, m in calls
+            )
+        )
+        await settle()
+        for (api, _, m), answer in zip(calls, answers, strict=True):
             note = ""
             if isinstance(answer, Msg):
                 note = answer.data[:80].decode(errors="replace")
