@@ -65,11 +65,8 @@ up: setup $(INTENT_MODEL)
 
 # The suites run in parallel, one pytest-xdist worker per core (at most four), each test file
 # on one worker so that a module's stack starts once. Most tests wait on servers and processes,
-# so two workers pay even on two cores. The files go out in their collected order (browser,
-# fuzz, integration, then unit), the long ones first: xdist's default, the files with the most
-# tests first, left a three-test cluster file of a minute for the end. The short chaos run is
-# marked `soak` and runs there.
-PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+# so two workers pay even on two cores. The short chaos run is marked `soak` and runs there.
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
 # the official AsyncAPI parser, which a test runs on `ragbus asyncapi`'s document (pinned by
 # tools/asyncapi/package-lock.json)

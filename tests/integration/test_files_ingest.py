@@ -310,12 +310,18 @@ async def test_a_parser_that_hangs_or_crashes_dead_letters_its_file_and_the_work
                     parsed.append(data)
                     break
         assert parsed[0]["document_id"] == "fine.pdf" and parsed[0]["pages"] == 1
-        made = await js.stream_info(
-            sj.STREAM_INGEST, subjects_filter=sj.ingest_docs_subject(following)
-        )
-        assert (made.state.subjects or {}).get(sj.ingest_docs_subject(following)) == 2, (
-            "its document, and the job's seal, wait for an ingest worker"
-        )
+        # its document, and the job's seal, wait for an ingest worker (the seal may follow the
+        # `parsed` event by a moment)
+        waiting = 0
+        for _ in range(100):
+            made = await js.stream_info(
+                sj.STREAM_INGEST, subjects_filter=sj.ingest_docs_subject(following)
+            )
+            waiting = (made.state.subjects or {}).get(sj.ingest_docs_subject(following), 0)
+            if waiting >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert waiting == 2, "its document, and the job's seal, wait for an ingest worker"
     finally:
         await nc.close()
 
