@@ -137,7 +137,11 @@ async def test_a_tenant_made_and_revoked_reaches_every_node_within_seconds(
                 break
             except nats.errors.TimeoutError:
                 assert time.monotonic() < deadline, "no live event within 5 s"
+        # and its stream keeps them: the copy into it may land a moment after the live event
         stored = await nc.jetstream().stream_info("RAG_EVENTS")
+        while stored.state.messages < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            stored = await nc.jetstream().stream_info("RAG_EVENTS")
         assert stored.state.messages >= 1
     finally:
         await nc.close()
