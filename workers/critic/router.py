@@ -20,15 +20,11 @@ from contracts.commands import CriticCommand, PlanCommand
 from contracts.enums import Phase, Step
 from contracts.results import CriticResult, PlanResult
 from engines.critic.judge import as_critique, judge
-from engines.critic.llm_decompose import llm_plan
-from engines.critic.plan import has_parts, plan
-from infra.logging import get_logger
+from engines.critic.research_plan import research_plan
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
 from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
-
-log = get_logger(__name__)
 
 
 def create_router(resources: Resources) -> NatsRouter:
@@ -54,30 +50,21 @@ def create_router(resources: Resources) -> NatsRouter:
         **subscriber_kwargs(step_consumer(Step.PLAN), settings, PlanCommand), title="plan"
     )
     async def plan_research(cmd: PlanCommand) -> None:
-        """A research request's sub-questions: by the model when one is configured, else its
-        facets, entities and bridges (`engines.critic.plan`)."""
+        """A research request's sub-questions (`engines.critic.research_plan`)."""
         async with phase(bus, cmd, Phase.RESEARCH_PLAN) as run:
             cmd = await claims.whole(cmd)
-            questions = plan(cmd.query, cmd.contexts, cmd.max_questions)
-            planner = "rules"
-            client = resources.llm()
-            if client is not None:
-                try:
-                    asked = await llm_plan(client, cmd.query, cmd.contexts, cmd.max_questions)
-                except Exception as exc:  # the rules' plan stands
-                    log.exception("llm_research_plan_failed")
-                    run.metadata["plan_error"] = f"{type(exc).__name__}: {exc}"[:500]
-                else:
-                    if asked:
-                        questions, planner = asked, "llm"
-            broad = [n > 0 and has_parts(q) for n, q in enumerate(questions)]
-            run.metadata.update(planner=planner, sub_questions=questions, broad=broad)
+            found = await research_plan(cmd.query, cmd.contexts, cmd.max_questions, resources.llm())
+            if found.error is not None:
+                run.metadata["plan_error"] = found.error
+            run.metadata.update(
+                planner=found.planner, sub_questions=found.questions, broad=found.broad
+            )
         await planned.publish(
             PlanResult(
                 **step_result_fields(cmd, run),
-                sub_questions=questions,
-                planner=planner,
-                broad=broad,
+                sub_questions=found.questions,
+                planner=found.planner,
+                broad=found.broad,
             )
         )
 
