@@ -37,10 +37,13 @@ async def ingest_to_workers(
     *,
     timeout_s: float = 600.0,
 ) -> tuple[Any, dict[str, Any] | None]:
-    """`cli.ingest_job.ingest_to_workers`, imported when an ingest runs: it loads the bus."""
-    from cli.ingest_job import ingest_to_workers as ingest
+    """`cli.ingest_job.ingest_and_follow` that first makes sure an ingest worker is running;
+    imported when an ingest runs (it loads the bus)."""
+    from cli.ingest_job import ingest_and_follow
 
-    return await ingest(settings, documents, console, timeout_s=timeout_s)
+    return await ingest_and_follow(
+        settings, documents, console, timeout_s=timeout_s, require_worker=True
+    )
 
 
 def register(app: typer.Typer) -> None:

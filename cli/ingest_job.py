@@ -254,19 +254,6 @@ async def ingest_and_follow(
         await broker.stop()
 
 
-async def ingest_to_workers(
-    settings: Settings,
-    documents: Sequence[DocumentIn],
-    console: Console,
-    *,
-    timeout_s: float = 600.0,
-) -> tuple[JobReceipt, dict[str, Any] | None]:
-    """`ingest_and_follow` that first makes sure an ingest worker is running (`eval`)."""
-    return await ingest_and_follow(
-        settings, documents, console, timeout_s=timeout_s, require_worker=True
-    )
-
-
 def describe(progress: dict[str, Any]) -> str:
     """One line for a finished job's counts."""
     return (

@@ -87,6 +87,14 @@ def test_the_app_registers_every_command_module() -> None:
         assert "def register(app: typer.Typer)" in source, name
 
 
+def printed_by(script: str) -> str:
+    """What `script` prints, run in a fresh interpreter from the checkout."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
 def test_importing_every_engine_loads_no_bus() -> None:
     """Checked where it runs too: every engine module imported, in a fresh interpreter, and
     neither FastStream, nats-py nor any of `infra.runtime` is loaded."""
@@ -97,10 +105,7 @@ def test_importing_every_engine_loads_no_bus() -> None:
         "print(sorted({n.split('.')[0] if not n.startswith('infra') else n for n in sys.modules"
         " if n.startswith(('faststream', 'nats', 'infra.runtime'))}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert printed_by(script) == "[]"
 
 
 def test_a_process_on_the_embedded_stores_loads_no_server_client() -> None:
@@ -116,10 +121,7 @@ def test_a_process_on_the_embedded_stores_loads_no_server_client() -> None:
         "print(sorted({n.split('.')[0] for n in sys.modules}"
         " & {'qdrant_client', 'neo4j', 'openai', 'pandas'}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert printed_by(script) == "[]"
 
 
 def test_a_server_stores_errors_are_retried_where_its_client_is_loaded() -> None:
@@ -160,7 +162,4 @@ def test_a_cli_command_starts_without_the_bus() -> None:
         " {'faststream', 'nats', 'redis', 'torch'} or n in"
         " {'launcher.runtime', 'launcher.serving', 'infra.tenancy.tenants'}}))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert printed_by(script) == "[]"
