@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import nats
@@ -148,17 +149,25 @@ async def test_questions_reach_one_terminal_event_while_stream_leaders_die(
     nc = await nats.connect(cluster_settings.nats_servers)
     try:
         js = nc.jetstream()
-        for request_id, events in answered:
+        # Each read ends after the subject has been quiet for half a second: read them
+        # side by side (a hundred-odd questions, one after the other, took a minute).
+        reads = asyncio.Semaphore(32)
+
+        async def stored(request_id: str) -> list[tuple[int, dict[str, Any]]]:
+            async with reads:
+                return await stored_events(js, request_id)
+
+        held = await asyncio.gather(*(stored(request_id) for request_id, _ in answered))
+        for (request_id, events), stored_now in zip(answered, held, strict=True):
             kinds = [e.event for e in events]
             assert kinds.count("done") == 1 and kinds[-1] == "done", (request_id, kinds)
             assert kinds.count("answer") <= 1, (request_id, kinds)
             assert events[-1].data["data"]["status"] == "completed", (request_id, events[-1])
-            stored = await stored_events(js, request_id)
             # What the caller saw over SSE is what the subject holds, in order, exactly once.
             seen = [e.id for e in events]
             owed = [
                 (event_id(seq, event), event.get("type"), (event.get("data") or {}).get("phase"))
-                for seq, body in stored
+                for seq, body in stored_now
                 for event in caller_events(body)
             ]
             unseen = [item for item in owed if item[0] not in seen]
