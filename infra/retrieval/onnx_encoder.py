@@ -170,7 +170,7 @@ class OnnxEncoder(Encoder):
 
 
 def export_onnx(model_dir: Path, target: Path) -> None:
-    """Export the transformer of a sentence-transformers model (torch, once)."""
+    """Export the transformer of a sentence-transformers model (torch, once) to `target`."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -191,20 +191,18 @@ def export_onnx(model_dir: Path, target: Path) -> None:
 
     axes = {name: {0: "batch", 1: "tokens"} for name in names}
     axes["last_hidden_state"] = {0: "batch", 1: "tokens"}
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on shapes it fixes: none apply
         torch.onnx.export(
             Hidden(model),
             tuple(sample[n] for n in names),
-            str(tmp),
+            str(target),
             input_names=names,
             output_names=["last_hidden_state"],
             dynamic_axes=axes,
             opset_version=OPSET,
             dynamo=False,
         )
-    os.replace(tmp, target)
 
 
 def ensure_onnx_model(model_dir: Path, cache_dir: Path, name: str) -> Path:
@@ -236,16 +234,22 @@ def _locked_by_another(lock: Any) -> bool:
 
 
 def _export_checked(model_dir: Path, target: Path) -> Path:
+    """Export beside `target`, check the export against torch, and only then move it into
+    place: a process that finds `target` without taking the lock (`ensure_onnx_model`'s first
+    look) reads a checked model or none, never one being written or about to be refused."""
     log.info("encoder_onnx_export", model=str(model_dir), target=str(target))
+    candidate = target.with_name(f"{target.stem}.{os.getpid()}.export.onnx")
     try:
-        export_onnx(model_dir, target)
-        cosine = _probe_cosine(model_dir, target)
-    except Exception as exc:
-        target.unlink(missing_ok=True)
-        raise OnnxUnsupported(f"export failed: {type(exc).__name__}: {exc}") from exc
-    if cosine < MIN_PROBE_COSINE:
-        target.unlink(missing_ok=True)
-        raise OnnxUnsupported(f"the exported model disagrees with torch (cosine {cosine:.5f})")
+        try:
+            export_onnx(model_dir, candidate)
+            cosine = _probe_cosine(model_dir, candidate)
+        except Exception as exc:
+            raise OnnxUnsupported(f"export failed: {type(exc).__name__}: {exc}") from exc
+        if cosine < MIN_PROBE_COSINE:
+            raise OnnxUnsupported(f"the exported model disagrees with torch (cosine {cosine:.5f})")
+        os.replace(candidate, target)
+    finally:
+        candidate.unlink(missing_ok=True)
     log.info("encoder_onnx_exported", target=str(target), probe_cosine=round(cosine, 6))
     return target
 

@@ -123,8 +123,37 @@ def test_processes_starting_together_export_once(
     for thread in starts:
         thread.join(10)
     assert len(exports) == 1
-    assert found == exports * 3
-    assert exports[0].read_bytes() == b"exported"
+    [target] = set(found)
+    assert len(found) == 3 and target.read_bytes() == b"exported"
+    assert list(tmp_path.glob("*.onnx")) == [target]  # the export was moved into place
+
+
+def test_an_export_is_in_place_only_once_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export is written beside the model's file and checked there: a process that finds
+    the file without the lock never reads one that is still being checked, and one that the
+    check refuses is gone, with nothing left in place of the model."""
+    from infra.retrieval import onnx_encoder
+    from infra.retrieval.encoder import model_path
+
+    def export(model_dir: Path, target: Path) -> None:
+        target.write_bytes(b"exported")
+
+    probed: list[list[Path]] = []
+
+    def disagreeing(model_dir: Path, exported: Path) -> float:
+        assert exported.read_bytes() == b"exported"
+        probed.append(sorted(tmp_path.glob("*.onnx")))
+        return 0.5
+
+    monkeypatch.setattr(onnx_encoder, "export_onnx", export)
+    monkeypatch.setattr(onnx_encoder, "_probe_cosine", disagreeing)
+    with pytest.raises(onnx_encoder.OnnxUnsupported, match="disagrees"):
+        onnx_encoder.ensure_onnx_model(model_path(Settings()), tmp_path, "encoder")
+    [seen] = probed
+    assert len(seen) == 1 and ".export." in seen[0].name  # only the export under its check
+    assert list(tmp_path.glob("*.onnx")) == []
 
 
 async def test_sentence_embeddings_are_the_shown_sentences_encoded(tmp_path: Path) -> None:
