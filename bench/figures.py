@@ -105,6 +105,19 @@ def _documents(r: Report) -> str:
     return "; ".join(parts)
 
 
+def _during_ingest(r: Report) -> str:
+    busy = ", ".join(f"{round_['p95_ms']:.0f}" for round_ in r["busy"])
+    idle = ", ".join(f"{round_['p95_ms']:.0f}" for round_ in r["idle"])
+    verdict = "met" if r["met"] else "missed"
+    return (
+        f"p95 {_ms(r['busy_p95_ms'])} while the files are ingested ({busy} ms, "
+        f"{r['rounds']} rounds of {r['duration_s']:g} s, c = {r['concurrency']}) against "
+        f"{_ms(r['idle_p95_ms'])} idle ({idle}): {r['ratio']:.2f}×, worst round "
+        f"{r['worst_round_ratio']:.2f}×, {r['errors']} errors (goal {r['goal_ratio']:g}×: "
+        f"{verdict}); the ingest took {r['ingest_seconds']:,.0f} s"
+    )
+
+
 def _encoder_devices(r: Report) -> str:
     configs = r["configurations"]
     first = next(iter(configs))
@@ -266,6 +279,11 @@ ROWS = (
         _encoder_devices,
     ),
     Row("documents as files: PDFs and scans of NFCorpus", "bench-documents.json", _documents),
+    Row(
+        "queries during an ingest of scanned PDFs",
+        "bench-during-ingest.json",
+        _during_ingest,
+    ),
     Row("chaos", "chaos.json", _chaos),
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
     Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),

@@ -180,7 +180,15 @@ def bench_during_ingest(
     for kind in ("busy", "idle"):
         p95 = ", ".join(f"{r['p95_ms']:.0f}" for r in report[kind])
         qps = ", ".join(f"{r['throughput_qps']:.1f}" for r in report[kind])
-        console.print(f"{kind}: p95 {p95} ms; {qps} q/s")
+        errors = ", ".join(str(r["errors"]) for r in report[kind])
+        console.print(f"{kind}: p95 {p95} ms; {qps} q/s; errors {errors}")
+    refused = sum(r["rate_limited"] for r in (*report["busy"], *report["idle"]))
+    if refused:
+        console.print(
+            f"[yellow]{refused} requests were refused by the tenant's submission quota (429):"
+            "[/yellow] the rounds ran below the load asked for; start the stack with "
+            "RAGBUS_QUOTA_REQUESTS_PER_S=0"
+        )
     console.print(
         f"p95 {report['busy_p95_ms']:.0f} ms during the ingest against "
         f"{report['idle_p95_ms']:.0f} ms idle: {report['ratio']:.2f}x (worst round "

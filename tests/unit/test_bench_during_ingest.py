@@ -1,6 +1,7 @@
 """`ragbus bench-during-ingest`'s verdict (`bench.during_ingest.summary`): the ratio is of the
 mean p95s, the worst round is reported beside it, and a busy round that outlasted the ingest
-means the goal is not called met."""
+means the goal is not called met; nor does a run with failed requests (a quota's 429s held
+its load down)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,10 @@ def test_a_round_that_outlasted_the_ingest_is_not_called_met() -> None:
     busy = rounds(300, 310) + rounds(290, ingesting=False)
     verdict = summary(busy, rounds(300, 300, 300))
     assert verdict["ratio"] <= 1.5 and verdict["met"] is False
+
+
+def test_a_run_with_failed_requests_is_not_called_met() -> None:
+    idle = [*rounds(300, 300), {"p95_ms": 300, "errors": 201, "rate_limited": 201}]
+    verdict = summary(rounds(300, 300, 300), idle)
+    assert verdict["ratio"] == 1.0 and verdict["errors"] == 201
+    assert verdict["met"] is False
