@@ -41,6 +41,7 @@ from infra.tenancy.quotas import effective
 from launcher.runtime import Runtime
 from tests.environment import child_environment
 from tests.integration.conftest import own_services, running, serving, stack_settings
+from tests.integration.polling import until
 from tests.integration.sse import read_events
 
 pytestmark = pytest.mark.integration
@@ -312,16 +313,14 @@ async def test_a_parser_that_hangs_or_crashes_dead_letters_its_file_and_the_work
         assert parsed[0]["document_id"] == "fine.pdf" and parsed[0]["pages"] == 1
         # its document, and the job's seal, wait for an ingest worker (the seal may follow the
         # `parsed` event by a moment)
-        waiting = 0
-        for _ in range(100):
-            made = await js.stream_info(
-                sj.STREAM_INGEST, subjects_filter=sj.ingest_docs_subject(following)
-            )
-            waiting = (made.state.subjects or {}).get(sj.ingest_docs_subject(following), 0)
-            if waiting >= 2:
-                break
-            await asyncio.sleep(0.1)
-        assert waiting == 2, "its document, and the job's seal, wait for an ingest worker"
+        docs_subject = sj.ingest_docs_subject(following)
+
+        async def waiting() -> int:
+            made = await js.stream_info(sj.STREAM_INGEST, subjects_filter=docs_subject)
+            return (made.state.subjects or {}).get(docs_subject, 0)
+
+        held = await until(waiting, 10, satisfied=lambda n: n >= 2)
+        assert held == 2, "its document, and the job's seal, wait for an ingest worker"
     finally:
         await nc.close()
 

@@ -4,14 +4,13 @@ its turns and its memories."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.integration.polling import until
 from tests.integration.sse import read_events
 
 pytestmark = pytest.mark.integration
@@ -47,16 +46,6 @@ async def memories(http: httpx.AsyncClient, session_id: str) -> list[dict[str, A
     assert listed.status_code == 200, listed.text
     found: list[dict[str, Any]] = listed.json()["memories"]
     return found
-
-
-async def until(check: Any, timeout: float = 20.0) -> Any:
-    """The memory worker records a turn just after the request's `done`: wait for it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.1)
 
 
 async def test_a_two_turn_conversation_resolves_its_pronoun(http: httpx.AsyncClient) -> None:

@@ -30,6 +30,7 @@ from infra.tenancy import tenants
 from infra.tenancy.accounts import connect_with_creds
 from infra.tenancy.trust import load
 from tests.integration import bus_attacks
+from tests.integration.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -138,10 +139,11 @@ async def test_a_tenant_made_and_revoked_reaches_every_node_within_seconds(
             except nats.errors.TimeoutError:
                 assert time.monotonic() < deadline, "no live event within 5 s"
         # and its stream keeps them: the copy into it may land a moment after the live event
-        stored = await nc.jetstream().stream_info("RAG_EVENTS")
-        while stored.state.messages < 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            stored = await nc.jetstream().stream_info("RAG_EVENTS")
+        stored = await until(
+            lambda: nc.jetstream().stream_info("RAG_EVENTS"),
+            max(0.0, deadline - time.monotonic()),
+            satisfied=lambda info: info.state.messages >= 1,
+        )
         assert stored.state.messages >= 1
     finally:
         await nc.close()
