@@ -5,8 +5,10 @@ question over HTTP, and stop everything, a signal in any step included."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import typer
@@ -79,9 +81,16 @@ async def run_demo(
     console.rule("[bold]ragbus demo")
     answered: list[str] = []  # the question's status once it has one
     with preflight(settings, api=True, kinds=WORKER_KINDS) as (_, api_socket):
-        steps = asyncio.create_task(
-            _steps(settings, sample_dir, question, console, api_socket, answered, keep_serving)
+        ask = functools.partial(
+            _ask,
+            sample_dir=sample_dir,
+            question=question,
+            console=console,
+            api_socket=api_socket,
+            answered=answered,
+            keep_serving=keep_serving,
         )
+        steps = asyncio.create_task(_steps(settings, console, ask))
         with SIGNALS.listen(steps.cancel):
             try:
                 status = await steps
@@ -96,28 +105,21 @@ async def run_demo(
 
 
 async def _steps(
-    settings: Settings,
-    sample_dir: Path,
-    question: str,
-    console: Console,
-    api_socket: socket.socket | None,
-    answered: list[str],
-    keep_serving: bool,
+    settings: Settings, console: Console, ask: Callable[[Settings], Awaitable[str | None]]
 ) -> str | None:
-    """The four steps; the question's status (None when it was not asked)."""
+    """The four steps: NATS and Redis found or started, then `ask`'s three with their URLs,
+    and the services stopped; the question's status (None when it was not asked)."""
     console.print(f"[bold]1/4[/bold] finding or starting NATS and Redis in {settings.data_dir}")
     services = await find_services(settings)
     try:
-        settings = services.settings  # the URLs of what was actually found or started
-        return await _ask(
-            settings, sample_dir, question, console, api_socket, answered, keep_serving
-        )
+        return await ask(services.settings)  # the URLs of what was actually found or started
     finally:
         services.stop()
 
 
 async def _ask(
     settings: Settings,
+    *,
     sample_dir: Path,
     question: str,
     console: Console,
