@@ -3,7 +3,8 @@ with (nearly) none that shows an image, its image rendered and read by OCR.
 
 The page count is checked before any page is read. A page is read by OCR when its text
 layer holds fewer than `OCR_BELOW_LETTERS` letters and it draws an image; it is rendered at
-`ParseLimits.ocr_dpi`, less where that would make more than `max_pixels` pixels. The title is
+`ParseLimits.ocr_dpi`, less where that would make more than `max_pixels` pixels (a page
+too large for even `MIN_OCR_DPI` is refused). The title is
 the PDF's own (its metadata), else the first heading, else the first line, else the stem.
 """
 
@@ -103,13 +104,29 @@ def _metadata_title(pdf: pypdfium2.PdfDocument) -> str:
     return title
 
 
-def _render(page: pypdfium2.PdfPage, limits: ParseLimits) -> tuple[Any, int]:
-    """The page as a grey image at `ocr_dpi` (less for a huge page), and the dpi used."""
+MIN_OCR_DPI = 50
+"""Below this a scanned page's text is too small for OCR to read: a page too large to render
+at it within `max_pixels` is refused, not rendered at a resolution that reads nothing."""
+
+
+def _render(
+    page: pypdfium2.PdfPage, index: int, filename: str, limits: ParseLimits
+) -> tuple[Any, int]:
+    """The page as a grey image at `ocr_dpi`, less for a large page (never more than
+    `max_pixels` pixels), and the dpi used; `ParseRefused` for a page so large that even
+    `MIN_OCR_DPI` would exceed the pixels (a MediaBox of 1,440,000 points rendered at the
+    old 1 dpi floor made 4 x 10^8 pixels, 6.7 times the cap)."""
     width, height = page.get_size()
     dpi = float(limits.ocr_dpi)
     area = max(width * height, 1.0) / (72.0 * 72.0)  # square inches
     if area * dpi * dpi > limits.max_pixels:
-        dpi = max(math.sqrt(limits.max_pixels / area), 1.0)
+        dpi = math.sqrt(limits.max_pixels / area)
+        if dpi < MIN_OCR_DPI:
+            raise ParseRefused(
+                f"{display_name(filename)}: page {index + 1} is {width / 72:,.0f} x "
+                f"{height / 72:,.0f} inches, too large to read by OCR (at {MIN_OCR_DPI} dpi it "
+                f"would be more than {limits.max_pixels:,} pixels)"
+            )
     bitmap = page.render(scale=dpi / 72.0, grayscale=True)
     return bitmap.to_pil(), round(dpi)
 
@@ -127,7 +144,7 @@ def parse_pdf(
         chars = 0
         for index in range(count):
             deadline.check()
-            lines, scan = read_page(pdf, index, limits)
+            lines, scan = read_page(pdf, index, limits, filename)
             layers.append(lines)
             chars += sum(len(line.text) + 1 for line in lines)
             check_length(chars, limits, filename)
@@ -161,7 +178,7 @@ def parse_pdf(
 
 
 def read_page(
-    pdf: pypdfium2.PdfDocument, index: int, limits: ParseLimits
+    pdf: pypdfium2.PdfDocument, index: int, limits: ParseLimits, filename: str = ""
 ) -> tuple[list[Line], tuple[Any, int] | None]:
     """One page's text layer as lines; and, where it needs OCR, its image and the dpi."""
     import pypdfium2
@@ -178,6 +195,6 @@ def read_page(
             textpage.close()
         if sum(line.letters for line in lines) >= OCR_BELOW_LETTERS or not _has_image(page):
             return lines, None
-        return lines, _render(page, limits)
+        return lines, _render(page, index, filename, limits)
     finally:
         page.close()

@@ -253,18 +253,50 @@ def test_scans_without_tesseract_say_what_to_install(monkeypatch) -> None:
     )
 
 
-def test_a_huge_page_is_rendered_within_the_pixel_bound() -> None:
+def _one_page(points: float) -> bytes:
     import pypdfium2
 
     pdf = pypdfium2.PdfDocument.new()
-    pdf.new_page(14_400, 14_400)  # 200 x 200 inches
+    pdf.new_page(points, points)
     out = io.BytesIO()
     pdf.save(out)
-    page = pypdfium2.PdfDocument(out.getvalue())[0]
+    return out.getvalue()
+
+
+def test_a_huge_page_is_rendered_within_the_pixel_bound() -> None:
+    import pypdfium2
+
+    page = pypdfium2.PdfDocument(_one_page(2_160))[0]  # 30 x 30 inches
     limits = ParseLimits(max_pixels=4_000_000)
-    image, dpi = pdf_module._render(page, limits)
+    image, dpi = pdf_module._render(page, 0, "poster.pdf", limits)
     assert image.width * image.height <= limits.max_pixels * 1.01
-    assert dpi == 10
+    assert dpi == 67
+
+
+def test_a_page_too_large_for_ocr_is_refused_unrendered(monkeypatch) -> None:
+    import pypdfium2
+
+    page = pypdfium2.PdfDocument(_one_page(1_440_000))[0]  # 20,000 inches a side
+    monkeypatch.setattr(
+        pypdfium2.PdfPage, "render", lambda *a, **k: pytest.fail("the page was rendered")
+    )
+    with pytest.raises(ParseRefused) as refused:
+        pdf_module._render(page, 2, "/x/poster.pdf", ParseLimits())
+    assert str(refused.value) == (
+        "poster.pdf: page 3 is 20,000 x 20,000 inches, too large to read by OCR (at 50 dpi it "
+        "would be more than 60,000,000 pixels)"
+    )
+
+
+def test_a_scan_on_a_huge_page_is_refused_by_the_parse() -> None:
+    import pypdfium2
+
+    pdf = pypdfium2.PdfDocument(scanned_pdf(book(seed=12, pages=1), dpi=100))
+    pdf[0].set_mediabox(0, 0, 1_440_000, 1_440_000)
+    out = io.BytesIO()
+    pdf.save(out)
+    with pytest.raises(ParseRefused, match=r"page 1 is 20,000 x 20,000 inches, too large"):
+        parse_bytes(out.getvalue(), "huge.pdf")
 
 
 def test_spans_are_page_spans() -> None:
