@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
 
+from infra.documents.readers import check_readers_apart
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
 from infra.runtime.data_lock import unusable
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from orchestrator.service import Orchestrator
 
 log = get_logger(__name__)
+
+PARSE = "parse"
 
 ResourcesFactory = Callable[[Settings, Bus], Resources]
 """Makes a process's resources; `Resources` itself, or engines of another kind (the bus
@@ -93,6 +96,8 @@ class Runtime:
         self.resources: Resources | None = None
         self.orchestrator: Orchestrator | None = None
         self.beacon: Beacon | None = None
+        self.not_ready: dict[str, list[str]] = {}
+        """Roles this process runs but does not announce, with why (`_readers_load`)."""
 
     async def start(self) -> None:
         owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
@@ -108,12 +113,26 @@ class Runtime:
         self.resources = self.resources_factory(
             self.settings, Bus.from_settings(self.broker, self.settings)
         )
-        self.orchestrator = build_broker(
-            self.resources, orchestrator=self.run_orchestrator, workers=self.workers
-        )
-        started = time.perf_counter()
-        await self.resources.warm_up()  # before any subscriber takes a message
-        log.info("warmed_up", workers=self.workers, seconds=round(time.perf_counter() - started, 2))
+        # the parse role's readers are checked in an interpreter of their own meanwhile: its
+        # subscriber joins the broker only once they load (`_readers_load`)
+        readers = asyncio.ensure_future(check_readers_apart()) if PARSE in self.workers else None
+        try:
+            self.orchestrator = build_broker(
+                self.resources,
+                orchestrator=self.run_orchestrator,
+                workers=[kind for kind in self.workers if kind != PARSE],
+            )
+            parse = worker_router(PARSE, self.resources) if readers is not None else None
+            started = time.perf_counter()
+            await self.resources.warm_up()  # before any subscriber takes a message
+            log.info(
+                "warmed_up", workers=self.workers, seconds=round(time.perf_counter() - started, 2)
+            )
+            if parse is not None and readers is not None and await self._readers_load(readers):
+                self.broker.include_router(parse)
+        finally:
+            if readers is not None:
+                readers.cancel()
         await self.broker.connect()
         js = self.broker.connection.jetstream()
         await declare_topology(js, self.settings)
@@ -121,7 +140,9 @@ class Runtime:
         await self.broker.start()
         if self.orchestrator is not None:
             self.orchestrator.start_timer()
-        roles = (["orchestrator"] if self.run_orchestrator else []) + self.workers
+        roles = (["orchestrator"] if self.run_orchestrator else []) + [
+            kind for kind in self.workers if kind not in self.not_ready
+        ]
         self.beacon = Beacon(self.resources.redis(), roles)
         await self.beacon.start()
         await self._publish_tenants()
@@ -133,6 +154,21 @@ class Runtime:
             nats=redacted(self.settings.nats_url),
             redis=redacted(self.settings.redis_url),
         )
+
+    async def _readers_load(self, checking: asyncio.Future[list[str]]) -> bool:
+        """Whether the parse role's readers all load. A parse worker whose readers do not (a
+        library or tesseract missing) is not ready: it takes no file (each would fail on the
+        server's fault) and does not announce the role, and its log says what is missing. Once
+        they load (the install fixed, and the worker started again) it takes files."""
+        problems = await checking
+        if problems:
+            self.not_ready[PARSE] = problems
+            log.error(
+                "parse_not_ready",
+                problems=problems,
+                hint="install what is missing, then start the worker again",
+            )
+        return not problems
 
     async def _publish_tenants(self) -> None:
         """In `tenants` mode, an orchestrator's process that holds the operator's keys pushes

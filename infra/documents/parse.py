@@ -27,7 +27,8 @@ def parse_bytes(data: bytes, filename: str, limits: ParseLimits | None = None) -
     reason, one sentence; a reader library's unexpected error on the file counts as one);
     `ParserFailed` when the parser ran past `limits.timeout_s` (checked between pages, and
     OCR is stopped; a parse in this process is not otherwise interrupted), out of memory, or
-    needs a program that is missing. Nothing else is raised.
+    needs a library or a program that is missing (an `ImportError` is the server's fault,
+    never the file's: `infra.documents.readers`). Nothing else is raised.
 
     PDFium is not thread-safe: in one process, parse one PDF at a time (`ParserPool` does)."""
     limits = limits or ParseLimits()
@@ -45,6 +46,13 @@ def parse_bytes(data: bytes, filename: str, limits: ParseLimits | None = None) -
         raise
     except MemoryError as exc:
         raise OutOfMemory(f"the parser ran out of memory on {display_name(filename)}") from exc
+    except ImportError as exc:  # the install is broken, not the file
+        from infra.documents.readers import missing_library
+
+        raise ParserFailed(
+            f"the {_READERS.get(media_type, 'file')} reader cannot load on this server, so {display_name(filename)} was "
+            f"not read: {missing_library(exc)}"
+        ) from exc
     except Exception as exc:  # a reader library's own error on a file it cannot make sense of
         reader = _READERS.get(media_type)
         where = f" in the {reader} reader" if reader else ""
