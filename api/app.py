@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api import admin, catalogue, documents, jobs, ops, reference, routes, sessions, web
 from api.event_hub import EventHub
 from api.intake import Intake
+from api.limits import BodyLimit
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
@@ -49,6 +50,7 @@ _ERROR_CODES = {
     422: "validation_error",
     429: "too_many_requests",
     503: "unavailable",
+    507: "insufficient_storage",
 }
 _LOCATIONS = ("body", "path", "query", "header", "cookie")
 
@@ -135,6 +137,7 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(web.router)
     app.include_router(reference.router)
+    app.add_middleware(BodyLimit)  # bodies bounded before any route reads one
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for error in UNAVAILABLE_ERRORS:

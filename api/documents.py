@@ -9,6 +9,7 @@ endpoints (`api.jobs`); the caller's namespaces and documents are listed by `api
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 from urllib.parse import quote
 
@@ -25,12 +26,15 @@ from fastapi import (
 )
 from fastapi.exceptions import RequestValidationError
 from nats.js import JetStreamContext
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from api.auth import Caller, CallerDep, authenticate
 from api.catalogue import NamespaceQuery
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
 from api.idempotency import Idempotency, IdempotencyDep, IdempotencyKey, fingerprint
 from api.jobs import answer, start_job
+from api.limits import TransferSlots, check_spool_room
 from api.routes import V1_ERRORS, take_submission
 from api.schemas import (
     DOCUMENT_FILES_ENCODING,
@@ -43,6 +47,7 @@ from api.schemas import (
 from api.uploads import (
     MULTIPART,
     MULTIPART_RECEIVE,
+    ByteAllowance,
     FileBatch,
     FilesOrJsonRoute,
     file_batch,
@@ -139,10 +144,13 @@ async def accept_files(
     async def publish(job_id: str) -> JobReceipt:
         documents = []
         for upload in batch.files:
-            await upload.upload.seek(0)
-            data = await upload.upload.read()
             ref = await files.put(
-                space, upload.document_id, data, upload.filename, upload.media_type
+                space,
+                upload.document_id,
+                upload.upload.file,
+                upload.filename,
+                upload.media_type,
+                sha256=upload.sha256,
             )
             documents.append(
                 FileDocument(
@@ -169,6 +177,30 @@ async def get_files(request: Request, js: JetStreamDep, settings: SettingsDep) -
 FilesDep = Annotated[FileStore, Depends(get_files)]
 
 
+def get_transfers(request: Request, settings: SettingsDep) -> TransferSlots:
+    """This process's count of each tenant's file transfers (`api.limits.TransferSlots`)."""
+    slots: TransferSlots | None = getattr(request.app.state, "transfers", None)
+    if slots is None:
+        slots = request.app.state.transfers = TransferSlots(settings.tenant_max_transfers)
+    return slots
+
+
+TransfersDep = Annotated[TransferSlots, Depends(get_transfers)]
+
+
+def byte_allowance(quotas: Quotas, caller: Caller, free: int) -> ByteAllowance:
+    """What the caller's files may take while they stream in (`api.uploads`)."""
+
+    async def kept(namespace: str, document_id: str) -> int:
+        try:
+            space = store_namespace(caller.tenant, namespace)
+        except ValueError:  # the form's namespace is refused, with its reason, once read
+            return 0
+        return await quotas.kept_bytes(caller.tenant, space, document_id)
+
+    return ByteAllowance(free=free, kept=kept)
+
+
 async def ingest_documents(
     request: Request,
     response: Response,
@@ -180,6 +212,7 @@ async def ingest_documents(
     quotas: QuotasDep,
     idempotency: IdempotencyDep,
     files: FilesDep,
+    transfers: TransfersDep,
     idempotency_key: IdempotencyKey = None,
     body: Annotated[DocumentsRequest, Body()] = None,  # type: ignore[assignment]
 ) -> IngestAccepted:
@@ -201,7 +234,12 @@ async def ingest_documents(
             [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
         )
     await take_submission(quotas, caller)
-    async with file_batch(request, settings.max_file_bytes) as batch:
+    check_spool_room(request.headers, settings.max_request_bytes, settings.upload_min_free_mb)
+    free = await quotas.free_bytes(caller.tenant, caller.limits)
+    async with (
+        transfers.slot(caller.tenant, "upload"),
+        file_batch(request, settings.max_file_bytes, byte_allowance(quotas, caller, free)) as batch,
+    ):
         started = await accept_files(
             caller,
             batch,
@@ -227,13 +265,19 @@ router.add_api_route(
         400: {"model": ErrorResponse, "description": "A multipart body that cannot be read."},
         413: {
             "model": ErrorResponse,
-            "description": "A document exceeds the bus's limit, or a file RAGBUS_MAX_FILE_BYTES.",
+            "description": "A document exceeds the bus's limit, a file RAGBUS_MAX_FILE_BYTES, "
+            "or the body RAGBUS_MAX_REQUEST_BYTES (multipart) or RAGBUS_MAX_JSON_BYTES.",
         },
         415: {"model": ErrorResponse, "description": "A file of a kind not read."},
         429: {
             "model": ErrorResponse,
-            "description": "Over the tenant's submission rate (with Retry-After), or the batch "
-            "would take its documents, namespaces or bytes over their limits.",
+            "description": "Over the tenant's submission rate or its file transfers at once "
+            "(with Retry-After), or the batch would take its documents, namespaces or bytes "
+            "over their limits (files: checked while they stream in).",
+        },
+        507: {
+            "model": ErrorResponse,
+            "description": "Too little disk left for the upload (RAGBUS_UPLOAD_MIN_FREE_MB).",
         },
     },
     summary="Queue documents, or files to parse, for indexing as one ingest job",
@@ -283,33 +327,66 @@ DocumentIdPath = Annotated[str, Path(min_length=1, max_length=256, pattern=DOCUM
             "description": "No such document of the caller's with a file (one sent as text "
             "has none).",
         },
+        429: {
+            "model": ErrorResponse,
+            "description": "Over the tenant's request rate, or its file transfers at once "
+            "(RAGBUS_TENANT_MAX_TRANSFERS), with Retry-After.",
+        },
     },
-    summary="A document's original file, as it was uploaded",
+    summary="A document's original file, as it was uploaded, streamed",
 )
 async def get_original(
     document_id: DocumentIdPath,
     caller: CallerDep,
     files: FilesDep,
+    quotas: QuotasDep,
+    transfers: TransfersDep,
     namespace: NamespaceQuery = "default",
 ) -> Response:
+    await take_submission(quotas, caller)
     space = store_namespace(caller.tenant, namespace)
-    original = await files.read_original(space, document_id)
+    release = transfers.acquire(caller.tenant, "download")
+    try:
+        original = await files.open_original(space, document_id)
+    except BaseException:
+        release()
+        raise
     if original is None:
+        release()
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             f"document {document_id!r} in namespace {namespace!r} has no original file: it was "
             "sent as text, deleted, or never uploaded",
         )
-    return Response(
-        original.data,
+    return HeldStream(
+        original.chunks,
+        release,
         media_type=original.media_type,
         headers={
+            "Content-Length": str(original.size),
             "Content-Disposition": attachment(original.filename),
             "X-Content-Type-Options": "nosniff",
             "Content-Security-Policy": "sandbox",
             "ETag": f'"{original.sha256}"',
         },
     )
+
+
+class HeldStream(StreamingResponse):
+    """A streamed body that holds a transfer slot until the response ends, however it ends
+    (sent, the client gone, the stream failing), even when its body never started."""
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], release: Callable[[], None], **kwargs: object
+    ) -> None:
+        super().__init__(chunks, **kwargs)  # type: ignore[arg-type]
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 @router.delete(

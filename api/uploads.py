@@ -3,8 +3,13 @@
 
 `FilesOrJsonRoute` keeps a multipart body unread until the route has authenticated the caller
 and taken the submission; `file_batch` then reads it, each file bounded while it streams in
-(`FileOverLimit`), and checks every part: the bytes' kind (`infra.documents.sniff`), the names
-as document ids, one version of each document, the form's other fields.
+(`FileOverLimit`), the files together bounded by the bytes the tenant has left
+(`ByteAllowance`: its limit less what it keeps, plus what the files it re-sends keep now),
+and the whole body by `api.limits.BodyLimit`. It then checks every part: the bytes' kind
+(`infra.documents.sniff_file`, which reads a file's head and a zip's table of contents, never
+the whole), the names as document ids, one version of each document, the form's other fields.
+A file's SHA-256 is taken in a thread, a chunk at a time: no upload is ever held whole in the
+API's memory.
 """
 
 from __future__ import annotations
@@ -12,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from fastapi import (
     HTTPException,
@@ -39,8 +44,11 @@ from api.schemas import (
 )
 from contracts.ingest import (
     MAX_METADATA_CHARS,
+    check_metadata,
+    metadata_too_deep,
 )
-from infra.documents import ParseRefused, sniff
+from infra.documents import ParseRefused
+from infra.documents.sniff import sniff_file
 from infra.runtime.ingest_producer import (
     document_id_for,
 )
@@ -53,6 +61,7 @@ FORM_FIELDS = ("files", "namespace", "metadata")
 MAX_FIELD_BYTES = 4 * MAX_METADATA_CHARS + 1024
 """A form field's bytes at most: the metadata's characters, four bytes each at worst."""
 MAX_FILENAME_CHARS = 512
+HASH_CHUNK_BYTES = 1024 * 1024
 
 
 def is_multipart(headers: Headers) -> bool:
@@ -91,10 +100,31 @@ class FileOverLimit(Exception):
         )
 
 
+class OverAllowance(Exception):
+    def __init__(self, received: int, free: int) -> None:
+        super().__init__(
+            f"the batch's files are over {received:,} bytes, and the tenant has {free:,} left "
+            "to keep (its limit, less what it keeps, plus what the documents it sends again "
+            "keep now): nothing of the batch was queued; delete documents, or ask for a larger "
+            "limit"
+        )
+
+
+@dataclass(frozen=True)
+class ByteAllowance:
+    """The bytes a tenant may still keep (`free`), and what a document it keeps takes now
+    (`kept(namespace, document_id)`, 0 for a new one): a file sent again replaces its old
+    bytes, so those count as free for it."""
+
+    free: int
+    kept: Callable[[str, str], Awaitable[int]]
+
+
 class _BoundedMultiPartParser(MultiPartParser):
     """Starlette's multipart parser, with each file's bytes bounded as they arrive (its own
     bounds are for the other fields): a file over the limit ends the upload there, rather than
-    after it was spooled to disk whole."""
+    after it was spooled to disk whole. It also notes each file's name as its part begins and
+    counts the files' bytes, for `_within_allowance`."""
 
     def __init__(self, headers: Headers, stream: AsyncIterator[bytes], max_file_bytes: int):
         super().__init__(
@@ -106,18 +136,59 @@ class _BoundedMultiPartParser(MultiPartParser):
         )
         self._max_file_bytes = max_file_bytes
         self._file_bytes = 0
+        self.files_bytes = 0
+        """Every file part's bytes so far."""
+        self.begun: list[str] = []
+        """The file names of the parts begun so far, in order."""
 
     def on_part_begin(self) -> None:
         super().on_part_begin()
         self._file_bytes = 0
 
+    def on_headers_finished(self) -> None:
+        super().on_headers_finished()
+        if self._current_part.file is not None:
+            self.begun.append(self._current_part.file.filename or "")
+
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         file = self._current_part.file
         if file is not None:
             self._file_bytes += end - start
+            self.files_bytes += end - start
             if self._file_bytes > self._max_file_bytes:
                 raise FileOverLimit(file.filename or "a file", self._max_file_bytes)
         super().on_part_data(data, start, end)
+
+    def field(self, name: str) -> str | None:
+        """A form field's value, once its part has ended."""
+        for key, value in self.items:
+            if key == name and isinstance(value, str):
+                return value
+        return None
+
+
+async def _within_allowance(
+    stream: AsyncIterator[bytes],
+    parser: _BoundedMultiPartParser,
+    allowance: ByteAllowance,
+) -> AsyncIterator[bytes]:
+    """The body's chunks, each handed on only while the files so far fit the tenant's bytes:
+    between two chunks, each file begun meanwhile is credited with what its document keeps
+    now (in the form's `namespace` when that field came first, as the web page and the CLI
+    send it; else in `default`), and `OverAllowance` ends the reading once the files' bytes
+    are past what is free. A chunk's bytes past the bound at most are read."""
+    credit = 0
+    credited = 0
+    async for chunk in stream:
+        namespace = parser.field("namespace") or "default"
+        for name in parser.begun[credited:]:
+            document_id = document_id_for(name)
+            if document_id is not None:
+                credit += await allowance.kept(namespace, document_id)
+        credited = len(parser.begun)
+        if parser.files_bytes > allowance.free + credit:
+            raise OverAllowance(parser.files_bytes, allowance.free + credit)
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -166,12 +237,16 @@ def _form_metadata(raw: str | None) -> dict[str, Any]:
         return {}
     try:
         metadata = json.loads(raw)
+    except RecursionError:  # the field's 64 KiB of `[` nest deeper than the parser recurses
+        raise _invalid("metadata", f"{metadata_too_deep()}: give a flatter JSON object") from None
     except ValueError:
         raise _invalid("metadata", "not JSON: give a JSON object") from None
     if not isinstance(metadata, dict):
         raise _invalid("metadata", "give a JSON object")
-    if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
-        raise _invalid("metadata", f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
+    try:
+        check_metadata(metadata)
+    except ValueError as exc:
+        raise _invalid("metadata", str(exc)) from None
     return metadata
 
 
@@ -184,26 +259,36 @@ async def _checked_file(upload: UploadFile) -> UploadedFile:
             f"the file name {filename[:300]!r} makes no document id: name the file with "
             "1-256 characters (white space becomes `_`)",
         )
-    data = await upload.read()
-    if not data:
+    if not upload.size:
         raise _invalid("files", f"{filename} is empty")
     try:
-        media_type = await asyncio.to_thread(sniff, data, filename)
+        media_type, sha256 = await asyncio.to_thread(_kind_and_digest, upload.file, filename)
     except ParseRefused as exc:
         reason = str(exc)
         raise HTTPException(
             status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
             reason if filename in reason else f"{filename}: {reason}",
         ) from None
-    await upload.seek(0)
     return UploadedFile(
         document_id=document_id,
         upload=upload,
         filename=filename,
         media_type=media_type,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
+        sha256=sha256,
+        size=upload.size,
     )
+
+
+def _kind_and_digest(file: BinaryIO, filename: str) -> tuple[str, str]:
+    """What a spooled file is (`sniff_file`) and its SHA-256, a chunk at a time (in a
+    thread: the hash releases the GIL over each chunk)."""
+    media_type = sniff_file(file, filename)
+    digest = hashlib.sha256()
+    file.seek(0)
+    while chunk := file.read(HASH_CHUNK_BYTES):
+        digest.update(chunk)
+    file.seek(0)
+    return media_type, digest.hexdigest()
 
 
 def _one_version_each(files: list[UploadedFile]) -> list[UploadedFile]:
@@ -243,17 +328,26 @@ async def read_file_batch(form: Any) -> FileBatch:
 
 
 @asynccontextmanager
-async def file_batch(request: Request, max_file_bytes: int) -> AsyncIterator[FileBatch]:
+async def file_batch(
+    request: Request, max_file_bytes: int, allowance: ByteAllowance | None = None
+) -> AsyncIterator[FileBatch]:
     """The multipart body of `request`, read and checked whole (`read_file_batch`); its files
     stay spooled (in memory, or on disk past 1 MB) until the block ends. A file over
-    `max_file_bytes` ends the reading with a 413 naming it."""
+    `max_file_bytes` ends the reading with a 413 naming it; files past the tenant's
+    `allowance`, with a 429."""
     receive: Receive = request.scope.get(MULTIPART_RECEIVE, request.receive)
     source = Request(request.scope, receive)
     try:
-        async with aclosing(source.stream()) as stream:
-            form = await _BoundedMultiPartParser(source.headers, stream, max_file_bytes).parse()
+        async with aclosing(source.stream()) as body:
+            stream: AsyncIterator[bytes] = body
+            parser = _BoundedMultiPartParser(source.headers, stream, max_file_bytes)
+            if allowance is not None:
+                parser.stream = _within_allowance(body, parser, allowance)  # type: ignore[assignment]
+            form = await parser.parse()
     except FileOverLimit as exc:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
+    except OverAllowance as exc:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
     except MultiPartException as exc:
         if exc.message.startswith("Too many files"):
             raise _invalid("files", f"at most {MAX_FILES_PER_CALL} files a call") from None

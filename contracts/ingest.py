@@ -21,6 +21,45 @@ regex engine pydantic uses, and to the ECMA-262 engines JSON Schema validators u
 is white space to the first two only), and the OpenAPI must say what the server accepts."""
 
 
+MAX_METADATA_DEPTH = 16
+"""Objects and lists in a document's metadata nest at most this deep: what the stores' JSON
+readers take (serde_json stops at 128), and far below where Python's own JSON recursion
+fails (about 1,000 levels, which 16,000 characters of `[` reach)."""
+
+
+def metadata_too_deep() -> str:
+    return f"metadata nested more than {MAX_METADATA_DEPTH} levels deep"
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and lists nest in `value`, found without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        if deepest > MAX_METADATA_DEPTH:
+            return deepest
+        stack.extend((child, level) for child in children)
+    return deepest
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    """`ValueError` for metadata nested past `MAX_METADATA_DEPTH` or over
+    `MAX_METADATA_CHARS` as JSON (the depth first: it bounds the size check's recursion)."""
+    if _depth(metadata) > MAX_METADATA_DEPTH:
+        raise ValueError(metadata_too_deep())
+    if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
+        raise ValueError(f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
+
+
 MAX_PAGES = 10_000
 """Pages (or slides) one document may have: a file with more is refused at parsing."""
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -91,8 +130,7 @@ class DocumentIn(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _bounded_metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
-        if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
-            raise ValueError(f"metadata over {MAX_METADATA_CHARS:,} characters as JSON")
+        check_metadata(metadata)
         return metadata
 
     @field_validator("pages")

@@ -42,3 +42,9 @@ ENCODER_PASS_TEXTS = Histogram(
     "Texts per encoder forward pass (concurrent calls share passes)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128),
 )
+REFUSED_REQUESTS = Counter(
+    "ragbus_refused_requests_total",
+    "HTTP requests refused for what they would cost the API: a body over its limit, a "
+    "tenant's file transfers over theirs, or too little disk left for an upload",
+    ["reason"],
+)

@@ -5,9 +5,13 @@ ingest contract (`contracts.ingest`), which these settings may lower, never rais
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Self
+
+from pydantic import BaseModel, Field, model_validator
 
 from contracts.ingest import MAX_FILE_BYTES, MAX_PAGES
+
+MIB = 1024 * 1024
 
 
 class FileSettings(BaseModel):
@@ -19,6 +23,30 @@ class FileSettings(BaseModel):
         le=MAX_FILE_BYTES,
         description="The largest file an upload (`POST /v1/documents` as multipart, `ragbus "
         "ingest`) may carry; a batch with a larger one is refused whole (413).",
+    )
+    max_request_bytes: int = Field(
+        320 * MIB,
+        ge=1,
+        description="The largest multipart upload (all its files and fields together): "
+        "refused with 413 from its Content-Length, or once that many bytes have arrived.",
+    )
+    max_json_bytes: int = Field(
+        32 * MIB,
+        ge=64 * 1024,
+        description="The largest body of any other request (JSON documents, questions): 413 "
+        "from its Content-Length, or once that many bytes have arrived.",
+    )
+    tenant_max_transfers: int = Field(
+        4,
+        ge=1,
+        description="File uploads and downloads one tenant may have running at once, per API "
+        "process; one more is answered 429 with Retry-After.",
+    )
+    upload_min_free_mb: int = Field(
+        1024,
+        ge=0,
+        description="Free disk (MiB) an upload must leave where uploads are spooled (the "
+        "temporary directory); one that would leave less is answered 507 before it is read.",
     )
     parse_timeout_s: float = Field(
         120.0,
@@ -44,3 +72,12 @@ class FileSettings(BaseModel):
         le=600,
         description="Resolution scanned pages are rendered at for OCR.",
     )
+
+    @model_validator(mode="after")
+    def _request_holds_a_file(self) -> Self:
+        if self.max_request_bytes < self.max_file_bytes:
+            raise ValueError(
+                "RAGBUS_MAX_REQUEST_BYTES must be at least RAGBUS_MAX_FILE_BYTES: an upload of "
+                "the largest file must fit in a request"
+            )
+        return self

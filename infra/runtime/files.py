@@ -10,7 +10,12 @@ older bytes then finds a different sha256 (`FileReplaced`). Deleting a document 
 file (`delete_file`).
 
 The object's headers keep what `GET /v1/documents/{id}` answers with (the file name and
-media type), so reading an original needs no message: `read_original`.
+media type), so reading an original needs no message: `open_original` hands it out a chunk
+at a time (`Original.chunks`), each chunk a JetStream direct get by subject and sequence,
+the next asked for only once the caller has taken the last: an API serving large originals
+holds one chunk of each in memory, not the file. `put` takes a file object as well as bytes,
+read a chunk at a time, so an upload spooled to disk reaches the store without being read
+whole.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Awaitable, Callable
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
@@ -64,12 +70,25 @@ def object_name(namespace: str, document_id: str) -> str:
 
 @dataclass(frozen=True)
 class StoredFile:
-    """An original as the API serves it."""
+    """An original read whole (tests, small files)."""
 
     data: bytes
     filename: str
     media_type: str
     sha256: str
+
+
+@dataclass(frozen=True)
+class Original:
+    """An original as the API serves it: what it is, and its bytes to come (`chunks`)."""
+
+    filename: str
+    media_type: str
+    sha256: str
+    size: int
+    chunks: AsyncIterator[bytes]
+    """Its bytes, a chunk at a time; raises `FileReplaced` at the end when what was read is
+    not what the object's digest says (a newer upload replaced it meanwhile)."""
 
 
 def _header(info: api.ObjectInfo, name: str) -> str:
@@ -89,6 +108,14 @@ def _hex_digest(info: api.ObjectInfo) -> str:
         return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
     except (binascii.Error, ValueError):
         return ""
+
+
+def _file_digest(file: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    file.seek(0)
+    while chunk := file.read(1024 * 1024):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 class FileStore:
@@ -120,14 +147,21 @@ class FileStore:
         self,
         namespace: str,
         document_id: str,
-        data: bytes,
+        data: bytes | BinaryIO,
         filename: str,
         media_type: str = "",
+        sha256: str | None = None,
     ) -> FileRef:
-        """Store a document's file (replacing an earlier upload of it); its reference."""
+        """Store a document's file (replacing an earlier upload of it); its reference. `data`
+        is the bytes, or a seekable file read from its start a chunk at a time, whose
+        `sha256` the caller took as it checked it (else it is read once more for it)."""
         store = await self.bucket()
         name = object_name(namespace, document_id)
-        sha256 = hashlib.sha256(data).hexdigest()
+        if isinstance(data, bytes):
+            sha256, size = hashlib.sha256(data).hexdigest(), len(data)
+        else:
+            size = data.seek(0, io.SEEK_END)
+            sha256 = sha256 or _file_digest(data)
         media_type = media_type[:128]
         headers: dict[str, list[str]] = {FILENAME_HEADER: [filename], SHA256_HEADER: [sha256]}
         if media_type:
@@ -135,17 +169,22 @@ class FileStore:
 
         async def put() -> api.ObjectInfo:
             meta = api.ObjectMeta(name=name, headers=headers)
-            return await store.put(name, data, meta=meta)
+            if isinstance(data, bytes):
+                return await store.put(name, data, meta=meta)
+            data.seek(0)
+            return await store.put(name, data, meta=meta)  # type: ignore[arg-type]
 
         # a retry uploads the whole file again under a fresh object id: the meta message,
         # published last, decides which copy is the object
-        await self._retried(put, "file_put_retried")
-        log.info("file_stored", object=name, bytes=len(data), filename=filename)
+        info = await self._retried(put, "file_put_retried")
+        if _hex_digest(info) != sha256:  # the file changed between its check and now
+            raise FileReplaced(f"{filename} changed while it was stored")
+        log.info("file_stored", object=name, bytes=size, filename=filename)
         return FileRef(
             bucket=sj.FILES_BUCKET,
             name=name,
             sha256=sha256,
-            size=len(data),
+            size=size,
             filename=filename,
             media_type=media_type,
         )
@@ -174,20 +213,62 @@ class FileStore:
         return data
 
     async def read_original(self, namespace: str, document_id: str) -> StoredFile | None:
-        """A document's original file, or None when it has none (sent as text, deleted)."""
+        """A document's original file read whole, or None when it has none."""
+        original = await self.open_original(namespace, document_id)
+        if original is None:
+            return None
+        data = b"".join([chunk async for chunk in original.chunks])
+        return StoredFile(
+            data=data,
+            filename=original.filename,
+            media_type=original.media_type,
+            sha256=original.sha256,
+        )
+
+    async def open_original(self, namespace: str, document_id: str) -> Original | None:
+        """A document's original file to stream (`Original.chunks`), or None when it has
+        none (sent as text, deleted)."""
         store = await self.bucket()
         name = object_name(namespace, document_id)
         try:
-            result = await self._retried(lambda: store.get(name), "file_get_retried")
+            info = await self._retried(lambda: store.get_info(name), "file_get_retried")
         except nats.js.errors.NotFoundError:
             return None
-        info, data = result.info, result.data or b""
-        return StoredFile(
-            data=data,
+        if info.deleted or not info.nuid:
+            return None
+        return Original(
             filename=_header(info, FILENAME_HEADER) or document_id,
             media_type=_header(info, MEDIA_TYPE_HEADER) or DEFAULT_MEDIA_TYPE,
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=_hex_digest(info),
+            size=int(info.size or 0),
+            chunks=self._chunks(info),
         )
+
+    async def _chunks(self, info: api.ObjectInfo) -> AsyncIterator[bytes]:
+        """The object's chunks in order, one direct get each (`next_by_subj` from the last
+        one's sequence), checked against its digest at the end."""
+        subject = f"$O.{sj.FILES_BUCKET}.C.{info.nuid}"
+        stream = f"OBJ_{sj.FILES_BUCKET}"
+        digest = hashlib.sha256()
+        sequence = 0
+        for _ in range(int(info.chunks or 0)):
+            after = sequence + 1
+
+            async def next_chunk(after: int = after) -> api.RawStreamMsg:
+                return await self._js.get_msg(
+                    stream, seq=after, subject=subject, next=True, direct=True
+                )
+
+            try:
+                message = await self._retried(next_chunk, "file_get_retried")
+            except nats.js.errors.NotFoundError:
+                raise FileReplaced(f"{info.name!r} was replaced while it was read") from None
+            sequence = int(message.seq or after)
+            chunk = message.data or b""
+            digest.update(chunk)
+            yield chunk
+        if digest.hexdigest() != _hex_digest(info):
+            raise FileReplaced(f"{info.name!r} was replaced while it was read")
 
     async def delete(self, namespace: str, document_id: str) -> bool:
         """Delete a document's file; False when it had none."""

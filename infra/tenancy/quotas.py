@@ -194,6 +194,18 @@ class Quotas:
         if what != "ok":
             raise QuotaExceeded(cast(Stock, what), would_be, limit)
 
+    async def free_bytes(self, tenant: str, limits: Effective) -> int:
+        """The bytes the tenant may still keep (`UNLIMITED` without a limit)."""
+        if not limits.bytes:
+            return UNLIMITED
+        kept = await self.redis.hget(_keys(tenant)[2], "bytes")
+        return max(0, limits.bytes - int(kept or 0))
+
+    async def kept_bytes(self, tenant: str, namespace: str, document_id: str) -> int:
+        """What one of the tenant's documents counts now (0 for one it does not keep)."""
+        size = await self.redis.hget(_keys(tenant)[0], f"{namespace}/{document_id}")
+        return int(size or 0)
+
     async def release_document(self, tenant: str, namespace: str, document_id: str) -> None:
         await self._release(keys=_keys(tenant), args=[namespace, document_id])
 

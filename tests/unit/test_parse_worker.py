@@ -235,13 +235,23 @@ class FakeFiles:
         self.stored: dict[str, tuple[bytes, str, str]] = {}
 
     async def put(
-        self, namespace: str, document_id: str, data: bytes, filename: str, media_type: str = ""
+        self,
+        namespace: str,
+        document_id: str,
+        data: Any,
+        filename: str,
+        media_type: str = "",
+        sha256: str | None = None,
     ) -> FileRef:
         import hashlib
 
+        if not isinstance(data, bytes):  # a spooled upload, read from its start
+            data.seek(0)
+            data = data.read()
         name = f"{namespace}/{document_id}"
         self.stored[name] = (data, filename, media_type)
         digest = hashlib.sha256(data).hexdigest()
+        assert sha256 in (None, digest)
         return FileRef(
             bucket=sj.FILES_BUCKET,
             name=name,
@@ -251,12 +261,20 @@ class FakeFiles:
             media_type=media_type,
         )
 
-    async def read_original(self, namespace: str, document_id: str) -> Any:
+    async def open_original(self, namespace: str, document_id: str) -> Any:
         stored = self.stored.get(f"{namespace}/{document_id}")
         if stored is None:
             return None
+
+        async def chunks() -> Any:
+            yield stored[0]
+
         return SimpleNamespace(
-            data=stored[0], filename=stored[1], media_type=stored[2], sha256="0" * 64
+            filename=stored[1],
+            media_type=stored[2],
+            sha256="0" * 64,
+            size=len(stored[0]),
+            chunks=chunks(),
         )
 
     async def delete(self, namespace: str, document_id: str) -> bool:
