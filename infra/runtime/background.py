@@ -9,9 +9,10 @@ path, and an idle machine still gives the child everything. At nice 10 alone (we
 against 1024) an ingest still slowed queries: p95 1.62x idle during a scanned-PDF ingest.
 
 The child is spawned (never forked: the parent holds NATS, Redis and ONNX Runtime threads) on
-first use, loads its own encoder once (with this process's settings, so on this process's share
-of the cores: `infra.threads`), and is replaced if it dies. `RAGBUS_BACKGROUND_PROCESS=false`
-runs the same functions in a thread of this process instead.
+first use, ignores SIGINT (a terminal's Ctrl-C reaches it too; the parent stops it), loads its
+own encoder once (with this process's settings, so on this process's share of the cores:
+`infra.threads`), and is replaced if it dies. `RAGBUS_BACKGROUND_PROCESS=false` runs the same
+functions in a thread of this process instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +51,10 @@ _child_encoder: Encoder | None = None
 
 def _child_init(settings: Settings, nice: int, parent_pid: int) -> None:
     global _child_settings
+    # Ctrl-C at a terminal signals the whole foreground group, this child too: the parent
+    # stops it (`BackgroundWork.close`), and a KeyboardInterrupt here would only print the
+    # pool's 20-line traceback after the demo's answer (issue 54)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _child_settings = settings
     if nice:
         run_when_idle(nice)
