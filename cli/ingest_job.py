@@ -86,6 +86,29 @@ async def _announced(settings: Settings, role: str) -> int | None:
         return None
 
 
+async def job_errors(settings: Settings, job_id: str) -> dict[str, str]:
+    """A job's failed documents and their reasons as its state in Redis keeps them (what
+    `GET /v1/ingest/{job}` shows); empty when Redis cannot be read from here."""
+    from redis.exceptions import RedisError
+
+    from infra.runtime.ingest_jobs import read_job
+    from infra.runtime.redis_client import connect_redis, started_redis_url
+
+    try:
+        async with asyncio.timeout(READINESS_WAIT_S):
+            url = await asyncio.to_thread(
+                started_redis_url, settings.redis_url, settings.data_dir / "redis"
+            )
+            client = connect_redis(url)
+            try:
+                job = await read_job(client, job_id)
+            finally:
+                await client.aclose()
+    except (RedisError, OSError, TimeoutError):
+        return {}
+    return dict((job or {}).get("errors") or {})
+
+
 async def workers_serving(
     settings: Settings, js: JetStreamContext, role: str, consumer: ConsumerSpec
 ) -> int:
@@ -120,9 +143,11 @@ async def check_ingest_worker(settings: Settings, js: JetStreamContext, files: i
         )
     if files and not await workers_serving(settings, js, "parse", PARSE_WORKER):
         raise Failure(
-            f"no parse worker is running for {redacted(settings.nats_url)}, and {files} of the "
-            "files need one: nothing was published; start `ragbus up` (or `ragbus worker "
-            "parse`) with the same RAGBUS_NATS_URL and RAGBUS_REDIS_URL, then ingest again"
+            f"no parse worker is running (or ready) for {redacted(settings.nats_url)}, and "
+            f"{files} of the files need one: nothing was published; start `ragbus up` (or "
+            "`ragbus worker parse`) with the same RAGBUS_NATS_URL and RAGBUS_REDIS_URL, then "
+            "ingest again (a parse worker whose readers do not load is not ready: its log's "
+            "`parse_not_ready` line names the library or program missing)"
         )
 
 
@@ -167,6 +192,7 @@ async def ingest_and_follow(
     require_worker: bool = False,
     published: Callable[[int], None] | None = None,
     files: Sequence[LocalFile] = (),
+    failures: dict[str, str] | None = None,
 ) -> tuple[JobReceipt, dict[str, Any] | None]:
     """Upload the `files` (to the object store), publish the job (the files for the parse
     workers, the documents for the ingest workers), then show a progress bar until it is
@@ -177,8 +203,9 @@ async def ingest_and_follow(
     (`Failure`), before anything is uploaded or published; a file over
     `RAGBUS_MAX_FILE_BYTES` (`FileTooLarge`) or a document over the server's message limit
     (`DocumentTooLarge`) refuses the job whole. `published` gets the running count of
-    documents and files sent. Returns the receipt and the last progress data seen (None if
-    nothing came in time).
+    documents and files sent; `failures` gets each failed document's id and reason, from the
+    job's events (and, where some failed unnamed, the job's state in Redis). Returns the
+    receipt and the last progress data seen (None if nothing came in time).
     """
     check_file_sizes(files, settings.max_file_bytes)
     probe = await reach_nats(settings, "ragbus-ingest-check")
@@ -231,6 +258,8 @@ async def ingest_and_follow(
                     async for _, event in ingest_events(js, receipt.job_id):
                         stalled.reschedule(loop.time() + timeout_s)
                         data = event.get("data") or {}
+                        if failures is not None and data.get("error") and data.get("document_id"):
+                            failures[str(data["document_id"])] = str(data["error"])
                         if data.get("stage") == "parsed":
                             parsed += 1
                             progress.update(bar, parsed=parsed)
@@ -248,6 +277,8 @@ async def ingest_and_follow(
                         )
             except TimeoutError:
                 console.print(f"[red]no progress for {timeout_s:g} s[/red]")
+        if failures is not None and last and int(last.get("documents_failed") or 0) > len(failures):
+            failures.update(await job_errors(settings, receipt.job_id))
         return receipt, last
     finally:
         await nc.drain()

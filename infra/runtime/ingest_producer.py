@@ -19,7 +19,7 @@ import mimetypes
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from contracts import subjects as sj
@@ -37,6 +37,7 @@ from infra.documents import SUPPORTED_SUFFIXES
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
 from infra.runtime.files import FileStore
+from infra.runtime.ingest_tree import Skipped, read_regular, regular_size, walk_tree, why
 
 log = get_logger(__name__)
 
@@ -148,9 +149,18 @@ def check_file_sizes(files: Iterable[LocalFile], limit: int) -> None:
             raise FileTooLarge(str(file.path), file.size, limit)
 
 
+class FileUnreadable(ValueError):
+    """A file that could be read when the folder was walked, and no longer can (removed,
+    made a link or a FIFO): the job is refused whole, before anything is published."""
+
+
 async def upload_file(store: FileStore, file: LocalFile) -> FileDocument:
-    """Put a local file into the object store; the `FileDocument` that refers to it."""
-    data = await asyncio.to_thread(file.path.read_bytes)
+    """Put a local file into the object store; the `FileDocument` that refers to it. Read as
+    the walk found it: a regular file, not through a link (`FileUnreadable`)."""
+    try:
+        data = await asyncio.to_thread(read_regular, file.path)
+    except OSError as exc:
+        raise FileUnreadable(f"{file.path} changed since it was found ({why(exc)})") from exc
     ref = await store.put(file.namespace, file.id, data, file.path.name, file.media_type)
     return FileDocument(id=file.id, metadata=file.metadata, namespace=file.namespace, file=ref)
 
@@ -225,29 +235,33 @@ def _title_of(text: str, fallback: str) -> str:
     return fallback
 
 
-def _relative_id(path: Path, root: Path) -> str:
-    relative = path.relative_to(root).as_posix() if root != path else path.name
-    doc_id = document_id_for(relative)
+def _skip(skipped: list[Skipped], name: str, reason: str) -> None:
+    log.warning("ingest_file_skipped", path=name, reason=reason)
+    skipped.append(Skipped(name, reason))
+
+
+def _source(path: Path, name: str, skipped: list[Skipped]) -> Source | None:
+    """The regular file `path` as a text document (Markdown, text: read here) or a file to
+    upload; `name` is its path in the folder ingested. None, and added to `skipped` with the
+    reason, when it is empty, cannot be read, or its path makes no document id."""
+    doc_id = document_id_for(name)
     if doc_id is None:
-        raise NotDocuments(
-            f"cannot ingest {path}: its name makes no document id (1-256 characters)"
-        )
-    return doc_id
-
-
-def _from_file(path: Path, root: Path) -> DocumentIn | None:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
-        log.warning("ingest_file_empty", path=str(path))
+        _skip(skipped, name, "its path makes no document id (1-256 characters)")
         return None
-    return DocumentIn(id=_relative_id(path, root), title=_title_of(text, path.stem), text=text)
-
-
-def _local_file(path: Path, root: Path) -> LocalFile | None:
-    if not path.stat().st_size:
-        log.warning("ingest_file_empty", path=str(path))
+    try:
+        if path.suffix.lower() in TEXT_SUFFIXES:
+            text = read_regular(path).decode("utf-8", errors="replace")
+            if not text.strip():
+                _skip(skipped, name, "empty" if not text else "no text (white space only)")
+                return None
+            return DocumentIn(id=doc_id, title=_title_of(text, PurePath(name).stem), text=text)
+        if not regular_size(path):
+            _skip(skipped, name, "empty")
+            return None
+    except OSError as exc:
+        _skip(skipped, name, why(exc))
         return None
-    return LocalFile(path=path, id=_relative_id(path, root))
+    return LocalFile(path=path, id=doc_id)
 
 
 def _from_jsonl(path: Path) -> Iterator[DocumentIn]:
@@ -276,26 +290,25 @@ def _from_jsonl(path: Path) -> Iterator[DocumentIn]:
             )
 
 
-def _source(path: Path, root: Path) -> Source | None:
-    if path.suffix.lower() in TEXT_SUFFIXES:
-        return _from_file(path, root)
-    return _local_file(path, root)
-
-
-def load_sources(path: Path) -> Iterator[Source]:
+def load_sources(path: Path, skipped: list[Skipped] | None = None) -> Iterator[Source]:
     """What `ragbus ingest PATH` sends: the documents of a BEIR corpus.jsonl; one file of a
-    kind read (`KINDS_READ`); or every such file of a folder tree, in path order. Markdown
-    and text are read here, as text documents; the other kinds are `LocalFile`s, for the
-    parse workers. Empty files are skipped."""
+    kind read (`KINDS_READ`); or every such file of a folder tree, in path order, never
+    through a symbolic link (`infra.runtime.ingest_tree`: a link out of the folder is not
+    read). Markdown and text are read here, as text documents; the other kinds are
+    `LocalFile`s, for the parse workers. What is passed over (empty, unreadable, a link, a
+    FIFO...) is added to `skipped`, each with its reason. A file named alone is read where a
+    link to it leads: the person named it."""
+    skipped = [] if skipped is None else skipped
+    wanted = TEXT_SUFFIXES | FILE_SUFFIXES
     if path.is_dir():
-        wanted = TEXT_SUFFIXES | FILE_SUFFIXES
-        for file in sorted(p for p in path.rglob("*") if p.suffix.lower() in wanted):
-            if file.is_file() and (source := _source(file, path)) is not None:
+        root = path.resolve()
+        for file in walk_tree(path, wanted, skipped):
+            if (source := _source(file, file.relative_to(root).as_posix(), skipped)) is not None:
                 yield source
     elif path.suffix.lower() == ".jsonl":
         yield from _from_jsonl(path)
-    elif path.suffix.lower() in TEXT_SUFFIXES | FILE_SUFFIXES:
-        if (source := _source(path, path)) is not None:
+    elif path.suffix.lower() in wanted:
+        if (source := _source(path.resolve(), path.name, skipped)) is not None:
             yield source
     else:
         raise NotDocuments(f"cannot ingest {path}: ragbus reads {KINDS_READ}")
