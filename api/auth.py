@@ -10,6 +10,12 @@ operator surfaces take an operator key (`RAGBUS_METRICS_TOKEN`, or the admin tok
 in `tenants` mode and wherever a metrics token is set (`require_metrics_key`), and
 `/openapi.json` in `tenants` mode (`require_reference_key`); `/healthz` and `/readyz` stay
 open, for orchestrators' probes.
+
+Every wrong key counts against the address that sent it (`infra.tenancy.attempts`): past
+`RAGBUS_AUTH_FAILURE_LIMIT` in a window, the address's keys are answered 429 with
+`Retry-After`, for longer after each further wrong one, before they are checked. The address
+is the request's client as uvicorn gives it (behind a reverse proxy that uvicorn trusts,
+`FORWARDED_ALLOW_IPS`, the client the proxy names).
 """
 
 from __future__ import annotations
@@ -23,9 +29,14 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 
 from api.deps import RedisDep, SettingsDep
 from contracts.tenancy import DEFAULT_TENANT
+from infra.logging import get_logger
+from infra.runtime.redis_client import UNAVAILABLE_ERRORS
 from infra.settings import Settings
+from infra.tenancy.attempts import Attempts
 from infra.tenancy.quotas import Effective, effective
 from infra.tenancy.registry import TenantRegistry
+
+log = get_logger(__name__)
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -60,6 +71,55 @@ def _same(offered: str, expected: str) -> bool:
     return secrets.compare_digest(offered.encode(), expected.encode())
 
 
+class _Gate:
+    """The wrong-key count of the request's address: none where the app has no Redis (a
+    test's app without its lifespan) or `RAGBUS_AUTH_FAILURE_LIMIT` is 0."""
+
+    def __init__(self, request: Request, *, fail_open: bool = False) -> None:
+        settings: Settings = request.app.state.settings
+        redis = getattr(request.app.state, "redis", None)
+        self.attempts = (
+            Attempts(redis, settings.auth_failure_limit, settings.auth_failure_window_s)
+            if redis is not None and settings.auth_failure_limit > 0
+            else None
+        )
+        self.address = request.client.host if request.client else None
+        self.path = request.url.path
+        self.fail_open = fail_open  # an operator surface: /metrics answers while Redis is out
+
+    async def before(self) -> None:
+        """429 while the address is shut out, whatever key it offers."""
+        if self.attempts is None:
+            return
+        try:
+            wait_s = await self.attempts.wait_s(self.address)
+        except UNAVAILABLE_ERRORS:
+            if self.fail_open:
+                return
+            raise
+        if wait_s:
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                detail=f"too many wrong keys from this address: try again in {wait_s} s",
+                headers={"Retry-After": str(wait_s)},
+            )
+
+    async def failed(self, what: str) -> HTTPException:
+        """Count the wrong key; the 401 to raise."""
+        if self.attempts is not None:
+            try:
+                shut_s = await self.attempts.failed(self.address)
+            except UNAVAILABLE_ERRORS:
+                if not self.fail_open:
+                    raise
+                shut_s = 0
+            if shut_s:
+                log.warning(
+                    "auth_failures", address=self.address, path=self.path, shut_out_s=shut_s
+                )
+        return _unauthorized(what)
+
+
 async def authenticate(
     request: Request,
     settings: SettingsDep,
@@ -75,17 +135,27 @@ async def authenticate(
     mode = settings.auth
     if mode == "none":
         return Caller(DEFAULT_TENANT, effective(settings))
+    wrong = (
+        "missing or invalid bearer token"
+        if mode == "token"
+        else "missing, invalid or revoked API key"
+    )
+    if not offered:  # nothing guessed: not counted
+        raise _unauthorized(wrong)
+    gate = _Gate(request)
+    await gate.before()
     if mode == "token":
         if not _same(offered, settings.api_token or ""):
-            raise _unauthorized("missing or invalid bearer token")
+            raise await gate.failed(wrong)
         return Caller(DEFAULT_TENANT, effective(settings))
-    tenant = await TenantRegistry(redis).authenticate(offered) if offered else None
+    tenant = await TenantRegistry(redis).authenticate(offered)
     if tenant is None:
-        raise _unauthorized("missing, invalid or revoked API key")
+        raise await gate.failed(wrong)
     return Caller(tenant.tenant, effective(settings, tenant.limits))
 
 
 async def require_admin(
+    request: Request,
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_admin_bearer)],
 ) -> None:
@@ -93,8 +163,12 @@ async def require_admin(
     if not expected:  # no key can be right: the same 401 as a wrong one, with the reason
         raise _unauthorized("the admin API is off: set RAGBUS_ADMIN_TOKEN to use it")
     offered = credentials.credentials if credentials else ""
-    if not _same(offered, expected):
+    if not offered:
         raise _unauthorized("missing or invalid admin key")
+    gate = _Gate(request)
+    await gate.before()
+    if not _same(offered, expected):
+        raise await gate.failed("missing or invalid admin key")
 
 
 def metrics_key_needed(settings: Settings) -> bool:
@@ -103,16 +177,21 @@ def metrics_key_needed(settings: Settings) -> bool:
     return settings.auth == "tenants" or bool(settings.metrics_token)
 
 
-def check_operator(settings: Settings, offered: str, what: str) -> None:
-    """The offered bearer key is the metrics token or the admin token, or 401."""
+async def check_operator(request: Request, settings: Settings, offered: str, what: str) -> None:
+    """The offered bearer key is the metrics token or the admin token, or 401 (429 while
+    the address is shut out for wrong keys)."""
     keys = [key for key in (settings.metrics_token, settings.admin_token) if key]
     if not keys:  # no key can be right: the same 401 as a wrong one, with the reason
         raise _unauthorized(
             f"{what} needs an operator key: set RAGBUS_METRICS_TOKEN or RAGBUS_ADMIN_TOKEN"
         )
+    if not offered:
+        raise _unauthorized(f"{what}: missing or invalid operator key")
+    gate = _Gate(request, fail_open=True)
+    await gate.before()
     matches = [_same(offered, key) for key in keys]  # each compared, whichever matches
     if not any(matches):
-        raise _unauthorized(f"{what}: missing or invalid operator key")
+        raise await gate.failed(f"{what}: missing or invalid operator key")
 
 
 def _offered_key(request: Request) -> str:
@@ -125,13 +204,13 @@ def _offered_key(request: Request) -> str:
 
 async def require_metrics_key(request: Request, settings: SettingsDep) -> None:
     if metrics_key_needed(settings):
-        check_operator(settings, _offered_key(request), "/metrics")
+        await check_operator(request, settings, _offered_key(request), "/metrics")
 
 
 async def require_reference_key(request: Request, settings: SettingsDep) -> None:
     """`/openapi.json`: open in `none` and `token` modes, an operator's in `tenants` mode."""
     if settings.auth == "tenants":
-        check_operator(settings, _offered_key(request), "/openapi.json")
+        await check_operator(request, settings, _offered_key(request), "/openapi.json")
 
 
 CallerDep = Annotated[Caller, Depends(authenticate)]

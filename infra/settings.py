@@ -35,7 +35,14 @@ class Settings(
     """Every knob ragbus reads. docs/configuration.md lists each with its default, and a unit
     test (`tests/unit/test_readme.py`) fails when the page and this class disagree."""
 
-    model_config = SettingsConfigDict(env_prefix="RAGBUS_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="RAGBUS_",
+        env_file=".env",
+        extra="ignore",
+        # a refused setting is named by its message; the values (tokens, passwords in URLs)
+        # stay out of the error, and so out of logs and terminals
+        hide_input_in_errors=True,
+    )
 
     # Observability
     log_level: str = Field("INFO", description="Log level.")

@@ -5,9 +5,12 @@ OS processes `ragbus up` runs the stack in.
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Final, Literal, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+
+OPERATOR_KEY_MIN_CHARS: Final = 32
+"""The shortest admin or metrics token taken: a guessable one opens every tenant's data."""
 
 
 class ApiSettings(BaseModel):
@@ -25,13 +28,30 @@ class ApiSettings(BaseModel):
         "is set, else `none`.",
     )
     admin_token: str | None = Field(
-        None, description="Bearer token of the admin API (`/v1/admin`); unset = no admin API."
+        None,
+        description="Bearer token of the admin API (`/v1/admin`), at least 32 characters "
+        "(a shorter one is refused at start); unset = no admin API.",
     )
     metrics_token: str | None = Field(
         None,
         description="Bearer token of `/metrics` (a Prometheus scraper's), which the admin token "
-        "opens too; in `tenants` mode also of `/openapi.json`. Unset = `/metrics` is open in "
-        "`none` and `token` modes and needs the admin token in `tenants` mode.",
+        "opens too; in `tenants` mode also of `/openapi.json`; at least 32 characters. Unset = "
+        "`/metrics` is open in `none` and `token` modes and needs the admin token in `tenants` "
+        "mode.",
+    )
+    auth_failure_limit: int = Field(
+        10,
+        ge=0,
+        description="Wrong keys (API, tenant, admin or metrics) one client address may offer "
+        "within RAGBUS_AUTH_FAILURE_WINDOW_S before its keys are refused with 429 and "
+        "`Retry-After`: 1 s after the next wrong one, then 2, 4, 8 … up to the window; a "
+        "missing key is not counted, and other addresses are not slowed. 0 = never slowed.",
+    )
+    auth_failure_window_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long an address's wrong keys are remembered (from its latest one), "
+        "and the longest it is made to wait.",
     )
     shared_event_consumer: bool = Field(
         True,
@@ -74,6 +94,22 @@ class ApiSettings(BaseModel):
         "classifier, generation and critic in one and the other workers in a child; 0 = 2 on "
         "a machine with two cores or more.",
     )
+
+    @field_validator("admin_token", "metrics_token", mode="before")
+    @classmethod
+    def _operator_key_is_long(cls, value: object, info: ValidationInfo) -> object:
+        """Unset when empty (docker-compose's `${VAR:-}`); refused when short, by name and
+        length, never by value."""
+        if value is None or value == "":
+            return None
+        if isinstance(value, str) and len(value) < OPERATOR_KEY_MIN_CHARS:
+            variable = f"RAGBUS_{(info.field_name or '').upper()}"
+            raise ValueError(
+                f"{variable} is {len(value)} characters long; an operator key needs at least "
+                f"{OPERATOR_KEY_MIN_CHARS} (make one with `python -c 'import secrets; "
+                f"print(secrets.token_urlsafe(32))'`), or leave {variable} unset"
+            )
+        return value
 
     @model_validator(mode="after")
     def _token_mode_has_a_token(self) -> Self:

@@ -35,7 +35,7 @@ from tests.up_process import ROOT, ragbus_up
 
 pytestmark = pytest.mark.integration
 
-ADMIN = "admin-key-for-the-tenant-suite"
+ADMIN = "admin-key-for-the-tenant-suite-0123456789"
 SECRET = "The Zephyr project codename is BLUEFINCH and its launch site is Kestrel Point."
 
 

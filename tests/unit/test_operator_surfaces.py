@@ -17,8 +17,8 @@ from api.app import create_app
 from api.auth import authenticate, require_metrics_key, require_reference_key
 from infra.settings import Settings
 
-ADMIN = "admin-key-1"
-METRICS = "metrics-key-2"
+ADMIN = "admin-key-1-of-at-least-32-characters"
+METRICS = "metrics-key-2-of-at-least-32-characters"
 
 
 def client(**settings: Any) -> TestClient:
