@@ -19,6 +19,12 @@ holds the seeds and what is made from them:
 
 The account JWTs are made again from the seeds on every load, so a newer ragbus's exports
 reach the servers with its next start (`ragbus up` pushes them).
+
+Whoever reads a seed here can make accounts and users the servers trust, and whoever writes
+in the directory can swap the operator for their own: `load` refuses a key file (`*.nk`,
+`*.creds`) that its group or others may read or write, and a directory its group or others
+may write, naming the file and the `chmod` that fixes it (nothing is fixed silently: a key
+that others could read may have been read, and the operator should know).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +60,41 @@ SERVER_CONFIG: Final = "server.conf"
 
 
 class TrustError(RuntimeError):
-    """The trust directory is missing or unreadable, said plainly."""
+    """The trust directory is missing, unreadable or open to others, said plainly."""
+
+
+def _who(mode: int, group_bits: int) -> str:
+    """'group', 'others' or 'group and others': whom `mode` lets in (`group_bits`, and the
+    same bits for others)."""
+    parts = [
+        who for who, bits in (("group", group_bits), ("others", group_bits >> 3)) if mode & bits
+    ]
+    return " and ".join(parts)
+
+
+def check_private(directory: Path) -> None:
+    """Refuse a trust directory that others may write, or a key in it others may read or
+    write (`TrustError`, naming the path and the `chmod` to run)."""
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if mode & 0o022:
+        raise TrustError(
+            f"the NATS trust directory {directory} is writable by "
+            f"{_who(mode, 0o020)} (mode {mode:04o}): whoever can write there can replace "
+            f"the operator's keys. Run `chmod 700 {directory}` (ragbus refuses it until then)"
+        )
+    for name in [file for file, _ in SEEDS.values()] + [SERVICE_CREDS, SYSTEM_CREDS]:
+        path = directory / name
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            raise TrustError(
+                f"the NATS key file {path} is open to {_who(mode, 0o070)} (mode "
+                f"{mode:04o}): it holds a secret that signs accounts or users the servers "
+                f"trust. Run `chmod 600 {path}`, and consider the key exposed if anyone else "
+                "could read it (ragbus refuses it until then)"
+            )
 
 
 def service_exports() -> list[dict[str, object]]:
@@ -180,6 +221,7 @@ def load(directory: Path, *, create: bool = False) -> Trust:
         )
     keys: dict[str, nkeys.KeyPair] = {}
     with _locked(directory) if create else contextlib.nullcontext():
+        check_private(directory)
         for field, (file, kind) in SEEDS.items():
             path = directory / file
             if path.exists():
