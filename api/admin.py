@@ -1,11 +1,12 @@
 """The admin API: tenants, behind `RAGBUS_ADMIN_TOKEN` (the same operations as
-`ragbus tenant create|list|revoke`)."""
+`ragbus tenant create|list|revoke|rotate-key|creds`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, status
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import require_admin
 from api.deps import RedisDep, SettingsDep
@@ -19,10 +20,27 @@ router = APIRouter(
     prefix="/v1/admin",
     tags=["admin"],
     dependencies=[Depends(require_admin)],
-    responses={code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 503)},
+    responses={code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 429, 503)},
 )
 
 TenantPath = Annotated[str, Path(pattern=TENANT_PATTERN)]
+UserPath = Annotated[
+    str, Path(pattern=r"^U[A-Z2-7]{55}$", description="The credential's user public key (U…).")
+]
+
+
+class CredsCreate(BaseModel):
+    """`POST /v1/admin/tenants/{tenant}/nats-creds` (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="What the credential is for (its user JWT's name); default: the tenant's.",
+    )
 
 
 def _bus_unavailable(exc: Exception) -> HTTPException:
@@ -67,24 +85,74 @@ async def get_tenant(tenant: TenantPath, redis: RedisDep, settings: SettingsDep)
     }
 
 
+def _tenant_error(exc: TenantError) -> HTTPException:
+    code = status.HTTP_404_NOT_FOUND if "no active" in str(exc) else status.HTTP_409_CONFLICT
+    return HTTPException(code, str(exc))
+
+
 @router.post(
     "/tenants/{tenant}/nats-creds",
     summary="New NATS credentials for a tenant (tenants mode); in this answer only",
     description="For lost credentials, a second client, or a tenant made before tenants had "
-    "NATS accounts, which gets its account now. Earlier credentials keep working until the "
-    "tenant is revoked.",
+    "NATS accounts, which gets its account now. Earlier credentials keep working until they "
+    "are revoked (`DELETE …/nats-creds/{user}`, `nats_user` here) or the tenant is.",
 )
 async def issue_nats_creds(
-    tenant: TenantPath, redis: RedisDep, settings: SettingsDep
+    tenant: TenantPath,
+    redis: RedisDep,
+    settings: SettingsDep,
+    body: Annotated[CredsCreate | None, Body()] = None,
 ) -> dict[str, str]:
     try:
-        text = await tenants.issue_creds(redis, settings, tenant)
+        text, user = await tenants.issue_creds(redis, settings, tenant, body.name if body else None)
     except TenantError as exc:
-        code = status.HTTP_404_NOT_FOUND if "no active" in str(exc) else status.HTTP_409_CONFLICT
-        raise HTTPException(code, str(exc)) from exc
+        raise _tenant_error(exc) from exc
     except (tenants.BusTenancyError, tenants.TrustError) as exc:
         raise _bus_unavailable(exc) from exc
-    return {"tenant": tenant, "nats_creds": text}
+    return {"tenant": tenant, "nats_user": user.user, "nats_creds": text}
+
+
+@router.get(
+    "/tenants/{tenant}/nats-creds",
+    summary="A tenant's NATS credentials: their users' public keys, names and dates",
+)
+async def list_nats_creds(tenant: TenantPath, redis: RedisDep) -> dict[str, Any]:
+    try:
+        users = await tenants.list_creds(redis, tenant)
+    except TenantError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    return {"tenant": tenant, "nats_users": [user.public() for user in users]}
+
+
+@router.delete(
+    "/tenants/{tenant}/nats-creds/{user}",
+    summary="Revoke one NATS credential of a tenant; its other credentials keep working",
+    description="Its connections close and it is refused on every node when the answer comes "
+    "(the account JWT's revocations); the tenant, its API key and its data are untouched.",
+)
+async def revoke_nats_creds(
+    tenant: TenantPath, user: UserPath, redis: RedisDep, settings: SettingsDep
+) -> dict[str, Any]:
+    try:
+        revoked = await tenants.revoke_creds(redis, settings, tenant, user)
+    except TenantError as exc:
+        raise _tenant_error(exc) from exc
+    except (tenants.BusTenancyError, tenants.TrustError) as exc:
+        raise _bus_unavailable(exc) from exc
+    return {"tenant": tenant, **revoked.public()}
+
+
+@router.post(
+    "/tenants/{tenant}/api-key",
+    summary="Rotate a tenant's API key: the new one is in this answer only, the old one stops",
+    description="Every key the tenant had is refused from the moment this answers.",
+)
+async def rotate_api_key(tenant: TenantPath, redis: RedisDep) -> dict[str, str]:
+    try:
+        api_key = await tenants.rotate_key(redis, tenant)
+    except TenantError as exc:
+        raise _tenant_error(exc) from exc
+    return {"tenant": tenant, "api_key": api_key}
 
 
 @router.delete(

@@ -1,4 +1,4 @@
-"""`ragbus tenant create|list|revoke|nats-config`: tenants straight in Redis
+"""`ragbus tenant create|list|revoke|rotate-key|creds|nats-config`: tenants straight in Redis
 (RAGBUS_REDIS_URL) and, in `tenants` mode, their NATS accounts pushed to the servers: the same
 operations as the admin API; and the one-time operator configuration for a NATS that `ragbus
 up` does not start."""
@@ -142,21 +142,85 @@ def revoke(name: str, as_json: AsJson = False) -> None:
     print(json.dumps(revoked)) if as_json else console.print(f"revoked {name}")
 
 
+@tenant_app.command("rotate-key")
+def rotate_key(name: str, as_json: AsJson = False) -> None:
+    """A new API key for a tenant, shown this once; every key it had stops at once."""
+    api_key = _run(lambda redis, _: _tenants().rotate_key(redis, name))
+    if as_json:
+        print(json.dumps({"tenant": name, "api_key": api_key}))
+    else:
+        console.print(f"{'api_key':18} {api_key}")
+        console.print("[dim]Keep the API key: it is not shown again. The old one is refused.[/dim]")
+
+
 @tenant_app.command("creds")
 def creds(
     name: str,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write them here (mode 0600), not to stdout.")
     ] = None,
+    label: Annotated[
+        str | None, typer.Option("--name", help="What they are for (the user JWT's name).")
+    ] = None,
+    listing: Annotated[
+        bool, typer.Option("--list", help="List the tenant's credentials instead (no secret).")
+    ] = False,
+    revoke_user: Annotated[
+        str | None,
+        typer.Option(
+            "--revoke",
+            metavar="USER",
+            help="Revoke the credential of this user public key (U…) alone instead.",
+        ),
+    ] = None,
+    as_json: AsJson = False,
 ) -> None:
-    """New NATS credentials for a tenant (`tenants` mode): lost ones, a second client, or a
-    tenant made before tenants had NATS accounts (it gets its account now). Shown this once."""
-    text = _run(lambda redis, settings: _tenants().issue_creds(redis, settings, name))
+    """New NATS credentials for a tenant (`tenants` mode), shown this once: lost ones, a second
+    client, or a tenant made before tenants had NATS accounts (it gets its account now). With
+    --list, the credentials issued (their users' public keys, never a secret); with --revoke
+    USER, that one credential is closed and refused on every node when this returns, and the
+    tenant's others keep working."""
+    if listing and revoke_user:
+        errors.print("[red]--list and --revoke: one at a time[/red]")
+        raise typer.Exit(2)
+    if listing:
+        users = _run(lambda redis, _: _tenants().list_creds(redis, name))
+        _print_users(name, [user.public() for user in users], as_json)
+        return
+    if revoke_user is not None:
+        user = revoke_user
+        revoked = _run(
+            lambda redis, settings: _tenants().revoke_creds(redis, settings, name, user)
+        ).public()
+        if as_json:
+            print(json.dumps({"tenant": name, **revoked}))
+        else:
+            console.print(f"revoked {user} of {name}; its other credentials keep working")
+        return
+    text, issued = _run(
+        lambda redis, settings: _tenants().issue_creds(redis, settings, name, label)
+    )
+    errors.print(f"nats_user {issued.user}")  # what revokes them alone: never on stdout
     if out is None:
         print(text, end="")
     else:
         _write_secret(out, text)
         errors.print(f"wrote {out}")
+
+
+def _print_users(name: str, users: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"tenant": name, "nats_users": users}))
+        return
+    table = Table("user", "name", "issued", "revoked")
+    for user in users:
+        table.add_row(
+            str(user["user"]),
+            str(user["name"]),
+            str(user["issued_at"] or "")[:19],
+            str(user["revoked_at"] or "")[:19] or "-",
+        )
+    console.print(table)
 
 
 @tenant_app.command("nats-config")

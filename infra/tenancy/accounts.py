@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import nats
@@ -65,11 +65,13 @@ class BusTenancyError(RuntimeError):
 
 @dataclass(frozen=True)
 class TenantAccount:
-    """What the bus knows of a tenant: its name, its account and whether it is revoked."""
+    """What the bus knows of a tenant: its name, its account, whether it is revoked, and
+    which of its users are (user public key -> Unix seconds)."""
 
     tenant: str
     account: str
     revoked_at: int | None = None
+    revoked_users: Mapping[str, int] = field(default_factory=dict)
 
 
 def events_filter(tenant: str) -> str:
@@ -77,11 +79,18 @@ def events_filter(tenant: str) -> str:
     return f"{sj.tenant_events_prefix(tenant)}.>"
 
 
-def account_jwt(trust: Trust, settings: Settings, tenant: TenantAccount) -> str:
+def account_jwt(
+    trust: Trust, settings: Settings, tenant: TenantAccount, *, issued_at: int | None = None
+) -> str:
     """The tenant's account, signed by the operator. A revoked tenant keeps its account and
     its data, but no connection: every user issued before the revocation is revoked, and the
-    account takes no connection and imports nothing."""
+    account takes no connection and imports nothing. A user revoked alone is in
+    `revocations` by its public key: the servers refuse it and close its connections, and
+    the tenant's other users are untouched."""
     revoked = tenant.revoked_at is not None
+    revocations = dict(tenant.revoked_users)
+    if tenant.revoked_at is not None:
+        revocations["*"] = int(tenant.revoked_at)
     imports = (
         []
         if revoked
@@ -126,25 +135,43 @@ def account_jwt(trust: Trust, settings: Settings, tenant: TenantAccount) -> str:
         connections=0 if revoked else settings.tenant_max_connections,
         imports=imports,
         signing_keys=[jwt.public(trust.tenant_issuer)],
-        revocations={"*": int(tenant.revoked_at)} if tenant.revoked_at is not None else None,
+        revocations=revocations or None,
     )
-    return jwt.encode(claims, trust.operator)
+    return jwt.encode(claims, trust.operator, issued_at=issued_at)
 
 
 def user_creds(
     trust: Trust, tenant: TenantAccount, *, name: str | None = None, lifetime_s: int | None = None
 ) -> str:
     """A user of the tenant's account, as a `.creds` file's text: it may do anything in its
-    own account but change the events stream ragbus keeps there."""
+    own account but change the events stream ragbus keeps there. Named, it is ragbus's own
+    short-lived user (`lifetime_s`), which declares that stream."""
+    return _user(trust, tenant, name, lifetime_s, protect_stream=name is None)[0]
+
+
+def issue_user(trust: Trust, tenant: TenantAccount, name: str | None = None) -> tuple[str, str]:
+    """A tenant's credential: the `.creds` file's text and its user's public key (what
+    revokes it alone). It cannot change the events stream ragbus keeps in the account."""
+    return _user(trust, tenant, name, None, protect_stream=True)
+
+
+def _user(
+    trust: Trust,
+    tenant: TenantAccount,
+    name: str | None,
+    lifetime_s: int | None,
+    *,
+    protect_stream: bool,
+) -> tuple[str, str]:
     user = jwt.new_key("user")
     claims = jwt.user_claims(
         jwt.public(user),
         name or tenant.tenant,
         issuer_account=tenant.account,
-        publish_deny=list(PROTECTED_STREAM_API) if name is None else None,
+        publish_deny=list(PROTECTED_STREAM_API) if protect_stream else None,
         expires_at=int(time.time()) + lifetime_s if lifetime_s else None,
     )
-    return jwt.creds(jwt.encode(claims, trust.tenant_issuer), user)
+    return jwt.creds(jwt.encode(claims, trust.tenant_issuer), user), jwt.public(user)
 
 
 def _creds_options(creds_text: str) -> dict[str, object]:
@@ -237,32 +264,3 @@ async def _declare_stream(settings: Settings, tenant: TenantAccount, creds_text:
             await js.update_stream(config)
     finally:
         await nc.close()
-
-
-async def publish_account(
-    trust: Trust, settings: Settings, tenant: TenantAccount, *, with_stream: bool = False
-) -> None:
-    """Push the tenant's account (made or revoked) and, for an active one, its stream."""
-    try:
-        async with system_connection(trust, settings) as nc:
-            await push(nc, account_jwt(trust, settings, tenant))
-        if with_stream and tenant.revoked_at is None:
-            await declare_stream(trust, settings, tenant)
-    except BusTenancyError:
-        raise
-    except Exception as exc:
-        raise BusTenancyError(
-            f"NATS did not take tenant {tenant.tenant!r}'s account: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-async def reconcile(trust: Trust, settings: Settings, tenants: list[TenantAccount]) -> None:
-    """Every tenant's account as the registry has it, pushed again (a server whose resolver
-    directory is new learns them all); active tenants' streams declared."""
-    async with system_connection(trust, settings) as nc:
-        await push(nc, trust.service_jwt())
-        for tenant in tenants:
-            await push(nc, account_jwt(trust, settings, tenant))
-    for tenant in tenants:
-        if tenant.revoked_at is None:
-            await declare_stream(trust, settings, tenant)

@@ -11,6 +11,7 @@ needs, and drops tiered JetStream limits.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import secrets
@@ -34,14 +35,27 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+_PREFIXES: Final = {
+    "operator": nkeys.PREFIX_BYTE_OPERATOR,
+    "account": nkeys.PREFIX_BYTE_ACCOUNT,
+    "user": nkeys.PREFIX_BYTE_USER,
+}
+
+
 def new_key(kind: Literal["operator", "account", "user"]) -> nkeys.KeyPair:
     """A fresh nkey pair of that kind (its public key starts with O, A or U)."""
-    prefix = {
-        "operator": nkeys.PREFIX_BYTE_OPERATOR,
-        "account": nkeys.PREFIX_BYTE_ACCOUNT,
-        "user": nkeys.PREFIX_BYTE_USER,
-    }[kind]
-    return nkeys.from_seed(nkeys.encode_seed(secrets.token_bytes(32), prefix))
+    return nkeys.from_seed(nkeys.encode_seed(secrets.token_bytes(32), _PREFIXES[kind]))
+
+
+def is_public_key(text: str, kind: Literal["operator", "account", "user"]) -> bool:
+    """`text` is a public key of that kind: its prefix, its length and its CRC-16 agree."""
+    try:
+        raw = base64.b32decode(text, casefold=False)
+    except (binascii.Error, ValueError):
+        return False
+    return (
+        len(raw) == 35 and raw[0] == _PREFIXES[kind] and nkeys.crc16_checksum(raw[:-2]) == raw[-2:]
+    )
 
 
 def from_seed(seed: str | bytes) -> nkeys.KeyPair:
@@ -56,9 +70,14 @@ def seed(key: nkeys.KeyPair) -> str:
     return bytes(key.seed).decode()
 
 
-def encode(claims: dict[str, Any], signer: nkeys.KeyPair) -> str:
-    """Sign `claims` (without `iss`, `iat` or `jti`: they are set here) as `signer`."""
-    body = {**claims, "iss": public(signer), "iat": int(time.time())}
+def encode(claims: dict[str, Any], signer: nkeys.KeyPair, *, issued_at: int | None = None) -> str:
+    """Sign `claims` (without `iss`, `iat` or `jti`: they are set here) as `signer`; `iat` is
+    now unless `issued_at` says otherwise (an account's versions are ordered by it)."""
+    body = {
+        **claims,
+        "iss": public(signer),
+        "iat": int(time.time()) if issued_at is None else issued_at,
+    }
     body.pop("jti", None)
     digest = hashlib.new("sha512_256", json.dumps(body, sort_keys=True).encode()).digest()
     body["jti"] = base64.b32encode(digest).decode().rstrip("=")

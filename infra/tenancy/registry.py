@@ -4,16 +4,22 @@ An API key is shown once, when the tenant is created; Redis keeps only its SHA-2
 32 random bytes, so a fast hash is the right one: there is nothing to brute-force, and every
 request looks one up). A tenant's NATS account is kept by its public key alone: its JWT is
 signed again from the operator's keys whenever it is pushed (`infra.tenancy.accounts`), and
-its users' credentials are shown once, like the API key.
+its users' credentials are shown once, like the API key: the record keeps each user's public
+key, name and dates, so one credential can be revoked alone (the account JWT's
+`revocations`).
 
 - `ragbus:tenants`: hash, tenant name -> its record (JSON);
 - `ragbus:tenant-keys`: hash, SHA-256 of an API key -> tenant name;
+
+A record is changed only under the tenant's lock (`infra.tenancy.locking`, taken by
+`infra.tenancy.tenants`): read, changed and written whole, two changes never lose one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
@@ -22,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.envelope import utcnow
 from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
+from infra.tenancy import jwt
 
 TENANTS_KEY: Final = "ragbus:tenants"
 KEYS_KEY: Final = "ragbus:tenant-keys"
@@ -47,6 +54,33 @@ class Limits(BaseModel):
 LEGACY_FIELDS: Final = frozenset({"nats_user", "nats_password_bcrypt"})
 
 
+class NatsUser(BaseModel):
+    """One NATS credential of a tenant's account: its user's public key (never its seed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str = Field(description="the user's public key (U…), the credential's name on NATS")
+    name: str = Field(description="the name the user JWT carries")
+    issued_at: datetime | None = Field(
+        None, description="null for a credential issued before ragbus kept them"
+    )
+    revoked_at: datetime | None = None
+
+    def public(self) -> dict[str, object]:
+        return {
+            "user": self.user,
+            "name": self.name,
+            "issued_at": self.issued_at.isoformat() if self.issued_at else None,
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+            "active": self.revoked_at is None,
+        }
+
+
+def is_user_key(text: str) -> bool:
+    """A NATS user's public key (U…, with a valid checksum)."""
+    return jwt.is_public_key(text, "user")
+
+
 class Tenant(BaseModel):
     """What Redis keeps of a tenant (never its keys or passwords in the clear)."""
 
@@ -60,6 +94,10 @@ class Tenant(BaseModel):
         None,
         description="the public key of the tenant's NATS account; none for a tenant made "
         "before tenants had accounts, until `ragbus tenant creds` gives it one",
+    )
+    nats_users: list[NatsUser] = Field(
+        default_factory=list,
+        description="the NATS credentials ragbus issued (and those revoked by their key)",
     )
 
     @model_validator(mode="before")
@@ -77,6 +115,16 @@ class Tenant(BaseModel):
     def active(self) -> bool:
         return self.revoked_at is None
 
+    def revoked_users(self) -> dict[str, int]:
+        """User public key -> when it was revoked (Unix seconds): the account JWT's
+        `revocations`, which refuse every JWT of that user issued then or before (never
+        before its issue, even where the clock of the host that revoked it lags)."""
+        return {
+            u.user: int(max(u.revoked_at, u.issued_at or u.revoked_at).timestamp())
+            for u in self.nats_users
+            if u.revoked_at
+        }
+
     def public(self) -> dict[str, object]:
         return {
             "tenant": self.tenant,
@@ -84,6 +132,7 @@ class Tenant(BaseModel):
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "active": self.active,
             "nats_account": self.nats_account,
+            "nats_users": [user.public() for user in self.nats_users],
             "limits": self.limits.model_dump(exclude_none=True),
         }
 
@@ -94,6 +143,11 @@ class NewTenant(BaseModel):
     tenant: str
     api_key: str
     nats_account: str = Field(description="the public key of the tenant's own NATS account")
+    nats_user: str | None = Field(
+        None,
+        description="the public key of the user in `nats_creds`: what revokes that credential "
+        "alone (`ragbus tenant creds NAME --revoke USER`)",
+    )
     nats_creds: str | None = Field(
         None,
         description="a `.creds` file's text (user JWT and nkey seed) for the tenant's NATS "
@@ -106,6 +160,10 @@ class NewTenant(BaseModel):
 
 def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def new_api_key() -> str:
+    return API_KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 class TenantRegistry:
@@ -122,7 +180,7 @@ class TenantRegistry:
             )
         if name in RESERVED_TENANTS:
             raise TenantError(f"the tenant name {name!r} is reserved")
-        api_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+        api_key = new_api_key()
         tenant = Tenant(
             tenant=name,
             key_hashes=[key_hash(api_key)],
@@ -167,8 +225,53 @@ class TenantRegistry:
         if tenant is None:
             raise TenantError(f"no tenant {name!r}")
         tenant.nats_account = nats_account
-        await self.redis.hset(TENANTS_KEY, name, tenant.model_dump_json())
+        await self.save(tenant)
         return tenant
+
+    async def save(self, tenant: Tenant) -> None:
+        await self.redis.hset(TENANTS_KEY, tenant.tenant, tenant.model_dump_json())
+
+    async def active(self, name: str) -> Tenant:
+        tenant = await self.get(name)
+        if tenant is None or not tenant.active:
+            raise TenantError(f"no active tenant {name!r}")
+        return tenant
+
+    async def rotate_key(self, name: str) -> tuple[Tenant, str]:
+        """A new API key for an active tenant; every key it had stops in the same
+        transaction (the new one is shown this once)."""
+        tenant = await self.active(name)
+        api_key = new_api_key()
+        old, tenant.key_hashes = tenant.key_hashes, [key_hash(api_key)]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if old:
+                pipe.hdel(KEYS_KEY, *old)
+            pipe.hset(KEYS_KEY, key_hash(api_key), name)
+            pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
+            await pipe.execute()
+        return tenant, api_key
+
+    async def add_users(self, name: str, users: Iterable[NatsUser]) -> Tenant:
+        """Record credentials issued to the tenant (their public keys, never their seeds)."""
+        tenant = await self.active(name)
+        tenant.nats_users.extend(users)
+        await self.save(tenant)
+        return tenant
+
+    async def revoke_user(self, name: str, user: str) -> tuple[Tenant, NatsUser]:
+        """Mark one credential of an active tenant revoked; one ragbus did not record (issued
+        before it kept them) is recorded now by its key, so its account JWT revokes it too."""
+        if not is_user_key(user):
+            raise TenantError(f"{user!r} is not a NATS user's public key (U…)")
+        tenant = await self.active(name)
+        entry = next((u for u in tenant.nats_users if u.user == user), None)
+        if entry is None:
+            entry = NatsUser(user=user, name="(not recorded)")
+            tenant.nats_users.append(entry)
+        if entry.revoked_at is None:
+            entry.revoked_at = utcnow()
+        await self.save(tenant)
+        return tenant, entry
 
     async def authenticate(self, api_key: str) -> Tenant | None:
         """The active tenant this key belongs to, or None."""
