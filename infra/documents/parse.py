@@ -49,8 +49,9 @@ def parse_bytes(data: bytes, filename: str, limits: ParseLimits | None = None) -
     except ImportError as exc:  # the install is broken, not the file
         from infra.documents.readers import missing_library
 
+        kind = _READERS.get(media_type, "file")
         raise ParserFailed(
-            f"the {_READERS.get(media_type, 'file')} reader cannot load on this server, so {display_name(filename)} was "
+            f"the {kind} reader cannot load on this server, so {display_name(filename)} was "
             f"not read: {missing_library(exc)}"
         ) from exc
     except Exception as exc:  # a reader library's own error on a file it cannot make sense of
