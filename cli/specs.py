@@ -41,7 +41,7 @@ def asyncapi(
 
     settings = Settings()
     runtime = Resources(settings, Bus.from_settings(create_broker(settings), settings))
-    build_broker(runtime, orchestrator=True, workers=WORKER_KINDS)
+    build_broker(runtime, orchestrator=True, workers=WORKER_KINDS, for_schema=True)
     spec = AsyncAPI(
         runtime.bus.broker,
         title="ragbus",

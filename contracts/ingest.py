@@ -251,13 +251,17 @@ class JobCounts(BaseModel):
 class IngestProgressData(JobCounts):
     document_id: str | None = None
     error: str | None = None
-    stage: Literal["parsed", "indexed"] | None = Field(
+    stage: Literal["parsed", "indexed", "waiting"] | None = Field(
         default=None,
         description="what just happened to `document_id`: a file `parsed` into its pages (not "
-        "yet counted in the job), or the document `indexed` (counted, done or failed)",
+        "yet counted in the job), the document `indexed` (counted, done or failed), or a file "
+        "`waiting` for its parse (`detail` says why: its tenant's parse budget)",
     )
     pages: int | None = Field(
         default=None, ge=0, description="with `parsed`: how many pages the file had"
+    )
+    detail: str | None = Field(
+        default=None, max_length=2000, description="with `waiting`: why, and for how long"
     )
 
 

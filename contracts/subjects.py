@@ -6,7 +6,7 @@ from typing import Final
 
 from contracts.enums import Channel, Step
 from contracts.envelope import is_valid_request_id
-from contracts.tenancy import is_valid_tenant
+from contracts.tenancy import DEFAULT_TENANT, is_valid_tenant
 
 # Streams
 STREAM_QUERIES: Final = "RAG_QUERIES"
@@ -29,7 +29,9 @@ EVENTS_PREFIX: Final = "rag.events"
 INGEST_DOCS_PREFIX: Final = "rag.ingest.docs"
 INGEST_EVENTS_PREFIX: Final = "rag.ingest.events"
 INGEST_PARSE_PREFIX: Final = "rag.ingest.parse"
-"""`rag.ingest.parse.<job>`: files to parse (`contracts.ingest.IngestFile`), for `worker-parse`."""
+"""`rag.ingest.parse.<tenant>.<job>`: files to parse (`contracts.ingest.IngestFile`), one lane
+a tenant (`worker-parse-<tenant>`), so that one tenant's files never queue behind another's.
+`rag.ingest.parse.<job>`, what earlier releases sent, is served by `worker-parse`."""
 FILES_BUCKET: Final = "RAG_FILES"
 """The JetStream object store the uploaded files wait in (and are kept in, as the originals)."""
 DLQ_PREFIX: Final = "rag.dlq"
@@ -96,8 +98,22 @@ def ingest_docs_subject(job_id: str) -> str:
     return f"{INGEST_DOCS_PREFIX}.{_checked(job_id)}"
 
 
-def ingest_parse_subject(job_id: str) -> str:
-    return f"{INGEST_PARSE_PREFIX}.{_checked(job_id)}"
+def ingest_parse_subject(job_id: str, tenant: str = DEFAULT_TENANT) -> str:
+    if not is_valid_tenant(tenant):
+        raise ValueError(f"invalid tenant for a subject token: {tenant!r}")
+    return f"{INGEST_PARSE_PREFIX}.{tenant}.{_checked(job_id)}"
+
+
+def parse_lane(subject: str) -> str | None:
+    """The tenant whose lane a parse subject is in (`ingest_parse_subject`); "" for one of
+    an earlier release's (`rag.ingest.parse.<job>`); None for any other subject."""
+    prefix = f"{INGEST_PARSE_PREFIX}."
+    if not subject.startswith(prefix):
+        return None
+    tokens = subject[len(prefix) :].split(".")
+    if len(tokens) == 2 and is_valid_tenant(tokens[0]):
+        return tokens[0]
+    return "" if len(tokens) == 1 else None
 
 
 def ingest_events_subject(job_id: str) -> str:

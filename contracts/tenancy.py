@@ -42,6 +42,13 @@ def store_namespace(tenant: str, namespace: str) -> str:
     return f"{tenant}{NAMESPACE_SEPARATOR}{namespace}"
 
 
+def tenant_of(stored: str) -> str:
+    """The tenant a store namespace belongs to (`store_namespace` read backwards): the name
+    before `__`, else the default tenant's (whose namespaces hold no `__`)."""
+    tenant, separator, _ = stored.partition(NAMESPACE_SEPARATOR)
+    return tenant if separator and is_valid_tenant(tenant) else DEFAULT_TENANT
+
+
 def caller_namespace(tenant: str, stored: str) -> str:
     """`store_namespace` undone: the name the tenant knows a store namespace by."""
     if tenant == DEFAULT_TENANT:

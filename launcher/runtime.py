@@ -27,6 +27,7 @@ from infra.runtime.done_fence import DoneFence
 from infra.runtime.readiness import Beacon
 from infra.runtime.resources import Resources
 from infra.runtime.services import Services, ensure_services, redacted
+from infra.runtime.tenant_lanes import LanesRouter
 from infra.runtime.topology import declare_topology
 from infra.settings import Settings
 from infra.tenancy import tenants
@@ -54,9 +55,10 @@ def worker_router(kind: str, resources: Resources) -> NatsRouter:
 
 
 def build_broker(
-    resources: Resources, *, orchestrator: bool, workers: Sequence[str]
+    resources: Resources, *, orchestrator: bool, workers: Sequence[str], for_schema: bool = False
 ) -> Orchestrator | None:
-    """Attach the routers this process runs to the resources' broker."""
+    """Attach the routers this process runs to the resources' broker; `for_schema`: a broker
+    only documented (`ragbus asyncapi`), never started, whose lanes are described whole."""
     broker = resources.bus.broker
     orch = None
     if orchestrator:
@@ -65,7 +67,10 @@ def build_broker(
         orch = Orchestrator(resources)
         broker.include_router(create_router(resources, orch))
     for kind in workers:
-        broker.include_router(worker_router(kind, resources))
+        router = worker_router(kind, resources)
+        if for_schema and isinstance(router, LanesRouter):
+            router.document()
+        broker.include_router(router)
     return orch
 
 
@@ -98,6 +103,8 @@ class Runtime:
         self.beacon: Beacon | None = None
         self.not_ready: dict[str, list[str]] = {}
         """Roles this process runs but does not announce, with why (`_readers_load`)."""
+        self.lanes: list[LanesRouter] = []
+        """Routers whose subscribers open as tenants' work appears, once the broker runs."""
 
     async def start(self) -> None:
         owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
@@ -130,6 +137,8 @@ class Runtime:
             )
             if parse is not None and readers is not None and await self._readers_load(readers):
                 self.broker.include_router(parse)
+                if isinstance(parse, LanesRouter):
+                    self.lanes.append(parse)
         finally:
             if readers is not None:
                 readers.cancel()
@@ -138,6 +147,8 @@ class Runtime:
         await declare_topology(js, self.settings)
         self.resources.bus.fence = DoneFence(js)
         await self.broker.start()
+        for lanes in self.lanes:
+            await lanes.open(js)
         if self.orchestrator is not None:
             self.orchestrator.start_timer()
         roles = (["orchestrator"] if self.run_orchestrator else []) + [
@@ -194,6 +205,8 @@ class Runtime:
             await _bounded("readiness", self.beacon.stop())
         if self.orchestrator is not None:
             await _bounded("orchestrator", self.orchestrator.stop_timer())
+        for lanes in self.lanes:
+            await _bounded("lanes", lanes.close())
         if self.broker is not None:
             await _bounded("broker", self.broker.stop())
         if self.resources is not None:

@@ -48,6 +48,26 @@ class FileSettings(BaseModel):
         description="Free disk (MiB) an upload must leave where uploads are spooled (the "
         "temporary directory); one that would leave less is answered 507 before it is read.",
     )
+    parse_slots: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="Files a parse worker parses at once, each in a parser process of its own: "
+        "a tenant's files take one at a time, so with two or more another tenant's file never "
+        "waits for a flood to end.",
+    )
+    tenant_parse_pages_per_hour: int = Field(
+        20_000,
+        ge=0,
+        description="Pages a tenant's files may have parsed an hour (a bucket of an hour's "
+        "worth, refilled continuously); past it its files wait. The default tenant (a `none` "
+        "or `token` install's, and the CLI's) has none. 0 = no limit.",
+    )
+    tenant_parse_seconds_per_hour: float = Field(
+        3600.0,
+        ge=0,
+        description="Parser seconds a tenant's files may take an hour, as above. 0 = no limit.",
+    )
     parse_timeout_s: float = Field(
         120.0,
         gt=0,

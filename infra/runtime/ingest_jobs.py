@@ -172,16 +172,17 @@ async def publish_progress(
     document_id: str | None = None,
     error: str | None = None,
     *,
-    stage: Literal["parsed", "indexed"] | None = None,
+    stage: Literal["parsed", "indexed", "waiting"] | None = None,
     pages: int | None = None,
+    detail: str | None = None,
 ) -> dict[str, Any]:
     """Send the job's counts as they stand to its watchers; returns the job's state. `stage`
     and `pages` say what just happened to `document_id` (`parsed` into `pages` pages: a file
-    made into its document, not yet counted)."""
+    made into its document, not yet counted; `waiting`, with the `detail` of why)."""
     state = await read_job(redis, job_id) or {"status": "running"}
     counts = {name: state[name] for name in ("status", "expected", *COUNTERS) if name in state}
     data = IngestProgressData(
-        **counts, document_id=document_id, error=error, stage=stage, pages=pages
+        **counts, document_id=document_id, error=error, stage=stage, pages=pages, detail=detail
     )
     progress = IngestProgress(request_id=job_id, data=data)
     await bus.publish(progress, sj.ingest_events_subject(job_id), sj.STREAM_INGEST_EVENTS)

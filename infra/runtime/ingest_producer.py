@@ -1,8 +1,9 @@
 """Batch ingestion producer: documents onto the bus as one job, then the job's seal.
 
 A job may mix text documents (`DocumentIn`, on `rag.ingest.docs.<job>` for the ingest workers)
-and files (`FileDocument`, on `rag.ingest.parse.<job>` for the parse workers, which make each
-into a document for the ingest workers). A file is in the object store before its message is
+and files (`FileDocument`, on `rag.ingest.parse.<tenant>.<job>` for the parse workers, in the
+lane of the tenant whose namespace the file goes to, which make each into a document for the
+ingest workers). A file is in the object store before its message is
 sent (`infra.runtime.files`): the message carries its reference, never its bytes.
 
 Each message's `event_id` is its content hash, so the broker drops a copy re-sent within
@@ -33,6 +34,7 @@ from contracts.ingest import (
     IngestFile,
     IngestJobSealed,
 )
+from contracts.tenancy import tenant_of
 from infra.documents import SUPPORTED_SUFFIXES
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
@@ -186,7 +188,6 @@ async def publish_job(
     with the whole batch at hand check it all first: `check_sizes`)."""
     job_id = job_id or new_request_id()
     subject = sj.ingest_docs_subject(job_id)
-    parse_subject = sj.ingest_parse_subject(job_id)
     accepted = duplicates = files = 0
     for sent, document in enumerate(documents, start=1):
         message, body = _message(job_id, document)
@@ -195,7 +196,10 @@ async def publish_job(
         is_file = isinstance(document, FileDocument)
         files += is_file
         ack = await bus.publish_raw(
-            body, parse_subject if is_file else subject, sj.STREAM_INGEST, message.event_id
+            body,
+            sj.ingest_parse_subject(job_id, tenant_of(document.namespace)) if is_file else subject,
+            sj.STREAM_INGEST,
+            message.event_id,
         )
         if ack is not None and ack.duplicate:
             duplicates += 1

@@ -94,6 +94,8 @@ class ConsumerSpec:
     """A pull consumer: each process fetches `worker_concurrency` messages at a time. For bulk
     work whose messages are slow (ingestion): a push consumer hands a process every message up
     to `max_ack_pending`, and a killed process then spends a delivery of each of them."""
+    inactive_s: float | None = None
+    """Removed by the server once no one has used it for this long (None: kept)."""
 
 
 def step_consumer(step: Step, channel: Channel | None = None) -> ConsumerSpec:
@@ -107,11 +109,32 @@ INGEST_WORKER = ConsumerSpec(
     "worker-ingest", sj.STREAM_INGEST, f"{sj.INGEST_DOCS_PREFIX}.>", pull=True
 )
 PARSE_WORKER = ConsumerSpec(
-    "worker-parse", sj.STREAM_INGEST, f"{sj.INGEST_PARSE_PREFIX}.>", pull=True
+    "worker-parse", sj.STREAM_INGEST, f"{sj.INGEST_PARSE_PREFIX}.*", pull=True
 )
-"""Files to parse. A parse may run for up to `RAGBUS_PARSE_TIMEOUT_S`, well past the ack wait:
-the error policy's heartbeat (`worker_runtime.Heartbeat`) tells JetStream every half ack wait
-that the message is still being worked on, so only a dead process gets its files redelivered."""
+"""Files to parse sent by an earlier release (`rag.ingest.parse.<job>`, in no tenant's lane);
+every parse worker waits on it, so it also tells that one is there. A parse may run for up to
+`RAGBUS_PARSE_TIMEOUT_S`, well past the ack wait: the error policy's heartbeat
+(`worker_runtime.Heartbeat`) tells JetStream every half ack wait that the message is still
+being worked on, so only a dead process gets its files redelivered."""
+PARSE_LANE_IDLE_S = 3600.0
+"""A tenant's parse lane (its durable consumer) that no worker has pulled from for this long is
+removed by the server; the next file of the tenant makes it again."""
+
+
+def parse_lane_consumer(tenant: str) -> ConsumerSpec:
+    """A tenant's lane of files to parse (`rag.ingest.parse.<tenant>.>`): each tenant's own
+    FIFO, so that a tenant's flood never holds another tenant's file back
+    (`infra.runtime.tenant_lanes`). Its subjects never overlap another lane's, nor
+    `PARSE_WORKER`'s, as a work-queue stream requires."""
+    return ConsumerSpec(
+        f"worker-parse-{tenant}",
+        sj.STREAM_INGEST,
+        f"{sj.INGEST_PARSE_PREFIX}.{tenant}.>",
+        pull=True,
+        inactive_s=PARSE_LANE_IDLE_S,
+    )
+
+
 ORCHESTRATOR_ADVISORIES = ConsumerSpec(
     "orchestrator-advisories", sj.STREAM_ADVISORIES, sj.MAX_DELIVERIES_ADVISORIES
 )
@@ -205,13 +228,14 @@ def consumer_config(spec: ConsumerSpec, settings: Settings) -> api.ConsumerConfi
         ack_wait=settings.ack_wait_s,
         max_deliver=settings.max_deliver,
         max_ack_pending=1000 if spec.pull else settings.max_ack_pending,
+        inactive_threshold=spec.inactive_s,
     )
 
 
 async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: Settings) -> None:
     """Create the durable consumer. One of the other kind (a pull consumer an older release
-    left where a push one is declared now) is replaced: the stream keeps its messages, and the
-    new consumer delivers them."""
+    left where a push one is declared now), or on other subjects, is replaced: the stream keeps
+    its messages, and the new consumer delivers them."""
     config = consumer_config(spec, settings)
     try:
         await js.add_consumer(spec.stream, config)
@@ -222,8 +246,19 @@ async def declare_consumer(js: JetStreamContext, spec: ConsumerSpec, settings: S
         existing = await js.consumer_info(spec.stream, spec.durable)
     except nats.js.errors.NotFoundError:
         existing = None
-    if existing is not None and bool(existing.config.deliver_subject) == spec.pull:
-        log.warning("consumer_kind_replaced", consumer=spec.durable, pull=spec.pull)
+    if existing is not None and (
+        bool(existing.config.deliver_subject) == spec.pull
+        or existing.config.filter_subject != spec.filter_subject
+    ):
+        # an earlier release's consumer (a pull one where a push one is declared now, or
+        # `worker-parse` on every parse subject, which would overlap the tenants' lanes)
+        log.warning(
+            "consumer_replaced",
+            consumer=spec.durable,
+            pull=spec.pull,
+            filter_subject=spec.filter_subject,
+            was=existing.config.filter_subject,
+        )
         await js.delete_consumer(spec.stream, spec.durable)
         await js.add_consumer(spec.stream, config)
         return

@@ -35,7 +35,12 @@ from infra.runtime.files import FileStore
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job
 from infra.runtime.services import LocalService
-from infra.runtime.topology import PARSE_WORKER, declare_topology
+from infra.runtime.topology import (
+    PARSE_WORKER,
+    declare_consumer,
+    declare_topology,
+    parse_lane_consumer,
+)
 from infra.settings import Settings
 from infra.tenancy.quotas import effective
 from launcher.runtime import Runtime
@@ -286,7 +291,7 @@ async def test_a_parser_that_hangs_or_crashes_dead_letters_its_file_and_the_work
     try:
         js = nc.jetstream()
         letters = []
-        subject = sj.dlq_subject(sj.ingest_parse_subject(failing))
+        subject = sj.dlq_subject(sj.ingest_parse_subject(failing, "default"))
         sub = await js.subscribe(subject, ordered_consumer=True)
         for _ in range(2):
             msg = await sub.next_msg(timeout=10)
@@ -393,10 +398,23 @@ async def test_an_ingest_stream_of_an_earlier_release_takes_the_files(
             )
         )
         await declare_topology(js, settings)
+        # the parse consumer of the release before lanes, on every parse subject
+        await js.delete_consumer(sj.STREAM_INGEST, PARSE_WORKER.durable)
+        await js.add_consumer(
+            sj.STREAM_INGEST,
+            js_api.ConsumerConfig(
+                durable_name=PARSE_WORKER.durable,
+                filter_subject="rag.ingest.parse.>",
+                ack_policy=js_api.AckPolicy.EXPLICIT,
+            ),
+        )
+        await declare_topology(js, settings)
+        lane = parse_lane_consumer("acme")
+        await declare_consumer(js, lane, settings)  # would overlap the old one's subjects
         info = await js.stream_info(sj.STREAM_INGEST)
         assert sorted(info.config.subjects or []) == ["rag.ingest.docs.>", "rag.ingest.parse.>"]
         consumer = await js.consumer_info(sj.STREAM_INGEST, PARSE_WORKER.durable)
-        assert consumer.config.filter_subject == "rag.ingest.parse.>"
+        assert consumer.config.filter_subject == "rag.ingest.parse.*", "an earlier release's"
         assert consumer.config.deliver_subject is None, "a pull consumer"
         bucket = await js.object_store(sj.FILES_BUCKET)
         assert (await bucket.status()).storage_type == js_api.StorageType.FILE

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
 from structlog.testing import capture_logs
 
@@ -22,7 +22,7 @@ from contracts.ingest import FileDocument
 from infra.runtime.files import FileStore
 from infra.runtime.ingest_producer import publish_job
 from infra.runtime.readiness import ready_processes
-from infra.runtime.topology import PARSE_WORKER
+from infra.runtime.topology import PARSE_WORKER, parse_lane_consumer
 from launcher.runtime import Runtime
 from tests.integration.conftest import own_services, running
 from tests.integration.polling import until
@@ -72,12 +72,14 @@ async def test_a_parse_worker_whose_readers_do_not_load_is_not_ready_and_says_wh
                 try:
                     js = nc.jetstream()
 
-                    async def consumer() -> Any:
-                        return await js.consumer_info(PARSE_WORKER.stream, PARSE_WORKER.durable)
-
-                    await asyncio.sleep(2.0)  # time enough for a subscriber to take it
-                    info = await consumer()
-                    assert (info.num_pending, info.num_ack_pending) == (1, 0), "not taken"
+                    await asyncio.sleep(2.0)  # time enough for a lane to open and take it
+                    info = await js.stream_info(
+                        PARSE_WORKER.stream, subjects_filter="rag.ingest.parse.>"
+                    )
+                    assert sum((info.state.subjects or {}).values()) == 1, "the file waits"
+                    lane = parse_lane_consumer("default")
+                    with pytest.raises(nats.js.errors.NotFoundError):
+                        await js.consumer_info(lane.stream, lane.durable)  # no lane opened
                 finally:
                     await nc.close()
         told = [entry for entry in logs if entry["event"] == "parse_not_ready"]

@@ -104,9 +104,9 @@ async def test_a_mixed_job_sends_files_to_parse_text_to_index_and_one_seal_for_b
     assert (receipt.accepted, receipt.duplicates) == (3, 1)
     sent = [(subject, type(m).__name__, m.document.id) for subject, _, _, m in bus.sent[:-1]]
     assert sent == [
-        ("rag.ingest.parse.job-mixed", "IngestFile", "report.pdf"),
+        ("rag.ingest.parse.default.job-mixed", "IngestFile", "report.pdf"),
         ("rag.ingest.docs.job-mixed", "IngestDocument", "notes.md"),
-        ("rag.ingest.parse.job-mixed", "IngestFile", "deck.pptx"),
+        ("rag.ingest.parse.default.job-mixed", "IngestFile", "deck.pptx"),
     ]
     assert {stream for _, stream, _, _ in bus.sent} == {sj.STREAM_INGEST}
     for _, _, msg_id, message in bus.sent[:-1]:

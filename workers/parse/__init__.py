@@ -1,5 +1,14 @@
-"""Parse worker: files of a job in (`rag.ingest.parse.<job>`), documents out, for the ingest
-workers (`rag.ingest.docs.<job>`).
+"""Parse worker: files of a job in (`rag.ingest.parse.<tenant>.<job>`), documents out, for the
+ingest workers (`rag.ingest.docs.<job>`).
+
+Each tenant's files arrive in a lane of their own (`infra.runtime.tenant_lanes`), one file of
+each tenant held at a time, and wait their turn for one of `RAGBUS_PARSE_SLOTS` parsers
+(`infra.runtime.fair_slots`: the tenant served longest ago goes first, and no tenant holds two
+parsers while another waits). In `tenants` mode a tenant past its hourly budget of pages and
+parser seconds waits first (`infra.tenancy.parse_budget`), its watchers told why. So one
+tenant's flood never holds another's one-page file behind it: that file waits for a lane to
+open (`POLL_S`, a second) and, when every parser is busy with other tenants' files, for the
+first of them to end (at most `RAGBUS_PARSE_TIMEOUT_S`).
 
 For each `IngestFile` it fetches the file from the object store by its reference
 (`infra.runtime.files`), parses it in a child process held to the configured limits
@@ -24,11 +33,12 @@ The parse worker owns no store: it may run anywhere the bus and Redis are.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import structlog
-from faststream.nats import NatsRouter
+from faststream import AckPolicy
 from pydantic import ValidationError
 
 from contracts import subjects as sj
@@ -39,19 +49,23 @@ from contracts.ingest import (
     IngestFile,
     IngestRefused,
 )
+from contracts.tenancy import DEFAULT_TENANT, tenant_of
 from infra.documents import ParsedDocument, ParseLimits, ParseRefused, ParserFailed, ParserPool
-from infra.errors import describe_error
+from infra.errors import TransientError, describe_error
 from infra.logging import get_logger
 from infra.metrics import STEP_SECONDS
 from infra.runtime.bus import Bus, wire_json
 from infra.runtime.dead_letters import report_document_failure
+from infra.runtime.fair_slots import FairSlots
 from infra.runtime.files import FileStore, FileUnavailable
 from infra.runtime.ingest_jobs import JobTracker, publish_progress
 from infra.runtime.ingest_producer import HEADER_ALLOWANCE
 from infra.runtime.resources import Resources
-from infra.runtime.topology import PARSE_WORKER, subscriber_kwargs
-from infra.runtime.worker_runtime import step_router
+from infra.runtime.tenant_lanes import LanesRouter
+from infra.runtime.topology import PARSE_WORKER, parse_lane_consumer
+from infra.runtime.worker_runtime import error_policy
 from infra.settings import Settings
+from infra.tenancy.parse_budget import Budget, ParseBudgets
 
 __all__ = ["FileRefused", "ParseCrashed", "create_router", "made_document", "parse_limits"]
 
@@ -59,10 +73,8 @@ log = get_logger(__name__)
 
 MIB = 1024 * 1024
 PARSED_MSG_ID_SUFFIX = "~parsed"
-PARSE_CONCURRENCY = 1
-"""Files a parse worker takes at once: its pool parses one at a time. Each file it held
-beyond that would wait with its bytes in memory and no heartbeat, and past the ack wait be
-delivered again and parsed twice (4 of 200 scans were, fetched four at a time)."""
+BUDGET_RECHECK_S = 60.0
+"""A tenant waiting on its parse budget looks again at least this often."""
 REFUSED_MSG_ID_SUFFIX = "~refused"
 """The document's `Nats-Msg-Id` is its file message's `event_id` and this: both messages are
 in `RAG_INGEST`, whose duplicate window would drop a second message under the same id."""
@@ -120,11 +132,20 @@ def made_document(message: IngestFile, parsed: ParsedDocument) -> DocumentIn:
         raise FileRefused(f"{document.file.filename}: {describe_error(exc)}") from None
 
 
-def create_router(resources: Resources, files: FileStore | None = None) -> NatsRouter:
+def parse_budget(settings: Settings) -> Budget:
+    """What a tenant may parse an hour. The default tenant's files (everything of a `none` or
+    `token` install, and what the operator ingests with the CLI) are not budgeted: it is the
+    install's own."""
+    return Budget(settings.tenant_parse_pages_per_hour, settings.tenant_parse_seconds_per_hour)
+
+
+def create_router(resources: Resources, files: FileStore | None = None) -> LanesRouter:
     """`files`: the object store to fetch from (default: this process's broker's)."""
     settings, bus = resources.settings, resources.bus
     tracker: JobTracker | None = None
-    pool: ParserPool | None = None
+    pools: list[ParserPool] = []
+    slots = FairSlots(settings.parse_slots)
+    budgets: ParseBudgets | None = None
 
     def jobs() -> JobTracker:
         nonlocal tracker
@@ -132,12 +153,17 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
             tracker = JobTracker(resources.redis(), settings.state_ttl_s)
         return tracker
 
-    def parser() -> ParserPool:
-        """One pool per process, started with the first file."""
-        nonlocal pool
-        if pool is None:
-            pool = ParserPool(parse_limits(settings))
-        return pool
+    def parser(slot: int) -> ParserPool:
+        """One pool a slot, each started with its first file."""
+        while len(pools) <= slot:
+            pools.append(ParserPool(parse_limits(settings)))
+        return pools[slot]
+
+    def budget() -> ParseBudgets:
+        nonlocal budgets
+        if budgets is None:
+            budgets = ParseBudgets(resources.redis(), parse_budget(settings))
+        return budgets
 
     def file_store() -> FileStore:
         nonlocal files
@@ -172,7 +198,7 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
             message.event_id + REFUSED_MSG_ID_SUFFIX,
         )
 
-    async def parse(message: IngestFile) -> tuple[ParsedDocument, float]:
+    async def parse(message: IngestFile, slot: int) -> tuple[ParsedDocument, float]:
         ref = message.document.file
         if ref.size > settings.max_file_bytes:
             raise FileRefused(
@@ -185,7 +211,7 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
             raise FileRefused(f"{ref.filename}: {exc}") from None
         started = time.perf_counter()
         try:
-            parsed = await parser().parse(data, ref.filename)
+            parsed = await parser(slot).parse(data, ref.filename)
         except ParseRefused as exc:
             raise FileRefused(str(exc)) from None
         except ParserFailed as exc:
@@ -219,17 +245,57 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
             message.event_id + PARSED_MSG_ID_SUFFIX,
         )
 
+    async def within_budget(message: IngestFile, tenant: str) -> None:
+        """Wait while the tenant is past its parse budget, its job's watchers told why once."""
+        if tenant == DEFAULT_TENANT:
+            return
+        told = False
+        while (wait := await budget().wait_s(tenant)) > 0:
+            if not told:
+                told = True
+                log.info("parse_budget_wait", tenant=tenant, seconds=round(wait, 1))
+                await publish_progress(
+                    bus,
+                    resources.redis(),
+                    message.request_id,
+                    message.document.id,
+                    stage="waiting",
+                    detail=f"the tenant's parse budget ({budget().budget.describe()}) is spent: "
+                    f"this file waits about {wait:,.0f} s",
+                )
+            try:
+                async with asyncio.timeout(min(wait, BUDGET_RECHECK_S)):
+                    await router.closing.wait()
+            except TimeoutError:
+                continue
+            raise TransientError(
+                "the worker stopped while the file waited for its tenant's parse budget: it is "
+                "delivered again"
+            )
+
     async def on_file(message: IngestFile) -> None:
         job_id, document_id = message.request_id, message.document.id
+        tenant = tenant_of(message.document.namespace)
         structlog.contextvars.bind_contextvars(job_id=job_id, document_id=document_id)
         if await jobs().counted(job_id, message.event_id):
             return  # a redelivery of a file already refused, or indexed: nothing left to do
-        try:
-            parsed, seconds = await parse(message)
-            document = made_document(message, parsed)
-        except FileRefused as exc:
-            await refuse(message, str(exc))
-            return
+        await within_budget(message, tenant)
+        waited = time.perf_counter()
+        async with slots.slot(tenant) as slot:
+            queued_s = time.perf_counter() - waited
+            try:
+                parsed, seconds = await parse(message, slot)
+                document = made_document(message, parsed)
+            except FileRefused as exc:
+                await refuse(message, str(exc))
+                return
+            except ParseCrashed:
+                if tenant != DEFAULT_TENANT:
+                    spent = time.perf_counter() - waited - queued_s
+                    await budget().charge(tenant, 1, spent)
+                raise
+        if tenant != DEFAULT_TENANT:
+            await budget().charge(tenant, len(parsed.pages), seconds)
         STEP_SECONDS.labels(phase="parse").observe(seconds)
         log.info(
             "file_parsed",
@@ -241,6 +307,7 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
             ocr_pages=parsed.ocr_pages,
             chars=len(parsed.text),
             seconds=round(seconds, 3),
+            queued_s=round(queued_s, 3),
         )
         # before the document goes on: its `indexed` event may end the job's stream of events
         await publish_progress(
@@ -259,13 +326,26 @@ def create_router(resources: Resources, files: FileStore | None = None) -> NatsR
             status = failure.state.get("status")
             log.info("ingest_job_finished", job_id=failure.job_id, status=status)
 
-    router = step_router(resources, on_dead_letter=on_dead_letter)
+    def lane_handler(lane: str) -> Any:
+        async def parse_file(message: IngestFile) -> None:
+            await on_file(message)
 
-    @router.subscriber(
-        **subscriber_kwargs(PARSE_WORKER, settings, IngestFile, concurrency=PARSE_CONCURRENCY),
+        parse_file.__name__ = f"parse_{lane or 'base'}"
+        return parse_file
+
+    router = LanesRouter(
+        settings=settings,
+        stream=sj.STREAM_INGEST,
+        subjects=f"{sj.INGEST_PARSE_PREFIX}.>",
+        model=IngestFile,
+        base=PARSE_WORKER,
+        consumer=parse_lane_consumer,
+        lane_of=sj.parse_lane,
+        handler=lane_handler,
         title="parse",
+        middlewares=[
+            error_policy(bus, settings, on_dead_letter=on_dead_letter, is_live=resources.is_live)
+        ],
+        ack_policy=AckPolicy.MANUAL,
     )
-    async def parse_file(message: IngestFile) -> None:
-        await on_file(message)
-
     return router
