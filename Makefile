@@ -81,18 +81,18 @@ $(ASYNCAPI_PARSER): tools/asyncapi/package.json tools/asyncapi/package-lock.json
 test: setup $(ASYNCAPI_PARSER)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak"
 
-# The long runs, after `make test`: the fuzz suites with four times the examples and the short
-# chaos run (tests marked `soak`), then a ten-minute chaos run (every role SIGKILLed and
+# The long runs, after `make test`: the fuzz suites with four times the examples, the short
+# chaos run and a plain install's resolution by Python's own pip (tests marked `soak`), then a ten-minute chaos run (every role SIGKILLed and
 # restarted, both servers killed once, an ingest process killed mid-job); it exits 1 when a
 # goal is missed. Its report goes to results/chaos-soak.json, and the benchmark tables of the
 # README and docs/benchmarks.md are rewritten from it (`make test` checks they match).
 soak: setup
-	RAGBUS_FUZZ_SCALE=4 $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/fuzz tests/chaos
+	RAGBUS_FUZZ_SCALE=4 $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/fuzz tests/chaos tests/unit/test_reader_dependencies.py
 	$(BIN)/ragbus chaos --duration 600 --concurrency 5 --kill-every 4 --seed 11 --out results/chaos-soak.json
 	$(BIN)/ragbus tables
 
 unit: setup
-	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests/unit
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/unit
 
 integration: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/integration
