@@ -78,8 +78,11 @@ $(ASYNCAPI_PARSER): tools/asyncapi/package.json tools/asyncapi/package-lock.json
 # The suite starts a few hundred Python processes (stacks, CLI commands, workers): each reads
 # its modules' bytecode from __pycache__ (git ignores it) rather than compiling them again,
 # whatever PYTHONDONTWRITEBYTECODE the shell has (a stack's start: 6.3 -> 5.0 s of CPU).
+# Tests marked `alone` (the hostile-files suite: a probe's latency under attack) run after the
+# parallel run, by themselves: another test's stack beside them would be measured too.
 test: setup $(ASYNCAPI_PARSER)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak and not alone"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -m "alone and not soak"
 
 # The long runs, after `make test`: the fuzz suites with four times the examples, the short
 # chaos run and a plain install's resolution by Python's own pip (tests marked `soak`), then a ten-minute chaos run (every role SIGKILLed and
@@ -95,7 +98,8 @@ unit: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/unit
 
 integration: setup
-	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/integration
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak and not alone" tests/integration
+	$(BIN)/pytest -q -m "alone and not soak" tests/integration
 
 # the layering's contracts ([tool.importlinter] in pyproject.toml) and no import circle
 lint: setup

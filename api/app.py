@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import admin, catalogue, documents, jobs, ops, reference, routes, sessions, web
 from api.event_hub import EventHub
+from api.gate import CallerGate
 from api.intake import Intake
 from api.limits import BodyLimit
 from api.schemas import ErrorDetail, ErrorResponse
@@ -138,6 +139,7 @@ def create_app(
     app.include_router(web.router)
     app.include_router(reference.router)
     app.add_middleware(BodyLimit)  # bodies bounded before any route reads one
+    app.add_middleware(CallerGate)  # outermost: a caller's requests at once, counted first
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     for error in UNAVAILABLE_ERRORS:

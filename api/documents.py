@@ -9,7 +9,6 @@ endpoints (`api.jobs`); the caller's namespaces and documents are listed by `api
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 from urllib.parse import quote
 
@@ -27,14 +26,13 @@ from fastapi import (
 from fastapi.exceptions import RequestValidationError
 from nats.js import JetStreamContext
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from api.auth import Caller, CallerDep, authenticate
 from api.catalogue import NamespaceQuery
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
 from api.idempotency import Idempotency, IdempotencyDep, IdempotencyKey, fingerprint
 from api.jobs import answer, start_job
-from api.limits import TransferSlots, check_spool_room
+from api.limits import check_spool_room
 from api.routes import V1_ERRORS, take_submission
 from api.schemas import (
     DOCUMENT_FILES_ENCODING,
@@ -177,17 +175,6 @@ async def get_files(request: Request, js: JetStreamDep, settings: SettingsDep) -
 FilesDep = Annotated[FileStore, Depends(get_files)]
 
 
-def get_transfers(request: Request, settings: SettingsDep) -> TransferSlots:
-    """This process's count of each tenant's file transfers (`api.limits.TransferSlots`)."""
-    slots: TransferSlots | None = getattr(request.app.state, "transfers", None)
-    if slots is None:
-        slots = request.app.state.transfers = TransferSlots(settings.tenant_max_transfers)
-    return slots
-
-
-TransfersDep = Annotated[TransferSlots, Depends(get_transfers)]
-
-
 def byte_allowance(quotas: Quotas, caller: Caller, free: int) -> ByteAllowance:
     """What the caller's files may take while they stream in (`api.uploads`)."""
 
@@ -212,7 +199,6 @@ async def ingest_documents(
     quotas: QuotasDep,
     idempotency: IdempotencyDep,
     files: FilesDep,
-    transfers: TransfersDep,
     idempotency_key: IdempotencyKey = None,
     body: Annotated[DocumentsRequest, Body()] = None,  # type: ignore[assignment]
 ) -> IngestAccepted:
@@ -236,10 +222,8 @@ async def ingest_documents(
     await take_submission(quotas, caller)
     check_spool_room(request.headers, settings.max_request_bytes, settings.upload_min_free_mb)
     free = await quotas.free_bytes(caller.tenant, caller.limits)
-    async with (
-        transfers.slot(caller.tenant, "upload"),
-        file_batch(request, settings.max_file_bytes, byte_allowance(quotas, caller, free)) as batch,
-    ):
+    allowance = byte_allowance(quotas, caller, free)
+    async with file_batch(request, settings.max_file_bytes, allowance) as batch:
         started = await accept_files(
             caller,
             batch,
@@ -340,27 +324,21 @@ async def get_original(
     caller: CallerDep,
     files: FilesDep,
     quotas: QuotasDep,
-    transfers: TransfersDep,
     namespace: NamespaceQuery = "default",
 ) -> Response:
+    """Streamed a chunk at a time (`FileStore.open_original`); the caller's downloads at once
+    are bounded at the door (`api.gate`)."""
     await take_submission(quotas, caller)
     space = store_namespace(caller.tenant, namespace)
-    release = transfers.acquire(caller.tenant, "download")
-    try:
-        original = await files.open_original(space, document_id)
-    except BaseException:
-        release()
-        raise
+    original = await files.open_original(space, document_id)
     if original is None:
-        release()
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             f"document {document_id!r} in namespace {namespace!r} has no original file: it was "
             "sent as text, deleted, or never uploaded",
         )
-    return HeldStream(
+    return StreamingResponse(
         original.chunks,
-        release,
         media_type=original.media_type,
         headers={
             "Content-Length": str(original.size),
@@ -370,23 +348,6 @@ async def get_original(
             "ETag": f'"{original.sha256}"',
         },
     )
-
-
-class HeldStream(StreamingResponse):
-    """A streamed body that holds a transfer slot until the response ends, however it ends
-    (sent, the client gone, the stream failing), even when its body never started."""
-
-    def __init__(
-        self, chunks: AsyncIterator[bytes], release: Callable[[], None], **kwargs: object
-    ) -> None:
-        super().__init__(chunks, **kwargs)  # type: ignore[arg-type]
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
 
 
 @router.delete(

@@ -1,5 +1,5 @@
-"""What one request may cost the API process: its body's bytes, and a tenant's file transfers
-at once.
+"""What one request may cost the API process: its body's bytes, and the disk an upload spools
+to. (How many requests one caller has running at once is `api.gate`'s.)
 
 - `BodyLimit` (ASGI middleware): a multipart body may be `RAGBUS_MAX_REQUEST_BYTES`, any
   other `RAGBUS_MAX_JSON_BYTES`. A declared `Content-Length` over the limit is answered 413
@@ -11,10 +11,6 @@ at once.
   body in flight), so up to one limit more of its body is read and dropped (`_drain`, for
   at most `DRAIN_S`) before the answer, as nginx's lingering close does: a client sending
   far more than that loses the connection instead.
-- `TransferSlots`: a tenant's uploads and downloads of files running at once in this process,
-  at most `RAGBUS_TENANT_MAX_TRANSFERS`; one more is refused with 429 and Retry-After rather
-  than queued, so a tenant's parallel GETs of one large original cannot hold the process's
-  memory, nor its uploads its disk.
 - `check_spool_room`: an upload that would leave less than `RAGBUS_UPLOAD_MIN_FREE_MB` free
   where uploads spool (the temporary directory) is refused with 507 before it is read.
 """
@@ -25,8 +21,6 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 
 from fastapi import HTTPException, status
 from starlette.datastructures import Headers
@@ -35,7 +29,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from infra.metrics import REFUSED_REQUESTS
 
 MULTIPART = "multipart/form-data"
-TRANSFER_RETRY_AFTER_S = 1
 DRAIN_S = 10.0
 """How long a refused body is read and dropped, at most, before its 413 is sent."""
 
@@ -55,7 +48,7 @@ def _limit(headers: Headers, max_request_bytes: int, max_json_bytes: int) -> tup
     return max_json_bytes, "RAGBUS_MAX_JSON_BYTES"
 
 
-def _declared_length(headers: Headers) -> int | None:
+def declared_length(headers: Headers) -> int | None:
     try:
         return int(headers["content-length"])
     except (KeyError, ValueError):
@@ -75,13 +68,13 @@ class BodyLimit:
         settings = scope["app"].state.settings
         headers = Headers(scope=scope)
         limit, setting = _limit(headers, settings.max_request_bytes, settings.max_json_bytes)
-        declared = _declared_length(headers)
+        declared = declared_length(headers)
         if declared is not None and declared > limit:
             REFUSED_REQUESTS.labels(reason="body_too_large").inc()
             waits = headers.get("expect", "").lower() == "100-continue"
             if not waits and declared <= 2 * limit:
-                await _drain(receive, declared)
-            await _refuse(send, BodyTooLarge(limit, setting))
+                await drain(receive, declared)
+            await refuse(send, BodyTooLarge(limit, setting))
             return
         received = 0
 
@@ -93,14 +86,14 @@ class BodyLimit:
                 if received > limit:
                     REFUSED_REQUESTS.labels(reason="body_too_large").inc()
                     if message.get("more_body", False):
-                        await _drain(receive, limit)
+                        await drain(receive, limit)
                     raise BodyTooLarge(limit, setting)
             return message
 
         await self.app(scope, counted, send)
 
 
-async def _drain(receive: Receive, most: int) -> None:
+async def drain(receive: Receive, most: int) -> None:
     """Read and drop up to `most` bytes of the body, for at most `DRAIN_S` (see the module)."""
     dropped = 0
     try:
@@ -116,72 +109,20 @@ async def _drain(receive: Receive, most: int) -> None:
         return
 
 
-async def _refuse(send: Send, error: HTTPException) -> None:
-    """The app's error shape (`api.app._error`), sent from outside the app: the connection is
-    closed after it, the body unread."""
+async def refuse(send: Send, error: HTTPException, code: str = "too_large") -> None:
+    """The app's error shape (`api.app._error`), sent from outside the app (with the error's
+    headers): the connection is closed after it, any body left unread."""
     body = json.dumps(
-        {"error": {"code": "too_large", "message": str(error.detail)}}, separators=(",", ":")
+        {"error": {"code": code, "message": str(error.detail)}}, separators=(",", ":")
     ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.status_code,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-class TransferSlots:
-    """Each tenant's file transfers running in this process (see the module)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._running: dict[str, int] = {}
-
-    def running(self, tenant: str) -> int:
-        return self._running.get(tenant, 0)
-
-    def acquire(self, tenant: str, what: str) -> Callable[[], None]:
-        """Take one of the tenant's slots, or 429; the call that gives it back (once, however
-        often it is called)."""
-        running = self._running.get(tenant, 0)
-        if running >= self.limit:
-            REFUSED_REQUESTS.labels(reason="transfers").inc()
-            raise HTTPException(
-                status.HTTP_429_TOO_MANY_REQUESTS,
-                f"{running} file transfers of this tenant are running; at most {self.limit} "
-                f"run at once (RAGBUS_TENANT_MAX_TRANSFERS): try this {what} again when one "
-                "has finished",
-                headers={"Retry-After": str(TRANSFER_RETRY_AFTER_S)},
-            )
-        self._running[tenant] = running + 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
-            left = self._running[tenant] - 1
-            if left:
-                self._running[tenant] = left
-            else:
-                del self._running[tenant]
-
-        return release
-
-    @asynccontextmanager
-    async def slot(self, tenant: str, what: str) -> AsyncIterator[None]:
-        release = self.acquire(tenant, what)
-        try:
-            yield
-        finally:
-            release()
 
 
 def check_spool_room(headers: Headers, max_request_bytes: int, min_free_mb: int) -> None:
@@ -189,7 +130,7 @@ def check_spool_room(headers: Headers, max_request_bytes: int, min_free_mb: int)
     than `min_free_mb` free where uploads are spooled."""
     if min_free_mb <= 0:
         return
-    needed = _declared_length(headers) or max_request_bytes
+    needed = declared_length(headers) or max_request_bytes
     free = shutil.disk_usage(tempfile.gettempdir()).free
     if free - needed < min_free_mb * 1024 * 1024:
         REFUSED_REQUESTS.labels(reason="disk").inc()

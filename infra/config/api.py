@@ -73,6 +73,13 @@ class ApiSettings(BaseModel):
         description="`tenants` mode: bytes of JetStream storage a tenant's account has, for its "
         "own copy of its events (the oldest go first).",
     )
+    caller_max_requests: int = Field(
+        64,
+        ge=1,
+        description="Requests one caller (one API key or token) may have running at once in "
+        "an API process, event streams included; one more is answered 429 at the door, before "
+        "it costs a route's work.",
+    )
     quota_requests_per_s: float = Field(
         50.0, ge=0, description="Submissions per second per tenant (token bucket); 0 = no limit."
     )

@@ -39,8 +39,9 @@ class FileSettings(BaseModel):
     tenant_max_transfers: int = Field(
         4,
         ge=1,
-        description="File uploads and downloads one tenant may have running at once, per API "
-        "process; one more is answered 429 with Retry-After.",
+        description="File uploads and downloads one caller (one API key or token) may have "
+        "running at once, per API process; one more is answered 429 with Retry-After, at the "
+        "door.",
     )
     upload_min_free_mb: int = Field(
         1024,

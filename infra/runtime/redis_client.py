@@ -6,6 +6,11 @@ command fails on it. So every client here retries a command that failed on the c
 than `HEALTH_CHECK_S` before using it, and gives up on connecting after `CONNECT_TIMEOUT_S`:
 when Redis is back, the next command works; while it is down, a command fails within about
 a second, which the API answers with 503 and `Retry-After`.
+
+The pool holds at most `POOL_CONNECTIONS` connections, and a command that finds them all busy
+waits up to `POOL_WAIT_S` for one (`BlockingConnectionPool`): redis-py's default pool refuses
+the 101st concurrent command with "Too many connections", so one tenant's burst of 200
+parallel downloads answered 503 to everyone else's requests of that moment.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ COMMAND_TIMEOUT_S = 10.0
 HEALTH_CHECK_S = 15
 RETRY_AFTER_S = 2
 """What a caller is told to wait while Redis is unreachable."""
+POOL_CONNECTIONS = 256
+POOL_WAIT_S = 5.0
 
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
 """What Redis raises when it cannot be reached (or stops answering), as opposed to a bad
@@ -35,9 +42,12 @@ command: the API answers these with 503."""
 
 
 def connect_redis(url: str) -> aioredis.Redis:
-    """A client whose pool heals itself after Redis restarts (see the module's docstring)."""
-    return aioredis.from_url(
+    """A client whose pool heals itself after Redis restarts, and makes a burst wait for a
+    connection rather than fail (see the module's docstring)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=POOL_CONNECTIONS,
+        timeout=POOL_WAIT_S,
         decode_responses=True,
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), RETRIES),
         retry_on_error=list(UNAVAILABLE_ERRORS),
@@ -46,6 +56,7 @@ def connect_redis(url: str) -> aioredis.Redis:
         socket_timeout=COMMAND_TIMEOUT_S,
         socket_keepalive=True,
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 PASSWORD_FILE = "password"
