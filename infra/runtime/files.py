@@ -255,9 +255,14 @@ class FileStore:
             after = sequence + 1
 
             async def next_chunk(after: int = after) -> api.RawStreamMsg:
-                return await self._js.get_msg(
-                    stream, seq=after, subject=subject, next=True, direct=True
-                )
+                try:
+                    return await self._js.get_msg(
+                        stream, seq=after, subject=subject, next=True, direct=True
+                    )
+                except nats.js.errors.NotFoundError:
+                    # a direct get may be answered by a replica a moment behind the leader
+                    # (a cluster, an object just stored): the leader's word is final
+                    return await self._js.get_msg(stream, seq=after, subject=subject, next=True)
 
             try:
                 message = await self._retried(next_chunk, "file_get_retried")
