@@ -11,8 +11,8 @@ ingest worker (and, for a job with files, a parse worker) is there to take the j
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import nats
 import nats.js.errors
@@ -44,6 +44,8 @@ READINESS_WAIT_S = 3.0
 """How long reading the readiness beacons in Redis may take before the consumer's state is
 asked instead."""
 
+T = TypeVar("T")
+
 
 async def _quiet(_: Exception) -> None:
     """nats-py logs each failed connection try with its traceback; the caller tells."""
@@ -64,12 +66,11 @@ async def reach_nats(settings: Settings, name: str) -> NATS:
     )
 
 
-async def _announced(settings: Settings, role: str) -> int | None:
-    """Processes whose readiness beacon announces `role` now (`infra.runtime.readiness`);
-    None when Redis cannot be read from here."""
+async def _from_redis(settings: Settings, read: Callable[[Any], Awaitable[T]]) -> T | None:
+    """`read(client)` on the stack's Redis (the one `ragbus up` started, if it did); None when
+    Redis cannot be read from here within `READINESS_WAIT_S`."""
     from redis.exceptions import RedisError
 
-    from infra.runtime.readiness import ready_processes
     from infra.runtime.redis_client import connect_redis, started_redis_url
 
     try:
@@ -79,34 +80,34 @@ async def _announced(settings: Settings, role: str) -> int | None:
             )
             client = connect_redis(url)
             try:
-                return (await ready_processes(client, [role]))[role]
+                return await read(client)
             finally:
                 await client.aclose()
     except (RedisError, OSError, TimeoutError):
         return None
 
 
+async def _announced(settings: Settings, role: str) -> int | None:
+    """Processes whose readiness beacon announces `role` now (`infra.runtime.readiness`);
+    None when Redis cannot be read from here."""
+    from infra.runtime.readiness import ready_processes
+
+    async def count(client: Any) -> int:
+        return (await ready_processes(client, [role]))[role]
+
+    return await _from_redis(settings, count)
+
+
 async def job_errors(settings: Settings, job_id: str) -> dict[str, str]:
     """A job's failed documents and their reasons as its state in Redis keeps them (what
     `GET /v1/ingest/{job}` shows); empty when Redis cannot be read from here."""
-    from redis.exceptions import RedisError
-
     from infra.runtime.ingest_jobs import read_job
-    from infra.runtime.redis_client import connect_redis, started_redis_url
 
-    try:
-        async with asyncio.timeout(READINESS_WAIT_S):
-            url = await asyncio.to_thread(
-                started_redis_url, settings.redis_url, settings.data_dir / "redis"
-            )
-            client = connect_redis(url)
-            try:
-                job = await read_job(client, job_id)
-            finally:
-                await client.aclose()
-    except (RedisError, OSError, TimeoutError):
-        return {}
-    return dict((job or {}).get("errors") or {})
+    async def errors(client: Any) -> dict[str, str]:
+        job = await read_job(client, job_id)
+        return dict((job or {}).get("errors") or {})
+
+    return await _from_redis(settings, errors) or {}
 
 
 async def workers_serving(

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from infra.documents.zipdir import MAX_DIRECTORY_BYTES, MAX_MEMBERS
+from tests.unit.test_documents_support import zip_of_entries
 
 MIB = 1024 * 1024
 
@@ -76,36 +77,18 @@ def ratio_bomb() -> bytes:
     return out.getvalue()
 
 
-def _entries(count: int, claimed: int | None = None, directory_size: int | None = None) -> bytes:
-    """A zip of `count` empty entries, the first `word/document.xml`, written by hand; its
-    end record may claim another count, or another directory size."""
-    local, directory = io.BytesIO(), io.BytesIO()
-    for index in range(count):
-        name = b"word/document.xml" if index == 0 else b"%d" % index
-        offset = local.tell()
-        local.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0))
-        local.write(name)
-        fields = (b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0, offset)
-        directory.write(struct.pack("<4s6H3L5H2L", *fields))
-        directory.write(name)
-    entries = min(claimed if claimed is not None else count, 0xFFFF)
-    size = directory_size if directory_size is not None else directory.tell()
-    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, entries, entries, size, local.tell(), 0)
-    return local.getvalue() + directory.getvalue() + end
-
-
 def many_members() -> bytes:
     """120,000 empty entries in about 10 MB: over half a second and 60 MB to open with
     `zipfile` (its end record can say no more than 65,535)."""
-    return _entries(120_000)
+    return zip_of_entries(120_000)
 
 
 def lying_count() -> bytes:
-    return _entries(MAX_MEMBERS + 100, claimed=3)
+    return zip_of_entries(MAX_MEMBERS + 100, claimed=3)
 
 
 def huge_directory() -> bytes:
-    return _entries(3, directory_size=MAX_DIRECTORY_BYTES + 1)
+    return zip_of_entries(3, directory_size=MAX_DIRECTORY_BYTES + 1)
 
 
 def deep_xml() -> bytes:

@@ -254,3 +254,24 @@ def png_header_only(width: int, height: int) -> bytes:
         + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
         + chunk(b"IEND", b"")
     )
+
+
+def zip_of_entries(
+    count: int, *, claimed: int | None = None, directory_size: int | None = None
+) -> bytes:
+    """A zip of `count` empty entries, the first `word/document.xml`, written by hand as a
+    zip bomb's maker would: its end record may claim another count (at most 65,535, all an end
+    record holds), or another directory size."""
+    local, directory = io.BytesIO(), io.BytesIO()
+    for index in range(count):
+        name = b"word/document.xml" if index == 0 else b"%d" % index
+        offset = local.tell()
+        local.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0))
+        local.write(name)
+        fields = (b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0, offset)
+        directory.write(struct.pack("<4s6H3L5H2L", *fields))
+        directory.write(name)
+    entries = min(claimed if claimed is not None else count, 0xFFFF)
+    size = directory_size if directory_size is not None else directory.tell()
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, entries, entries, size, local.tell(), 0)
+    return local.getvalue() + directory.getvalue() + end

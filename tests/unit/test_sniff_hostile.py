@@ -19,6 +19,7 @@ from infra.documents import ParseRefused, parse_bytes, sniff
 from infra.documents.model import DOCX, HTML, PPTX, TEXT
 from infra.documents.sniff import sniff_file
 from infra.documents.zipdir import MAX_DIRECTORY_BYTES, MAX_MEMBERS, zip_entries
+from tests.unit.test_documents_support import zip_of_entries
 
 
 @contextmanager
@@ -59,55 +60,8 @@ def test_comments_then_a_page_are_still_a_page() -> None:
         sniff(b"<!--c--><!--d-->\n<HTML><body>x</body></HTML>", "a.txt")
 
 
-def _many_entries(count: int, *, claimed: int | None = None) -> bytes:
-    """A zip of `count` empty entries, one of them `word/document.xml`, written by hand as a
-    zip bomb's maker would: its end record may claim `claimed` entries instead."""
-    local, directory = io.BytesIO(), io.BytesIO()
-    for index in range(count):
-        name = b"word/document.xml" if index == 0 else b"%d" % index
-        offset = local.tell()
-        local.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0))
-        local.write(name)
-        directory.write(
-            struct.pack(
-                "<4s6H3L5H2L",
-                b"PK\x01\x02",
-                20,
-                20,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                len(name),
-                0,
-                0,
-                0,
-                0,
-                0,
-                offset,
-            )
-        )
-        directory.write(name)
-    entries = min(claimed if claimed is not None else count, 0xFFFF)
-    end = struct.pack(
-        "<4s4H2LH",
-        b"PK\x05\x06",
-        0,
-        0,
-        entries,
-        entries,
-        directory.tell(),
-        local.tell(),
-        0,
-    )
-    return local.getvalue() + directory.getvalue() + end
-
-
 def test_the_hand_made_zip_reads_as_a_zip() -> None:
-    small = _many_entries(3)
+    small = zip_of_entries(3)
     with zipfile.ZipFile(io.BytesIO(small)) as archive:
         assert len(archive.infolist()) == 3
     assert sniff(small, "letter.docx") == DOCX
@@ -116,7 +70,7 @@ def test_the_hand_made_zip_reads_as_a_zip() -> None:
 
 
 def test_a_zip_of_too_many_entries_is_refused_from_its_end_record() -> None:
-    bomb = _many_entries(MAX_MEMBERS + 1)
+    bomb = zip_of_entries(MAX_MEMBERS + 1)
     tracemalloc.start()
     started = time.perf_counter()
     try:
@@ -130,13 +84,13 @@ def test_a_zip_of_too_many_entries_is_refused_from_its_end_record() -> None:
 
 
 def test_an_end_record_that_lies_about_its_count_is_caught_while_walking() -> None:
-    bomb = _many_entries(MAX_MEMBERS + 50, claimed=10)
+    bomb = zip_of_entries(MAX_MEMBERS + 50, claimed=10)
     with pytest.raises(ParseRefused, match=r"holds more than 20,000 files"):
         sniff(bomb, "deck.docx")
 
 
 def test_a_directory_too_large_is_refused_before_it_is_read() -> None:
-    archive = _many_entries(2)
+    archive = zip_of_entries(2)
     end = archive[-22:]
     fields = list(struct.unpack("<4s4H2LH", end))
     fields[5] = MAX_DIRECTORY_BYTES + 1  # its size, as the end record claims it
@@ -154,7 +108,7 @@ def test_a_directory_too_large_is_refused_before_it_is_read() -> None:
 
 def test_the_parse_refuses_the_same_bombs() -> None:
     with pytest.raises(ParseRefused, match=r"zip bomb"):
-        parse_bytes(_many_entries(MAX_MEMBERS + 1), "invoice.docx")
+        parse_bytes(zip_of_entries(MAX_MEMBERS + 1), "invoice.docx")
 
 
 def test_zip64_sizes_are_read_from_the_extra_field() -> None:
@@ -172,7 +126,7 @@ def test_zip64_sizes_are_read_from_the_extra_field() -> None:
 
 
 def test_damaged_tables_of_contents_are_refused_as_damaged() -> None:
-    good = _many_entries(3)
+    good = zip_of_entries(3)
     torn = good.replace(b"PK\x01\x02", b"PK\x00\x00", 1)  # an entry that is no entry
     for broken in (good[:-30], torn, b"PK\x03\x04" + good[-22:]):
         with pytest.raises(ParseRefused, match="damaged zip archive"):
