@@ -31,7 +31,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import TOKEN_COOKIE
-from api.limits import MULTIPART, declared_length, drain, refuse
+from api.limits import declared_length, drain, refuse
+from api.uploads import is_multipart
 from infra.metrics import REFUSED_REQUESTS
 
 RETRY_AFTER_S = 1
@@ -60,8 +61,7 @@ def is_transfer(scope: Scope, headers: Headers) -> bool:
     method, path = scope["method"], scope["path"]
     if method in ("GET", "HEAD"):
         return _DOWNLOAD.match(path) is not None
-    content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return method == "POST" and path == "/v1/documents" and content_type == MULTIPART
+    return method == "POST" and path == "/v1/documents" and is_multipart(headers)
 
 
 class CallerGate:

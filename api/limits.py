@@ -26,9 +26,9 @@ from fastapi import HTTPException, status
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.uploads import is_multipart
 from infra.metrics import REFUSED_REQUESTS
 
-MULTIPART = "multipart/form-data"
 DRAIN_S = 10.0
 """How long a refused body is read and dropped, at most, before its 413 is sent."""
 
@@ -42,8 +42,7 @@ class BodyTooLarge(HTTPException):
 
 
 def _limit(headers: Headers, max_request_bytes: int, max_json_bytes: int) -> tuple[int, str]:
-    content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if content_type == MULTIPART:
+    if is_multipart(headers):
         return max_request_bytes, "RAGBUS_MAX_REQUEST_BYTES"
     return max_json_bytes, "RAGBUS_MAX_JSON_BYTES"
 

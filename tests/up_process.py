@@ -16,6 +16,20 @@ ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 180.0
 
 
+def ragbus_cli(
+    env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`python -m cli ARGS` with `env`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @contextmanager
 def ragbus_up(
     env: dict[str, str], log: Path, url: str, timeout_s: float = READY_TIMEOUT_S

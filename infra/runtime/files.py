@@ -69,16 +69,6 @@ def object_name(namespace: str, document_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class StoredFile:
-    """An original read whole (tests, small files)."""
-
-    data: bytes
-    filename: str
-    media_type: str
-    sha256: str
-
-
-@dataclass(frozen=True)
 class Original:
     """An original as the API serves it: what it is, and its bytes to come (`chunks`)."""
 
@@ -211,19 +201,6 @@ class FileStore:
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise FileReplaced(f"{ref.name!r} was replaced while it was read")
         return data
-
-    async def read_original(self, namespace: str, document_id: str) -> StoredFile | None:
-        """A document's original file read whole, or None when it has none."""
-        original = await self.open_original(namespace, document_id)
-        if original is None:
-            return None
-        data = b"".join([chunk async for chunk in original.chunks])
-        return StoredFile(
-            data=data,
-            filename=original.filename,
-            media_type=original.media_type,
-            sha256=original.sha256,
-        )
 
     async def open_original(self, namespace: str, document_id: str) -> Original | None:
         """A document's original file to stream (`Original.chunks`), or None when it has

@@ -375,9 +375,11 @@ async def test_ragbus_ingest_a_folder_tree_of_files(stack: Runtime, tmp_path: Pa
     assert "documents: 3 done" in out, out
     assert stack.broker is not None
     store = FileStore(stack.broker.connection.jetstream(), stack.settings)
-    original = await store.read_original(space, "q3__report.pdf")
-    assert original is not None and original.data == (root / "q3" / "report.pdf").read_bytes()
-    assert await store.read_original(space, "summary.md") is None, "text is sent as text"
+    original = await store.open_original(space, "q3__report.pdf")
+    assert original is not None
+    data = b"".join([chunk async for chunk in original.chunks])
+    assert data == (root / "q3" / "report.pdf").read_bytes()
+    assert await store.open_original(space, "summary.md") is None, "text is sent as text"
 
 
 async def test_an_ingest_stream_of_an_earlier_release_takes_the_files(

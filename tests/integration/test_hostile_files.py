@@ -35,7 +35,7 @@ from tests.integration import hostile_inputs
 from tests.integration.hostile_inputs import FAILED_IN_JOB, MIB, REFUSED_AT_UPLOAD
 from tests.integration.test_files_ingest import pdf_bytes
 from tests.unit.test_documents_support import book, scanned_pdf
-from tests.up_process import ROOT, ragbus_up
+from tests.up_process import ROOT, ragbus_cli, ragbus_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
@@ -309,16 +309,9 @@ def test_a_link_out_of_the_folder_is_not_followed(stack: Stack, probe: Probe) ->
     folder.mkdir()
     (folder / "inside.md").write_text("# Inside\n\nThe ferry leaves at dawn.\n")
     (folder / "notes.txt").symlink_to(outside)
-    env = {**stack.env, "RAGBUS_NATS_CREDS": str(Path(stack.env["RAGBUS_DATA_DIR"]) / "nats")}
-    env["RAGBUS_NATS_CREDS"] += "/trust/service.creds"
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", "ingest", str(folder), "--namespace", "mallory__links"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    creds = Path(stack.env["RAGBUS_DATA_DIR"]) / "nats" / "trust" / "service.creds"
+    env = {**stack.env, "RAGBUS_NATS_CREDS": str(creds)}
+    done = ragbus_cli(env, "ingest", str(folder), "--namespace", "mallory__links", timeout=180)
     output = done.stdout + done.stderr
     assert done.returncode == 3, output
     assert "notes.txt" in output and "not followed" in output, output

@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from infra.tenancy import tenants
 from infra.tenancy.accounts import connect_with_creds
 from infra.tenancy.registry import TenantRegistry
 from infra.tenancy.trust import load
-from tests.up_process import ROOT, ragbus_up
+from tests.up_process import ragbus_cli, ragbus_up
 
 pytestmark = pytest.mark.integration
 
@@ -168,14 +167,7 @@ class Stack:
     env: dict[str, str]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cli", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return ragbus_cli(self.env, *args)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from infra.runtime.redis_client import started_redis_url
 from infra.runtime.services import free_port
 from infra.tenancy.accounts import connect_with_creds
 from tests.integration import bus_attacks
-from tests.up_process import ROOT, ragbus_up
+from tests.up_process import ragbus_cli, ragbus_up
 
 pytestmark = pytest.mark.integration
 
@@ -48,14 +47,7 @@ class TenantStack:
     log: Path
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cli", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return ragbus_cli(self.env, *args)
 
     @property
     def nats_url(self) -> str:

@@ -245,6 +245,11 @@ def create_router(resources: Resources, files: FileStore | None = None) -> Lanes
             message.event_id + PARSED_MSG_ID_SUFFIX,
         )
 
+    async def charge(tenant: str, pages: int, seconds: float) -> None:
+        """Count a parse against the tenant's budget (the default tenant has none)."""
+        if tenant != DEFAULT_TENANT:
+            await budget().charge(tenant, pages, seconds)
+
     async def within_budget(message: IngestFile, tenant: str) -> None:
         """Wait while the tenant is past its parse budget, its job's watchers told why once."""
         if tenant == DEFAULT_TENANT:
@@ -280,9 +285,10 @@ def create_router(resources: Resources, files: FileStore | None = None) -> Lanes
         if await jobs().counted(job_id, message.event_id):
             return  # a redelivery of a file already refused, or indexed: nothing left to do
         await within_budget(message, tenant)
-        waited = time.perf_counter()
+        asked = time.perf_counter()
         async with slots.slot(tenant) as slot:
-            queued_s = time.perf_counter() - waited
+            began = time.perf_counter()
+            queued_s = began - asked
             try:
                 parsed, seconds = await parse(message, slot)
                 document = made_document(message, parsed)
@@ -290,12 +296,9 @@ def create_router(resources: Resources, files: FileStore | None = None) -> Lanes
                 await refuse(message, str(exc))
                 return
             except ParseCrashed:
-                if tenant != DEFAULT_TENANT:
-                    spent = time.perf_counter() - waited - queued_s
-                    await budget().charge(tenant, 1, spent)
+                await charge(tenant, 1, time.perf_counter() - began)
                 raise
-        if tenant != DEFAULT_TENANT:
-            await budget().charge(tenant, len(parsed.pages), seconds)
+        await charge(tenant, len(parsed.pages), seconds)
         STEP_SECONDS.labels(phase="parse").observe(seconds)
         log.info(
             "file_parsed",
