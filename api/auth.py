@@ -71,7 +71,7 @@ def _same(offered: str, expected: str) -> bool:
     return secrets.compare_digest(offered.encode(), expected.encode())
 
 
-class _Gate:
+class _WrongKeys:
     """The wrong-key count of the request's address: none where the app has no Redis (a
     test's app without its lifespan) or `RAGBUS_AUTH_FAILURE_LIMIT` is 0."""
 
@@ -142,15 +142,15 @@ async def authenticate(
     )
     if not offered:  # nothing guessed: not counted
         raise _unauthorized(wrong)
-    gate = _Gate(request)
-    await gate.before()
+    wrong_keys = _WrongKeys(request)
+    await wrong_keys.before()
     if mode == "token":
         if not _same(offered, settings.api_token or ""):
-            raise await gate.failed(wrong)
+            raise await wrong_keys.failed(wrong)
         return Caller(DEFAULT_TENANT, effective(settings))
     tenant = await TenantRegistry(redis).authenticate(offered)
     if tenant is None:
-        raise await gate.failed(wrong)
+        raise await wrong_keys.failed(wrong)
     return Caller(tenant.tenant, effective(settings, tenant.limits))
 
 
@@ -165,10 +165,10 @@ async def require_admin(
     offered = credentials.credentials if credentials else ""
     if not offered:
         raise _unauthorized("missing or invalid admin key")
-    gate = _Gate(request)
-    await gate.before()
+    wrong_keys = _WrongKeys(request)
+    await wrong_keys.before()
     if not _same(offered, expected):
-        raise await gate.failed("missing or invalid admin key")
+        raise await wrong_keys.failed("missing or invalid admin key")
 
 
 def metrics_key_needed(settings: Settings) -> bool:
@@ -187,11 +187,11 @@ async def check_operator(request: Request, settings: Settings, offered: str, wha
         )
     if not offered:
         raise _unauthorized(f"{what}: missing or invalid operator key")
-    gate = _Gate(request, fail_open=True)
-    await gate.before()
+    wrong_keys = _WrongKeys(request, fail_open=True)
+    await wrong_keys.before()
     matches = [_same(offered, key) for key in keys]  # each compared, whichever matches
     if not any(matches):
-        raise await gate.failed(f"{what}: missing or invalid operator key")
+        raise await wrong_keys.failed(f"{what}: missing or invalid operator key")
 
 
 def _offered_key(request: Request) -> str:
