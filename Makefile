@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DATA ?= $(or $(RAGBUS_DATA_DIR),.ragbus)
 INTENT_MODEL := $(DATA)/intent-model/meta.json
 
-.PHONY: setup services intent-model demo up test soak unit integration lint typecheck bench clean
+.PHONY: setup services intent-model demo up test soak unit integration lint typecheck bench clean mcp-peers
 
 setup: services $(VENV)/.installed
 
@@ -75,12 +75,21 @@ $(ASYNCAPI_PARSER): tools/asyncapi/package.json tools/asyncapi/package-lock.json
 	cd tools/asyncapi && npm ci --silent --no-audit --no-fund
 	touch $@
 
+# MCP programs no one here wrote, which the suite runs against ragbus (pinned by
+# tools/mcp/package-lock.json): the reference servers `server-everything` and `server-memory`,
+# whose tools the tool worker's MCP client calls, and the MCP Inspector, whose CLI is an
+# outside client of `ragbus mcp`. Installed once; nothing is fetched while the tests run.
+MCP_PEERS := tools/mcp/node_modules/.installed
+$(MCP_PEERS): tools/mcp/package.json tools/mcp/package-lock.json
+	cd tools/mcp && npm ci --silent --no-audit --no-fund
+	touch $@
+
 # The suite starts a few hundred Python processes (stacks, CLI commands, workers): each reads
 # its modules' bytecode from __pycache__ (git ignores it) rather than compiling them again,
 # whatever PYTHONDONTWRITEBYTECODE the shell has (a stack's start: 6.3 -> 5.0 s of CPU).
 # Tests marked `alone` (the hostile-files suite: a probe's latency under attack) run after the
 # parallel run, by themselves: another test's stack beside them would be measured too.
-test: setup $(ASYNCAPI_PARSER)
+test: setup $(ASYNCAPI_PARSER) $(MCP_PEERS)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak and not alone"
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -m "alone and not soak"
 
@@ -97,7 +106,7 @@ soak: setup
 unit: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak" tests/unit
 
-integration: setup
+integration: setup $(MCP_PEERS)
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not soak and not alone" tests/integration
 	$(BIN)/pytest -q -m "alone and not soak" tests/integration
 
@@ -108,6 +117,8 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(PY) tools/import_circles.py
+
+mcp-peers: $(MCP_PEERS)
 
 bench: setup
 	$(BIN)/ragbus bench --queries bench/queries.txt --concurrency 4 --duration 30 --out results/bench.json
