@@ -110,6 +110,11 @@ class Tenant(BaseModel):
         return data
 
     limits: Limits = Field(default_factory=Limits)
+    mcp_servers: list[str] = Field(
+        default_factory=list,
+        description="the operator's MCP servers whose tools its requests may use (`ragbus "
+        "tenant tools NAME --allow ...`); none until allowed",
+    )
 
     @property
     def active(self) -> bool:
@@ -134,6 +139,7 @@ class Tenant(BaseModel):
             "nats_account": self.nats_account,
             "nats_users": [user.public() for user in self.nats_users],
             "limits": self.limits.model_dump(exclude_none=True),
+            "mcp_servers": self.mcp_servers,
         }
 
 
