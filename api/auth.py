@@ -214,3 +214,13 @@ async def require_reference_key(request: Request, settings: SettingsDep) -> None
 
 
 CallerDep = Annotated[Caller, Depends(authenticate)]
+
+
+async def caller_of(request: Request) -> Caller:
+    """The caller of a request that no FastAPI route serves (a door mounted as an ASGI app:
+    MCP's streamable HTTP): the same bearer key, the same modes, the same wrong-key count as
+    every `/v1` route; raises the same `HTTPException`s."""
+    key = _offered_key(request)
+    credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=key) if key else None
+    state = request.app.state
+    return await authenticate(request, state.settings, state.redis, credentials, None)

@@ -214,7 +214,7 @@ async def one_each(
     events: AsyncGenerator[tuple[int, dict[str, Any]]],
 ) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
     """A stream of one event a message (an ingest job's progress) message by message, as
-    `api.sse.relay_to_end` takes it."""
+    `api.sse.to_end` takes it."""
     async with aclosing(events):
         async for seq, event in events:
             yield seq, [event]

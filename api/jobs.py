@@ -21,7 +21,7 @@ from api.event_stream import INGEST_TERMINAL, ingest_events, one_each
 from api.idempotency import IDEMPOTENCY_HEADER, REPLAYED_HEADER, Claim, Idempotency
 from api.routes import V1_ERRORS, unconfirmed
 from api.schemas import IngestAccepted, JobView
-from api.sse import SSE_DOC, SSE_PING_S, LastEventId, relay_to_end, resume_after
+from api.sse import SSE_DOC, SSE_PING_S, LastEventId, as_sse, resume_after, to_end
 from contracts import subjects as sj
 from contracts.envelope import REQUEST_ID_PATTERN, new_request_id
 from contracts.ingest import IngestProgress, JobCounts
@@ -165,11 +165,13 @@ async def job_events(
         progress = IngestProgress(request_id=job_id, tenant=caller.tenant, data=counts.model_dump())
         return progress.model_dump(mode="json")
 
-    relay = relay_to_end(
-        one_each(ingest_events(js, job_id, after, is_finished=finished)),
-        ends=lambda event: (event.get("data") or {}).get("status") in INGEST_TERMINAL,
-        stream=(js, sj.STREAM_INGEST_EVENTS, sj.ingest_events_subject(job_id), after),
-        summary=progress_from_job,
+    relay = as_sse(
+        to_end(
+            one_each(ingest_events(js, job_id, after, is_finished=finished)),
+            ends=lambda event: (event.get("data") or {}).get("status") in INGEST_TERMINAL,
+            stream=(js, sj.STREAM_INGEST_EVENTS, sj.ingest_events_subject(job_id), after),
+            summary=progress_from_job,
+        ),
         name="progress",
     )
     return EventSourceResponse(relay, ping=SSE_PING_S)

@@ -6,7 +6,7 @@ endpoints (`api.routes`) and the ingest job's events (`api.jobs`) share them."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Annotated, Any, NamedTuple
 
@@ -56,17 +56,19 @@ def sse_message(seq: int, event: dict[str, Any], name: str | None = None) -> Ser
     )
 
 
-async def relay_request(
+async def request_events(
     js: JetStreamContext,
     store: StateStore,
     tenant: str,
     request_id: str,
-    after: ResumePoint,
+    after: ResumePoint = ResumePoint(),
     hub: EventHub | None = None,
-) -> AsyncGenerator[ServerSentEvent | bytes]:
-    """Caller events as SSE, up to the `done` the stream holds; if the events expired, a
-    `done` from the state (with an id, like every event). Read through the process's shared
-    consumer (`hub`) when it has one."""
+) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
+    """A request's caller events, message by message, up to the `done` the stream holds; if
+    the events expired, a `done` from the state (with the stream's sequence, like every
+    event). Read through the process's shared consumer (`hub`) when it has one. Every door
+    follows a request through this: the SSE relays below, the OpenAI-compatible chat and
+    MCP's `ask`."""
 
     async def finished() -> bool:
         """Terminal, with every event it decided published. A state is committed before its
@@ -99,42 +101,63 @@ async def relay_request(
         reader=hub.messages if hub is not None else None,
     )
     subject = sj.events_subject(tenant, request_id)
-    async for message in relay_to_end(
+    async for seq, events in to_end(
         messages,
         ends=lambda event: event.get("type") == "done",
         stream=(js, sj.STREAM_EVENTS, subject, after.seq),
         summary=done_from_state,
     ):
+        yield seq, events
+
+
+async def relay_request(
+    js: JetStreamContext,
+    store: StateStore,
+    tenant: str,
+    request_id: str,
+    after: ResumePoint,
+    hub: EventHub | None = None,
+) -> AsyncGenerator[ServerSentEvent | bytes]:
+    """`request_events` as SSE."""
+    async for message in as_sse(request_events(js, store, tenant, request_id, after, hub)):
         yield message
 
 
-async def relay_to_end(
+async def to_end(
     messages: AsyncGenerator[tuple[int, list[dict[str, Any]]]],
     *,
     ends: Callable[[dict[str, Any]], bool],
     stream: tuple[JetStreamContext, str, str, int],
     summary: Callable[[int], Awaitable[dict[str, Any] | None]],
-    name: str | None = None,
-) -> AsyncIterator[ServerSentEvent | bytes]:
-    """A stream's events as SSE, up to its terminal one: the events of one stored message in
-    one write (a `phases` message's several phase events cost the response one send). If none
-    of those it held was terminal (they expired), `summary` makes the end from the record, with
-    an id a resuming client can send back: the stream's last sequence for the subject
-    (`stream` = JetStream, stream name, subject, and the sequence the reader resumed after)."""
+) -> AsyncGenerator[tuple[int, list[dict[str, Any]]]]:
+    """A stream's events up to its terminal one. If none of those it held was terminal (they
+    expired), `summary` makes the end from the record, with an id a resuming client can send
+    back: the stream's last sequence for the subject (`stream` = JetStream, stream name,
+    subject, and the sequence the reader resumed after)."""
     ended = False
     async with aclosing(messages):
         async for seq, events in messages:
             ended = ends(events[-1])
-            if len(events) == 1:
-                yield sse_message(seq, events[0], name)
-            else:
-                yield b"".join(sse_message(seq, event, name).encode() for event in events)
+            yield seq, events
     if not ended:
         js, stream_name, subject, after_seq = stream
         seq = max(after_seq, await last_sequence(js, stream_name, subject))
         closing = await summary(seq)
         if closing is not None:
-            yield sse_message(seq, closing, name)
+            yield seq, [closing]
+
+
+async def as_sse(
+    messages: AsyncGenerator[tuple[int, list[dict[str, Any]]]], name: str | None = None
+) -> AsyncGenerator[ServerSentEvent | bytes]:
+    """Events as SSE: those of one stored message in one write (a `phases` message's several
+    phase events cost the response one send)."""
+    async with aclosing(messages):
+        async for seq, events in messages:
+            if len(events) == 1:
+                yield sse_message(seq, events[0], name)
+            else:
+                yield b"".join(sse_message(seq, event, name).encode() for event in events)
 
 
 def resume_after(last_event_id: str | None) -> ResumePoint:
