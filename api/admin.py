@@ -43,6 +43,18 @@ class CredsCreate(BaseModel):
     )
 
 
+class McpServersAllowed(BaseModel):
+    """`PUT /v1/admin/tenants/{tenant}/mcp-servers`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")]] = Field(
+        max_length=64,
+        description="The names the tool workers' configuration gives the MCP servers "
+        "(RAGBUS_MCP_CONFIG); their tools are the tenant's to use. Empty: none.",
+    )
+
+
 def _bus_unavailable(exc: Exception) -> HTTPException:
     return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
 
@@ -153,6 +165,21 @@ async def rotate_api_key(tenant: TenantPath, redis: RedisDep) -> dict[str, str]:
     except TenantError as exc:
         raise _tenant_error(exc) from exc
     return {"tenant": tenant, "api_key": api_key}
+
+
+@router.put(
+    "/tenants/{tenant}/mcp-servers",
+    summary="Which MCP servers' tools a tenant's requests may use (none until set)",
+    description="Replaces the tenant's allowlist; the workers apply it within seconds.",
+)
+async def allow_mcp_servers(
+    tenant: TenantPath, body: McpServersAllowed, redis: RedisDep
+) -> dict[str, Any]:
+    try:
+        record = await tenants.allow_mcp_servers(redis, tenant, body.servers)
+    except TenantError as exc:
+        raise _tenant_error(exc) from exc
+    return record.public()
 
 
 @router.delete(

@@ -1,4 +1,4 @@
-"""`ragbus tenant create|list|revoke|rotate-key|creds|nats-config`: tenants straight in Redis
+"""`ragbus tenant create|list|revoke|rotate-key|tools|creds|nats-config`: tenants straight in Redis
 (RAGBUS_REDIS_URL) and, in `tenants` mode, their NATS accounts pushed to the servers: the same
 operations as the admin API; and the one-time operator configuration for a NATS that `ragbus
 up` does not start."""
@@ -22,7 +22,7 @@ from infra.settings import Settings
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from infra.tenancy.registry import NewTenant
+    from infra.tenancy.registry import NewTenant, Tenant
 
 T = TypeVar("T")
 
@@ -151,6 +151,38 @@ def rotate_key(name: str, as_json: AsJson = False) -> None:
     else:
         console.print(f"{'api_key':18} {api_key}")
         console.print("[dim]Keep the API key: it is not shown again. The old one is refused.[/dim]")
+
+
+@tenant_app.command("tools")
+def tools(
+    name: str,
+    allow: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated MCP server names (RAGBUS_MCP_CONFIG's) whose tools its "
+            "requests may use; replaces the list. An empty string allows none."
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show, or with --allow set, which MCP servers' tools a tenant's requests may use (in
+    `tenants` mode a tenant uses none until allowed)."""
+    if allow is None:
+        record = _run(lambda redis, _: _registry_get(redis, name))
+    else:
+        servers = [part.strip() for part in allow.split(",") if part.strip()]
+        record = _run(lambda redis, _: _tenants().allow_mcp_servers(redis, name, servers))
+    if as_json:
+        print(json.dumps({"tenant": name, "mcp_servers": record.mcp_servers}))
+    else:
+        console.print(f"{'mcp_servers':18} {', '.join(record.mcp_servers) or '(none)'}")
+
+
+async def _registry_get(redis: aioredis.Redis, name: str) -> Tenant:
+    """The active tenant's record (`TenantError` names one that is not)."""
+    from infra.tenancy.registry import TenantRegistry
+
+    return await TenantRegistry(redis).active(name)
 
 
 @tenant_app.command("creds")

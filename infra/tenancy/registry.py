@@ -257,6 +257,14 @@ class TenantRegistry:
             await pipe.execute()
         return tenant, api_key
 
+    async def allow_mcp_servers(self, name: str, servers: Iterable[str]) -> Tenant:
+        """Set which MCP servers' tools an active tenant's requests may use (all it had
+        before are replaced; an empty list allows none)."""
+        tenant = await self.active(name)
+        tenant.mcp_servers = sorted(set(servers))
+        await self.save(tenant)
+        return tenant
+
     async def add_users(self, name: str, users: Iterable[NatsUser]) -> Tenant:
         """Record credentials issued to the tenant (their public keys, never their seeds)."""
         tenant = await self.active(name)

@@ -130,6 +130,15 @@ async def revoke(redis: aioredis.Redis, settings: Settings, name: str) -> Tenant
     return revoked
 
 
+async def allow_mcp_servers(redis: aioredis.Redis, name: str, servers: list[str]) -> Tenant:
+    """Which of the operator's MCP servers the tenant's requests may use from now on (the
+    workers read it within `infra.tenancy.tool_access.CACHE_S`)."""
+    async with tenant_lock(redis, name):
+        tenant = await TenantRegistry(redis).allow_mcp_servers(name, servers)
+    log.info("tenant_mcp_servers", tenant=name, servers=tenant.mcp_servers)
+    return tenant
+
+
 async def rotate_key(redis: aioredis.Redis, name: str) -> str:
     """A new API key for an active tenant, shown this once; its earlier keys stop at once."""
     async with tenant_lock(redis, name):
