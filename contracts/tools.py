@@ -42,6 +42,14 @@ class ToolSpec(BaseModel):
         return openai_tool(self.name, self.description, self.parameters)
 
 
+class CatalogTool(ToolSpec):
+    """A tool some tool worker runs, as it publishes its registry for the generate worker
+    (`infra.runtime.tool_catalog`): `server` names the MCP server it belongs to, None for a
+    built-in or plugin tool."""
+
+    server: str | None = None
+
+
 CALCULATOR: Final = ToolSpec(
     name="calculator",
     description="Evaluate an arithmetic expression: + - * / // % ^, parentheses, "
