@@ -17,12 +17,14 @@ from infra.config.api import ApiSettings
 from infra.config.delivery import DeliverySettings
 from infra.config.files import FileSettings
 from infra.config.generation import GenerationSettings
+from infra.config.mcp import McpSettings
 from infra.config.retrieval import RetrievalSettings
 from infra.config.saga import SagaSettings
 from infra.config.services import ServiceSettings
 
 
 class Settings(
+    McpSettings,
     GenerationSettings,
     FileSettings,
     RetrievalSettings,
