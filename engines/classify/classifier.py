@@ -74,8 +74,12 @@ class IntentClassifier:
         self._models = ModelSlot(model_dir)
         self._mismatch_logged = False
 
-    async def classify(self, query: str, override: Intent | None = None) -> Classification:
-        rule = match_rules(query)
+    async def classify(
+        self, query: str, override: Intent | None = None, *, routed: bool = False
+    ) -> Classification:
+        """`routed`: the query matches an operator's tool route (`infra.tool_routes`) that
+        its tenant may use, an unmistakable tool need, as arithmetic is."""
+        rule = RuleMatch(Intent.TOOL, STRONG, "tool route") if routed else match_rules(query)
         embedded = await self._embed(query)
 
         intent: Intent

@@ -5,8 +5,9 @@ to cite every claim with those numbers. Its answer streams to the caller as it a
 through a `CitationFilter` that drops markers pointing at passages it was never given
 (`[9]` with eight contexts) before they are sent; the dropped numbers are reported.
 
-Tool rounds: while `tool_rounds_left > 0` the built-in tools' specs (`contracts.tools`)
-are offered. When the model asks for tools, its calls go back to the orchestrator; the
+Tool rounds: while `tool_rounds_left > 0` the tools the request may use are offered: the
+generate worker's catalog of what the tool workers run (built-in, plugins, and the tools of
+the MCP servers the tenant is allowed), or the built-in tools' specs (`contracts.tools`). When the model asks for tools, its calls go back to the orchestrator; the
 next round replays the conversation — the assistant message carrying the `tool_calls`,
 then one `tool` message per outcome — so the model sees what it asked and what came back.
 All outcomes so far are replayed as one assistant turn: the saga keeps the outcomes, not
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 
 from contracts.commands import GenerateCommand
 from contracts.models import RetrievedChunk, ToolCall, ToolOutcome
-from contracts.tools import BUILTIN_TOOLS, INVALID_ARGUMENTS_KEY, openai_tools
+from contracts.tools import BUILTIN_TOOLS, INVALID_ARGUMENTS_KEY, ToolSpec, openai_tools
 from infra.llm import LLMClient
 from infra.logging import get_logger
 from infra.retrieval.sentences import split_sentences
@@ -130,9 +131,11 @@ def build_messages(cmd: GenerateCommand) -> list[dict[str, Any]]:
     ]
 
 
-def offered_tools(cmd: GenerateCommand) -> list[dict[str, Any]] | None:
-    """The tool specs to offer, or None once the tool budget is spent."""
-    return openai_tools(BUILTIN_TOOLS) if cmd.tool_rounds_left > 0 else None
+def offered_tools(
+    cmd: GenerateCommand, specs: Sequence[ToolSpec] = BUILTIN_TOOLS
+) -> list[dict[str, Any]] | None:
+    """The tool specs to offer, or None once the tool budget is spent (or none is left)."""
+    return openai_tools(list(specs)) if cmd.tool_rounds_left > 0 and specs else None
 
 
 def _keep_numbers(body: str, valid: int) -> tuple[list[int], list[int]]:
@@ -247,8 +250,14 @@ class EmptyAnswer(Exception):
 Emit = Callable[[str], Awaitable[None]]
 
 
-async def llm_answer(cmd: GenerateCommand, client: LLMClient, emit: Emit) -> LLMAnswer:
-    """Ask the model; forward its (citation-checked) text through `emit` as it streams."""
+async def llm_answer(
+    cmd: GenerateCommand,
+    client: LLMClient,
+    emit: Emit,
+    specs: Sequence[ToolSpec] = BUILTIN_TOOLS,
+) -> LLMAnswer:
+    """Ask the model, offering the tools `specs` while the budget lasts; forward its
+    (citation-checked) text through `emit` as it streams."""
     checker = CitationFilter(len(cmd.contexts))
     emitted: list[str] = []
 
@@ -258,7 +267,7 @@ async def llm_answer(cmd: GenerateCommand, client: LLMClient, emit: Emit) -> LLM
             emitted.append(text)
             await emit(text)
 
-    tools = offered_tools(cmd)
+    tools = offered_tools(cmd, specs)
     completion = await client.stream_chat(build_messages(cmd), tools=tools, on_token=on_token)
     tail = checker.flush()
     if tail.strip():  # an unclosed "[…" at the very end is text after all

@@ -3,6 +3,10 @@
 A question of a session is first made standalone from the session's earlier turns (the
 `query_rewrite` phase: by the LLM when one is configured, else by the rules of
 `engines.classify.rewrite`), and the standalone question is what is classified and embedded.
+
+A question that matches one of the operator's tool routes (a route of an MCP server in
+RAGBUS_MCP_CONFIG, `infra.tool_routes`) whose server its tenant may use is a `tool` question,
+as arithmetic is: the tool worker plans the route's call, no model needed.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
 from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
+from infra.tenancy.tool_access import ToolAccess
+from infra.tool_routes import route_calls
 
 log = get_logger(__name__)
 
@@ -35,6 +41,25 @@ def create_router(resources: Resources) -> NatsRouter:
     resources.on_warm_up(lambda: classifier.classify("warm up", None))
     publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)
     claims = resources.claims()
+    routed_servers = {
+        name: server
+        for name, server in settings.mcp_server_configs().items()
+        if server.routes and not server.disabled
+    }
+    access = ToolAccess(resources.redis(), settings)
+
+    async def tool_route(cmd: ClassifyCommand, question: str) -> str | None:
+        """The tool a route of a server the tenant may use plans for the question, if any."""
+        if not routed_servers or cmd.intent_override is not None:
+            return None
+        allowed = await access.servers_for(cmd.tenant)
+        usable = {
+            name: server
+            for name, server in routed_servers.items()
+            if allowed is None or name in allowed
+        }
+        calls = route_calls(question, usable)
+        return calls[0].name if calls else None
 
     async def standalone(cmd: ClassifyCommand) -> Rewrite | None:
         """The question made standalone from its session's earlier turns (None: no session)."""
@@ -69,8 +94,11 @@ def create_router(resources: Resources) -> NatsRouter:
         made = await standalone(cmd)
         question = made.standalone if made is not None else cmd.query
         async with phase(bus, cmd, Phase.INTENT_CLASSIFICATION) as run:
-            found = await classifier.classify(question, cmd.intent_override)
+            routed = await tool_route(cmd, question)
+            found = await classifier.classify(question, cmd.intent_override, routed=bool(routed))
             run.metadata.update(described(found))
+            if routed:
+                run.metadata["tool_route"] = routed
         result = ClassifyResult(
             **step_result_fields(cmd, run),
             intent=found.intent,

@@ -35,6 +35,7 @@ from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from workers.generate.self_critique import self_critique, wants_critique
 from workers.generate.streaming import TokenEmitter
+from workers.generate.tool_offer import ToolOffer
 
 log = get_logger(__name__)
 
@@ -61,10 +62,12 @@ async def _with_llm(
     client: LLMClient,
     emitter: TokenEmitter,
     run: PhaseRun,
+    offer: ToolOffer,
 ) -> tuple[Answer, list[ToolCall], str]:
     """The model's answer, or the extractive one with the reason the model gave none."""
     try:
-        got = await llm_answer(cmd, client, emitter.emit)
+        specs = await offer.for_tenant(cmd.tenant) if cmd.tool_rounds_left > 0 else []
+        got = await llm_answer(cmd, client, emitter.emit, specs)
         await emitter.flush()
     except asyncio.CancelledError:
         raise
@@ -129,6 +132,7 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
         resources.on_warm_up(resources.nli)
     publisher = ResultPublisher(router, Step.GENERATE, GenerateResult)
     claims = resources.claims()
+    offer = ToolOffer(resources.redis(), settings)
 
     @router.subscriber(**subscriber_kwargs(step_consumer(Step.GENERATE), settings, GenerateCommand))
     async def generate(cmd: GenerateCommand) -> None:
@@ -145,7 +149,7 @@ def create_router(resources: Resources, llm: LLMClient | None = None) -> NatsRou
                 answer = await _extractive(cmd, resources, run)
             else:
                 answer, tool_calls, generator = await _with_llm(
-                    cmd, resources, client, TokenEmitter(bus, cmd), run
+                    cmd, resources, client, TokenEmitter(bus, cmd), run, offer
                 )
         critique = None
         if wants_critique(cmd, tool_calls):
