@@ -63,10 +63,16 @@ class Resources:
         self._claims: Claims | None = None
         self._lock = asyncio.Lock()
         self._warm_ups: list[Callable[[], Awaitable[object]]] = []
+        self._closes: list[Callable[[], Awaitable[object]]] = []
 
     def on_warm_up(self, *loads: Callable[[], Awaitable[object]]) -> None:
         """What a worker needs loaded before it takes its first message (`warm_up`)."""
         self._warm_ups.extend(loads)
+
+    def on_close(self, *closes: Callable[[], Awaitable[object]]) -> None:
+        """What a worker started and must stop when the process stops (`aclose` calls them
+        first, in order, before the shared resources close)."""
+        self._closes.extend(closes)
 
     async def warm_up(self) -> None:
         """Load what this process's workers registered, in order: a worker that pulled before
@@ -220,6 +226,9 @@ class Resources:
         return self._llm
 
     async def aclose(self) -> None:
+        for close in self._closes:
+            await close()
+        self._closes.clear()
         if self._llm is not None:
             await self._llm.aclose()
         if self._graph is not None:
