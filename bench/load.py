@@ -16,7 +16,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -88,6 +88,7 @@ async def run_one(
     namespace: str | None = None,
     *,
     ask: AskPath = AskPath.CHAT,
+    intent: str | None = None,
 ) -> Outcome:
     started = time.perf_counter()
     phases: list[tuple[str, float]] = []
@@ -99,9 +100,10 @@ async def run_one(
         async with asyncio.timeout(timeout_s):
             namespaces = [namespace] if namespace else None
             if ask is AskPath.CHAT:
-                messages = client.ask(query, namespaces=namespaces)
+                messages = client.ask(query, namespaces=namespaces, intent=intent)
             else:
-                request_id = (await client.submit(query, namespaces=namespaces))["request_id"]
+                submitted = await client.submit(query, namespaces=namespaces, intent=intent)
+                request_id = submitted["request_id"]
                 messages = client.stream_events(request_id)
             async for message in messages:
                 data = message.data.get("data") or {}
@@ -119,6 +121,56 @@ async def run_one(
     return Outcome("unfinished", elapsed_ms(), phases, "event stream ended before done")
 
 
+Ask = Callable[[int, str], Awaitable[Outcome]]
+"""One question asked through a door and followed to its end: `ask(loop, query)`."""
+
+
+@dataclass
+class Measured:
+    outcomes: list[Outcome]
+    elapsed_s: float
+    cpu: CpuUsage
+
+
+async def closed_loop(
+    ask: Ask,
+    queries: Sequence[str],
+    *,
+    concurrency: int,
+    duration_s: float,
+    warmup_s: float = 0.0,
+    pids: dict[str, int] | None = None,
+) -> Measured:
+    """C loops each asking its queries one after another (loop i takes every C-th, from
+    the i-th) for S seconds, after W seconds not counted; the CPU of the measured seconds."""
+
+    async def load(seconds: float) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        stop_at = time.monotonic() + seconds
+
+        async def loop(worker: int) -> None:
+            n = worker
+            while time.monotonic() < stop_at:
+                outcomes.append(await ask(worker, queries[n % len(queries)]))
+                n += concurrency
+
+        await asyncio.gather(*(loop(i) for i in range(concurrency)))
+        return outcomes
+
+    if warmup_s > 0:
+        await load(warmup_s)
+    meter = CpuMeter(pids)
+    meter.start()
+    start = time.monotonic()
+    outcomes = await load(duration_s)
+    elapsed = time.monotonic() - start
+    return Measured(outcomes, elapsed, meter.stop())
+
+
+def client_limits(concurrency: int) -> httpx.Limits:
+    return httpx.Limits(max_connections=concurrency * 2 + 4)
+
+
 async def run_bench(
     api_url: str,
     queries: Sequence[str],
@@ -134,33 +186,27 @@ async def run_bench(
 ) -> dict[str, Any]:
     """`pids`: processes of the system under test whose CPU is reported one by one;
     `namespace`: where the queries search (default: the API's); `ask`: how each loop asks."""
-    limits = httpx.Limits(max_connections=concurrency * 2 + 4)
-    transport = httpx.AsyncHTTPTransport(limits=limits)
+    transport = httpx.AsyncHTTPTransport(limits=client_limits(concurrency))
     async with RagbusClient(api_url, token=token, transport=transport) as client:
 
-        async def load(seconds: float) -> list[Outcome]:
-            outcomes: list[Outcome] = []
-            stop_at = time.monotonic() + seconds
+        async def one(_: int, query: str) -> Outcome:
+            return await run_one(client, query, timeout_s, namespace, ask=ask)
 
-            async def loop(worker: int) -> None:
-                n = worker
-                while time.monotonic() < stop_at:
-                    query = queries[n % len(queries)]
-                    outcomes.append(await run_one(client, query, timeout_s, namespace, ask=ask))
-                    n += concurrency
-
-            await asyncio.gather(*(loop(i) for i in range(concurrency)))
-            return outcomes
-
-        if warmup_s > 0:
-            await load(warmup_s)
-        meter = CpuMeter(pids)
-        meter.start()
-        start = time.monotonic()
-        outcomes = await load(duration_s)
-        elapsed = time.monotonic() - start
-        cpu = meter.stop()
-    report = summarize(outcomes, elapsed, concurrency=concurrency, duration_s=duration_s, cpu=cpu)
+        measured = await closed_loop(
+            one,
+            queries,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            pids=pids,
+        )
+    report = summarize(
+        measured.outcomes,
+        measured.elapsed_s,
+        concurrency=concurrency,
+        duration_s=duration_s,
+        cpu=measured.cpu,
+    )
     report["warmup_s"] = warmup_s
     report["ask"] = ask.value
     return report
