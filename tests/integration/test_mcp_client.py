@@ -48,7 +48,7 @@ from workers.tool.registry import ToolRegistry
 from workers.tool.router import run_tools
 from workers.tool.sandbox import Sandbox, SandboxUnavailable
 from workers.tool.sandbox_command import interpreter
-from workers.tool.sandbox_procs import SANDBOX_UIDS
+from workers.tool.sandbox_procs import SANDBOX_UIDS, processes
 from workers.tool.sandbox_run import SandboxLimits
 
 pytestmark = pytest.mark.integration
@@ -295,6 +295,8 @@ async def test_a_sandboxed_server_that_dies_comes_back_in_a_new_sandbox(stack: S
     await stack.wait_for("notes__whoami", present=False, within_s=2)
     await stack.wait_for("notes__whoami")
     assert "home=/sandbox" in (await stack.call("notes__whoami")).output
+    me = os.getpid()  # the dead sandbox's init, handed to this process, was reaped
+    assert [p for p in processes() if p.ppid == me and p.state == "Z"] == []
 
 
 async def test_tools_are_listed_again_when_a_server_says_they_changed(stack: Stack) -> None:

@@ -50,12 +50,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from workers.tool.sandbox_procs import UidPool
+import anyio
+
+from workers.tool import sandbox_run
+from workers.tool.sandbox_procs import UidPool, processes, reap_orphans
 
 SERVER_HOME: Final = "/sandbox"
 SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 SEARCH_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 MODULE_PATHS: Final = ("PYTHONPATH", "NODE_PATH")
+REAP_PAUSE_S: Final = 0.05
 
 LAUNCHER: Final = """
 import json, os, resource, sys
@@ -250,7 +254,9 @@ async def sandboxed(
     (as root) its user id are the block's, and every process of that user is killed and the
     directory removed when it ends. `SandboxRefused` when it cannot run sandboxed."""
     server = plan(command, args, env, cwd)
+    reap_orphans(keep=sandbox_run._RUNNING)  # what an earlier server left, if anything
     workdir = Path(tempfile.mkdtemp(prefix="ragbus-mcp-"))
+    uid: int | None = None
     try:
         async with AsyncExitStack() as stack:
             uid = await stack.enter_async_context(uids.lease()) if uids is not None else None
@@ -278,3 +284,18 @@ async def sandboxed(
             )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        with anyio.CancelScope(shield=True):  # even as the worker stops
+            await _reap_sandbox_init(uid)
+
+
+async def _reap_sandbox_init(uid: int | None, wait_s: float = 1.0) -> None:
+    """Reap what the stopped server leaves this process: its pid namespace's init (bwrap's
+    child) is handed to the worker, the subreaper, when bwrap goes, and dies a moment later
+    (its user's processes were killed); unreaped, each stopped server would leave a zombie.
+    Without a user of its own it cannot be told apart: reaped now, or at the next start."""
+    me = os.getpid()
+    for _ in range(round(wait_s / REAP_PAUSE_S)):
+        reap_orphans(keep=sandbox_run._RUNNING)
+        if uid is None or not any(p.ppid == me and p.uid == uid for p in processes()):
+            return
+        await anyio.sleep(REAP_PAUSE_S)
