@@ -20,11 +20,24 @@ from fastapi.routing import APIRoute
 from faststream.nats import NatsBroker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import admin, catalogue, documents, jobs, ops, reference, routes, sessions, web
+from api import (
+    admin,
+    catalogue,
+    documents,
+    jobs,
+    openai_chat,
+    ops,
+    reference,
+    routes,
+    sessions,
+    tools,
+    web,
+)
 from api.event_hub import EventHub
 from api.gate import CallerGate
 from api.intake import Intake
 from api.limits import BodyLimit
+from api.mcp_door import McpDoor
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
@@ -66,6 +79,7 @@ def create_app(
     Given the `orchestrator` of its process, it hands questions to that saga in process
     (`api.submission`, `RAGBUS_SUBMIT_IN_PROCESS`)."""
     settings = settings or get_settings()
+    mcp = McpDoor(version="0.1.0")  # MCP over streamable HTTP at /mcp (`api.mcp_door`)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -98,6 +112,7 @@ def create_app(
                 intake = Intake(nc, app.state.bus, redis, settings)
                 await intake.start()
                 stack.push_async_callback(intake.stop)
+            await stack.enter_async_context(mcp.running(settings))
             log.info("api_started", auth=settings.auth, nats=redacted(settings.nats_url))
             yield
         log.info("api_stopped")
@@ -134,10 +149,13 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(catalogue.router)
     app.include_router(sessions.router)
+    app.include_router(tools.router)
+    app.include_router(openai_chat.router)
     app.include_router(admin.router)
     app.include_router(ops.router)
     app.include_router(web.router)
     app.include_router(reference.router)
+    mcp.mount(app)
     app.add_middleware(BodyLimit)  # bodies bounded before any route reads one
     app.add_middleware(CallerGate)  # outermost: a caller's requests at once, counted first
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from cli import (
     ask,
     bench,
     bench_documents,
+    bench_doors,
     bench_encoder,
     bench_scale,
     chaos,
@@ -26,6 +27,7 @@ from cli import (
     evaluate,
     ingest,
     intent,
+    mcp,
     serve,
     specs,
     tenants,
@@ -50,9 +52,11 @@ bench.register(app)  # bench, bench-bus, bench-ingest
 bench_scale.register(app)  # bench-scale, bench-scaleout
 bench_encoder.register(app)  # bench-encoder
 bench_documents.register(app)  # bench-documents
+bench_doors.register(app)  # bench-doors
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config
+mcp.register(app)  # mcp
 
 
 def main() -> None:

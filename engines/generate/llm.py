@@ -7,9 +7,10 @@ through a `CitationFilter` that drops markers pointing at passages it was never 
 
 Tool rounds: while `tool_rounds_left > 0` the tools the request may use are offered: the
 generate worker's catalog of what the tool workers run (built-in, plugins, and the tools of
-the MCP servers the tenant is allowed), or the built-in tools' specs (`contracts.tools`). When the model asks for tools, its calls go back to the orchestrator; the
-next round replays the conversation — the assistant message carrying the `tool_calls`,
-then one `tool` message per outcome — so the model sees what it asked and what came back.
+the MCP servers the tenant is allowed), or the built-in tools' specs (`contracts.tools`).
+When the model asks for tools, its calls go back to the orchestrator; the next round replays
+the conversation — the assistant message carrying the `tool_calls`, then one `tool` message
+per outcome — so the model sees what it asked and what came back.
 All outcomes so far are replayed as one assistant turn: the saga keeps the outcomes, not
 which round each came from, and one turn with every call is a valid conversation too.
 """

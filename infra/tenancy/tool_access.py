@@ -23,6 +23,7 @@ from typing import Final
 import redis.asyncio as aioredis
 
 from contracts.tenancy import DEFAULT_TENANT
+from contracts.tools import CatalogTool
 from infra.settings import Settings
 from infra.tenancy.registry import TenantRegistry
 
@@ -62,3 +63,15 @@ class ToolAccess:
             return True
         allowed = await self.servers_for(tenant)
         return allowed is EVERY_SERVER or server in allowed
+
+    async def usable(self, tenant: str, catalog: list[CatalogTool]) -> list[CatalogTool]:
+        """The tools of `catalog` that `tenant` may use, in name order."""
+        allowed = await self.servers_for(tenant)
+        return sorted(
+            (
+                tool
+                for tool in catalog
+                if tool.server is None or allowed is EVERY_SERVER or tool.server in allowed
+            ),
+            key=lambda tool: tool.name,
+        )

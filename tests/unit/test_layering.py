@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-CLI_SUPPORT = {"cli.common", "cli.answers", "cli.ingest_job", "cli.demo_run"}
+CLI_SUPPORT = {"cli.common", "cli.answers", "cli.ingest_job", "cli.demo_run", "cli.mcp_bridge"}
 """`cli` modules that register no command: any command module may import them."""
 CLI_TOP = {"cli.app", "cli.entry", "cli.__main__", "cli"}
 
