@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from contracts.models import ToolCall
 from infra.config.mcp import McpServer
+from infra.tenancy.tool_access import ToolAccess
 
 SEPARATOR: Final = "__"
 OPENAI_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -124,3 +125,29 @@ def route_calls(
             except ValueError:  # arguments past the bus's bound: no call
                 continue
     return []
+
+
+class ToolRoutes:
+    """The operator's routes as the classifying workers ask them: which tool, if any, a
+    route of a server the tenant may use sends a question to (the classify worker, and the
+    search worker when it classifies its question itself, RAGBUS_CLASSIFY_WITH_SEARCH)."""
+
+    def __init__(self, servers: Mapping[str, McpServer], access: ToolAccess) -> None:
+        self.servers = {
+            name: server
+            for name, server in servers.items()
+            if server.routes and not server.disabled
+        }
+        self.access = access
+
+    async def tool_for(self, tenant: str, question: str) -> str | None:
+        if not self.servers:
+            return None
+        allowed = await self.access.servers_for(tenant)
+        usable = {
+            name: server
+            for name, server in self.servers.items()
+            if allowed is None or name in allowed
+        }
+        calls = route_calls(question, usable)
+        return calls[0].name if calls else None

@@ -10,6 +10,9 @@ arguments split across chunks), a `finish_reason` — and `data: [DONE]`. The re
   question), then answers with what the tool returned;
 - `python`: asks for the python tool, then answers with its output;
 - `greedy`: always asks for the calculator, whatever it is offered;
+- `echo`: asks for the first offered tool whose name ends in `__echo` (an MCP server's
+  `echo`, under its prefix) with the question as its `message`, then answers with what it
+  returned; with no such tool offered, answers as `cite`;
 - `fail500`: HTTP 500 every time;  `flaky`: 500 once per scenario, then `cite`;
 - `hang`: sleeps far past any client timeout before answering;
 - `break`: streams two tokens, then drops the connection;
@@ -122,6 +125,14 @@ _LONG_WORD = re.compile(r"\b[a-z]{10,}\b")
 GRAPH_MODELS = ("graph", "graph_partial", "graph_garbage")
 
 
+def _offered_echo(tools: list[dict[str, Any]]) -> str | None:
+    for tool in tools:
+        name = str(tool.get("function", {}).get("name", ""))
+        if name.endswith("__echo"):
+            return name
+    return None
+
+
 def _system(messages: list[dict[str, Any]]) -> str:
     return next((str(m.get("content")) for m in messages if m.get("role") == "system"), "")
 
@@ -213,7 +224,15 @@ class FakeLLM:
                 )
             if model == "hang":
                 await asyncio.sleep(HANG_S)
-            frames = self._script(model, messages, bool(body.get("tools")))
+            if model == "echo":
+                echo = _offered_echo(body.get("tools") or [])
+                if echo is not None and not _tool_replies(messages):
+                    question = _user_question(messages)
+                    frames = _tool_stream(model, echo, {"message": question}, "call_echo_1")
+                else:
+                    frames = self._script(model, messages, bool(body.get("tools")))
+            else:
+                frames = self._script(model, messages, bool(body.get("tools")))
 
             async def stream() -> AsyncIterator[str]:
                 for number, frame in enumerate(frames):
@@ -225,6 +244,11 @@ class FakeLLM:
             return StreamingResponse(stream(), media_type="text/event-stream")
 
         return app
+
+    @staticmethod
+    def offered(body: dict[str, Any]) -> list[str]:
+        """The names of the tools a recorded request offered."""
+        return [tool["function"]["name"] for tool in body.get("tools") or []]
 
     def _script(self, model: str, messages: list[dict[str, Any]], tools: bool) -> list[str]:
         if model in GRAPH_MODELS:

@@ -28,7 +28,7 @@ from infra.runtime.resources import Resources
 from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from infra.tenancy.tool_access import ToolAccess
-from infra.tool_routes import route_calls
+from infra.tool_routes import ToolRoutes
 
 log = get_logger(__name__)
 
@@ -41,25 +41,7 @@ def create_router(resources: Resources) -> NatsRouter:
     resources.on_warm_up(lambda: classifier.classify("warm up", None))
     publisher = ResultPublisher(router, Step.CLASSIFY, ClassifyResult)
     claims = resources.claims()
-    routed_servers = {
-        name: server
-        for name, server in settings.mcp_server_configs().items()
-        if server.routes and not server.disabled
-    }
-    access = ToolAccess(resources.redis(), settings)
-
-    async def tool_route(cmd: ClassifyCommand, question: str) -> str | None:
-        """The tool a route of a server the tenant may use plans for the question, if any."""
-        if not routed_servers or cmd.intent_override is not None:
-            return None
-        allowed = await access.servers_for(cmd.tenant)
-        usable = {
-            name: server
-            for name, server in routed_servers.items()
-            if allowed is None or name in allowed
-        }
-        calls = route_calls(question, usable)
-        return calls[0].name if calls else None
+    routes = ToolRoutes(settings.mcp_server_configs(), ToolAccess(resources.redis(), settings))
 
     async def standalone(cmd: ClassifyCommand) -> Rewrite | None:
         """The question made standalone from its session's earlier turns (None: no session)."""
@@ -94,7 +76,11 @@ def create_router(resources: Resources) -> NatsRouter:
         made = await standalone(cmd)
         question = made.standalone if made is not None else cmd.query
         async with phase(bus, cmd, Phase.INTENT_CLASSIFICATION) as run:
-            routed = await tool_route(cmd, question)
+            routed = (
+                None
+                if cmd.intent_override is not None
+                else await routes.tool_for(cmd.tenant, question)
+            )
             found = await classifier.classify(question, cmd.intent_override, routed=bool(routed))
             run.metadata.update(described(found))
             if routed:

@@ -55,6 +55,8 @@ from infra.runtime.worker_runtime import (
     result_event_id,
     step_router,
 )
+from infra.tenancy.tool_access import ToolAccess
+from infra.tool_routes import ToolRoutes
 
 log = get_logger(__name__)
 
@@ -140,6 +142,7 @@ def create_router(resources: Resources) -> NatsRouter:
     )
     # its model loads on the first question it classifies (`SearchCommand.classify`)
     classifier = IntentClassifier(resources.encoder, model_dir(settings))
+    routes = ToolRoutes(settings.mcp_server_configs(), ToolAccess(resources.redis(), settings))
     if settings.classify_with_search:
         resources.on_warm_up(lambda: classifier.classify("warm up", None))
 
@@ -149,8 +152,12 @@ def create_router(resources: Resources) -> NatsRouter:
         step answers it), with a `skipped` phase event for each other one."""
         assert cmd.classify is not None
         async with phase(bus, cmd, Phase.INTENT_CLASSIFICATION) as run:
-            found = await classifier.classify(cmd.query, cmd.classify.intent_override)
+            override = cmd.classify.intent_override
+            routed = None if override is not None else await routes.tool_for(cmd.tenant, cmd.query)
+            found = await classifier.classify(cmd.query, override, routed=bool(routed))
             run.metadata.update(described(found))
+            if routed:
+                run.metadata["tool_route"] = routed
         if found.intent is Intent.TOOL:
             return found, []
         searched = weighed(found.weights, cmd.channels)
