@@ -165,11 +165,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: error_doc("No such model (`model_not_found`)."),
     409: error_doc("A request id already in use."),
     422: error_doc("A body that is not a question ragbus can answer as asked."),
-    429: error_doc("Past the caller's rate or requests at once; `Retry-After` says when."),
+    429: error_doc("Past the caller's rate, or its address's wrong keys; `Retry-After` says when."),
     503: error_doc("The bus or the state store is unavailable; `Retry-After` says when."),
 }
 ANSWER_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,
     500: error_doc("The request failed: `code` is its error's, `x-request-id` its id."),
-    504: error_doc("The request timed out (`timed_out`)."),
+    504: error_doc("The request timed out (`request_timeout`, or its step's: `generate_timeout`)."),
 }
