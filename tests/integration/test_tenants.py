@@ -35,6 +35,17 @@ from tests.up_process import ragbus_cli, ragbus_up
 pytestmark = pytest.mark.integration
 
 ADMIN = "admin-key-for-the-tenant-suite-0123456789"
+ROOT = Path(__file__).resolve().parents[2]
+EVERYTHING = ROOT / "tools" / "mcp" / "node_modules" / ".bin" / "mcp-server-everything"
+MCP_SERVERS = {
+    "mcpServers": {
+        "everything": {
+            "command": str(EVERYTHING),
+            "args": ["stdio"],
+            "routes": [{"pattern": r"^echo\s+(?P<message>.+)$", "tool": "echo"}],
+        }
+    }
+}
 SECRET = "The Zephyr project codename is BLUEFINCH and its launch site is Kestrel Point."
 
 
@@ -89,6 +100,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantStack]:
         "RAGBUS_CLASSIFY_TIMEOUT_S": "60",
         "RAGBUS_FUSE_TIMEOUT_S": "60",
         "RAGBUS_CRITIC_TIMEOUT_S": "60",
+        # the reference MCP server (tools/mcp, `make mcp-peers`), sandboxed: tenants use its
+        # tools only where they are allowed (`test_a_tenant_uses_only_the_mcp_servers_...`)
+        "RAGBUS_MCP_SERVERS": json.dumps(MCP_SERVERS),
     }
     log = root / "up.log"
     url = f"http://127.0.0.1:{api_port}"
@@ -368,6 +382,50 @@ def test_limits_answer_429(stack: TenantStack) -> None:
     limited = httpx.post(url, json={"query": "hi"}, headers=tenant.headers)
     assert limited.status_code == 429
     assert int(limited.headers["Retry-After"]) >= 1
+
+
+def _tools(stack: TenantStack, tenant: Tenant) -> set[str]:
+    listed = httpx.get(f"{stack.url}/v1/tools", headers=tenant.headers)
+    assert listed.status_code == 200, listed.text
+    return {tool["name"] for tool in listed.json()["tools"]}
+
+
+@pytest.mark.skipif(not EVERYTHING.exists(), reason="the reference MCP servers: make mcp-peers")
+def test_a_tenant_uses_only_the_mcp_servers_it_is_allowed(
+    stack: TenantStack, acme: Tenant, beta: Tenant
+) -> None:
+    """The operator's MCP server runs for everyone, and no tenant may use it until allowed:
+    neither its tools listed, nor a question its route matches sent to it."""
+    assert "calculator" in _tools(stack, beta)
+    assert not any(name.startswith("everything__") for name in _tools(stack, beta))
+    refused = ask(stack, beta, "echo beta was here")
+    assert refused["status"] == "completed" and refused["intent"] != "tool", refused
+
+    done = stack.cli("tenant", "tools", "acme", "--allow", "everything", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"tenant": "acme", "mcp_servers": ["everything"]}
+    deadline = time.monotonic() + 30  # the tool worker's catalog, once its server is up
+    while "everything__echo" not in _tools(stack, acme) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert "everything__echo" in _tools(stack, acme)
+    assert not any(name.startswith("everything__") for name in _tools(stack, beta))
+    deadline = time.monotonic() + 30  # the workers read an allowlist again within seconds
+    while True:
+        view = ask(stack, acme, "echo acme was here")
+        if view["intent"] == "tool" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert view["intent"] == "tool" and "acme was here" in view["answer"]["content"], view
+    again = ask(stack, beta, "echo beta was here")
+    assert again["intent"] != "tool"
+
+    taken = httpx.put(
+        f"{stack.url}/v1/admin/tenants/acme/mcp-servers",
+        json={"servers": []},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert taken.status_code == 200 and taken.json()["mcp_servers"] == [], taken.text
+    assert not any(name.startswith("everything__") for name in _tools(stack, acme))
 
 
 # -- NATS: an account per tenant ----------------------------------------------------------
