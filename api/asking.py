@@ -66,7 +66,18 @@ class Door:
         """Take the caller's quota and submit: 429 (`HTTPException`) past its rate, 409 or
         503 as `POST /v1/queries` answers them. The flag: an earlier request of the same
         `idempotency_key`."""
+        await self.take_quota(caller, body)
+        return await self.submit(caller, body, idempotency_key)
+
+    async def take_quota(self, caller: Caller, body: QueryRequest) -> None:
+        """The question's share of the caller's rate, or 429: for a door that writes
+        something of the question before it submits (a conversation's turns), first."""
         await take_submission(Quotas(self.redis), caller, submission_cost(self.settings, body.mode))
+
+    async def submit(
+        self, caller: Caller, body: QueryRequest, idempotency_key: str | None = None
+    ) -> tuple[QuerySubmitted, bool]:
+        """`ask` once its quota is taken."""
         idempotency = Idempotency(self.redis, self.settings.idempotency_ttl_s, caller.tenant)
         return await submit_query(
             body, caller, self.store, self.submitter, self.settings, idempotency, idempotency_key

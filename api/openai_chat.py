@@ -289,9 +289,10 @@ async def chat_completions(
     conversation = Conversation.of(body)
     query = _query(conversation.question, namespace)
     door = Door.of(request.app.state)
+    await door.take_quota(caller, query)  # before the conversation's turns are written
     session_id = await session_for(door, caller, body, conversation, idempotency_key)
     query = query.model_copy(update={"session_id": session_id})
-    submitted, replayed = await door.ask(caller, query, idempotency_key)
+    submitted, replayed = await door.submit(caller, query, idempotency_key)
     rid = submitted.request_id
     headers = {"x-request-id": rid}
     if replayed:
