@@ -43,7 +43,8 @@ from starlette.types import Receive, Scope, Send
 
 from api.auth import Caller, caller_of
 from api.documents import get_files
-from api.mcp_tools import TOOLS, Call, Outcome, ToolRefused, refusal, run_tool
+from api.mcp_call import Call, Outcome, ToolRefused, refusal, run_tool
+from api.mcp_tools import TOOLS
 from api.routes import take_submission
 from api.schemas import _namespace
 from contracts.tenancy import caller_namespace, store_namespace

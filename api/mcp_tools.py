@@ -5,253 +5,49 @@
   citations, or a tool error with the reason it failed;
 - `search`: the same, in `mode: "retrieve"` (the saga stops after fusion): the fused passages,
   best first, from the request's record;
-- `ingest`: text documents as `POST /v1/documents` takes JSON (`api.documents.accept_batch`),
-  or files sent as base64 as it takes them as multipart (`api.uploads.read_file_batch` checks
-  them, `api.documents.accept_files` queues them); its job;
+- `ingest`: text documents or files as `POST /v1/documents` takes them (`api.mcp_ingest`);
+  its job;
 - `job_status`: `GET /v1/ingest/{job_id}` (`api.jobs.get_job`), the caller's jobs only;
 - `namespaces`: `GET /v1/namespaces` (`api.catalogue.list_namespaces`).
 
-Each acts for the caller of the HTTP request that carried it (`Call`). A refusal (the
-`HTTPException` the route would answer: 404, 409, 413, 415, 422, 429 with when to retry, 503)
-is a tool error (`ToolRefused`), whose message the model reads, never a protocol error.
+Each acts for the caller of the HTTP request that carried it (`api.mcp_call.Call`). A refusal
+(the `HTTPException` the route would answer: 404, 409, 413, 415, 422, 429 with when to retry,
+503) is a tool error (`ToolRefused`), whose message the model reads, never a protocol error.
+Their arguments and results are `api.mcp_schemas`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import json
-import tempfile
-from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from typing import Any
 
-from fastapi import HTTPException
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.datastructures import FormData, Headers, UploadFile
-from starlette.requests import Request
+from pydantic import ValidationError
 
-from api.asking import Door
-from api.auth import Caller
 from api.catalogue import list_namespaces
-from api.documents import accept_batch, accept_files, get_files
-from api.idempotency import Idempotency
 from api.jobs import get_job
-from api.limits import check_spool_room
-from api.routes import take_submission
+from api.mcp_call import Call, Outcome, Tool, ToolRefused, invalid
+from api.mcp_ingest import ingest
+from api.mcp_schemas import (
+    AskArgs,
+    AskResult,
+    CitationOut,
+    IngestArgs,
+    JobArgs,
+    NoArgs,
+    Passage,
+    SearchArgs,
+    SearchResult,
+)
 from api.schemas import (
-    MAX_DOCUMENTS_PER_CALL,
-    MAX_FILES_PER_CALL,
-    DocumentsRequest,
-    DocumentUpload,
     IngestAccepted,
     JobView,
-    Namespace,
     Namespaces,
     QueryRequest,
 )
-from api.uploads import FileOverLimit, read_file_batch
-from contracts.envelope import REQUEST_ID_PATTERN
-from contracts.queries import MAX_QUERY_CHARS, MAX_TOP_K, SESSION_ID_PATTERN
 from contracts.tenancy import caller_namespace
 from infra.logging import get_logger
-from infra.runtime.redis_client import UNAVAILABLE_ERRORS
-from infra.tenancy.quotas import Quotas
 
 log = get_logger(__name__)
-
-SPOOL_BYTES = 1024 * 1024
-"""A file sent to `ingest` is kept in memory up to this, then on disk, as an upload's part."""
-
-
-class ToolRefused(Exception):
-    """What a tool could not do, in words for the model: the call's result is a tool error."""
-
-
-Progress = Callable[[float, str], Awaitable[None]]
-"""Report progress: the count so far and what happened (a no-op when the client gave no
-progress token)."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One tool call: who asked, through which HTTP request (its app is the API, whose
-    lifespan opened the connections), and where its progress goes."""
-
-    caller: Caller
-    request: Request
-    progress: Progress
-
-    @property
-    def state(self) -> Any:
-        return self.request.app.state
-
-    @property
-    def door(self) -> Door:
-        return Door.of(self.state)
-
-    @property
-    def quotas(self) -> Quotas:
-        return Quotas(self.state.redis)
-
-    def idempotency(self) -> Idempotency:
-        return Idempotency(
-            self.state.redis, self.state.settings.idempotency_ttl_s, self.caller.tenant
-        )
-
-
-# -- the tools' arguments and results ------------------------------------------------------
-
-_STRICT = ConfigDict(extra="forbid")
-
-NamespaceList = list[Namespace] | None
-NAMESPACES = Field(
-    default=None,
-    min_length=1,
-    max_length=16,
-    description="The namespaces to search (`namespaces` lists them); unset: `default`.",
-)
-
-
-class AskArgs(BaseModel):
-    model_config = _STRICT
-
-    question: str = Field(
-        min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in plain words."
-    )
-    namespaces: NamespaceList = NAMESPACES
-    session_id: str | None = Field(
-        default=None,
-        pattern=SESSION_ID_PATTERN,
-        description="A conversation: a follow-up is understood from the session's earlier "
-        "questions, and what it taught is recalled. Reuse one id for one conversation.",
-    )
-
-
-class CitationOut(BaseModel):
-    n: int = Field(description="The number the answer cites it by, `[n]`.")
-    title: str
-    document_id: str
-    source: str
-    page: int | None = Field(description="The page of a parsed file, from 1.")
-    page_label: str = Field(description="The page's own label, where the file gives one.")
-    section: str
-    namespace: str = Field(
-        description="The namespace holding a page's file (its resource: "
-        "ragbus://documents/{namespace}/{document_id}); empty where not known."
-    )
-
-
-class AskResult(BaseModel):
-    request_id: str
-    status: str = Field(description="`completed`, or how the request ended.")
-    answer: str = Field(description="The answer, citing its sources as `[n]`.")
-    citations: list[CitationOut]
-
-
-class SearchArgs(BaseModel):
-    model_config = _STRICT
-
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What to find.")
-    namespaces: NamespaceList = NAMESPACES
-    top_k: int | None = Field(
-        default=None, ge=1, le=MAX_TOP_K, description="Passages wanted at most."
-    )
-
-
-class Passage(BaseModel):
-    rank: int = Field(description="From 1, best first.")
-    chunk_id: str
-    document_id: str
-    title: str
-    source: str
-    namespace: str
-    page: int | None = Field(description="Its page, where the search knows it.")
-    score: float = Field(description="The fused score (higher is better).")
-    channels: dict[str, int] = Field(description="channel -> the rank it found the passage at")
-
-
-class SearchResult(BaseModel):
-    request_id: str
-    status: str
-    passages: list[Passage]
-
-
-class TextDocument(BaseModel):
-    model_config = _STRICT
-
-    text: str = Field(min_length=1, description="The document's text (Markdown or plain).")
-    title: str = Field(default="", max_length=1000)
-    document_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=256,
-        description="Its id in the namespace (no white space); sending an id again replaces "
-        "that document. Unset: one made from the text, so the same text is stored once.",
-    )
-    metadata: dict[str, Any] | None = Field(default=None, description="Free-form JSON object.")
-
-
-class FileDocument(BaseModel):
-    model_config = _STRICT
-
-    filename: str = Field(
-        min_length=1,
-        max_length=512,
-        description="Its name: the document id (white space made `_`) and a hint of its kind.",
-    )
-    content_base64: str = Field(min_length=1, description="The file's bytes, base64.")
-
-
-class IngestArgs(BaseModel):
-    model_config = _STRICT
-
-    documents: list[TextDocument] | None = Field(
-        default=None, min_length=1, max_length=MAX_DOCUMENTS_PER_CALL
-    )
-    files: list[FileDocument] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_FILES_PER_CALL,
-        description="Files to parse (PDF, Word .docx, PowerPoint .pptx, HTML, PNG/JPEG/TIFF "
-        "scans, Markdown, text), each within the server's file size limit.",
-    )
-    namespace: Namespace = "default"
-    metadata: dict[str, Any] | None = Field(
-        default=None, description="For files: a JSON object every file's document carries."
-    )
-
-
-class JobArgs(BaseModel):
-    model_config = _STRICT
-
-    job_id: str = Field(pattern=REQUEST_ID_PATTERN, description="The id `ingest` answered.")
-
-
-class NoArgs(BaseModel):
-    model_config = _STRICT
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A tool's result: the text the model reads, and the structured content."""
-
-    text: str
-    structured: BaseModel
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    title: str
-    description: str
-    arguments: type[BaseModel]
-    result: type[BaseModel]
-    run: Callable[[Call, Any], Awaitable[Outcome]]
-    read_only: bool
 
 
 # -- ask and search ----------------------------------------------------------------------
@@ -390,118 +186,7 @@ async def search(call: Call, args: SearchArgs) -> Outcome:
     )
 
 
-# -- documents and jobs -------------------------------------------------------------------
-
-
-def _text_id(document: TextDocument) -> str:
-    return document.document_id or "text-" + hashlib.sha256(document.text.encode()).hexdigest()[:24]
-
-
-async def ingest(call: Call, args: IngestArgs) -> Outcome:
-    if (args.documents is None) == (args.files is None):
-        raise ToolRefused(
-            "422: give `documents` (text) or `files` (base64), one of the two, in one call"
-        )
-    if args.documents is not None:
-        accepted = await _ingest_texts(call, args.documents, args.namespace)
-    else:
-        assert args.files is not None
-        accepted = await _ingest_files(call, args.files, args.namespace, args.metadata)
-    text = (
-        f"ingest job {accepted.job_id}: {accepted.accepted} documents queued"
-        f"{f', {accepted.duplicates} unchanged' if accepted.duplicates else ''}; "
-        "follow it with job_status"
-    )
-    return Outcome(text, accepted)
-
-
-async def _ingest_texts(
-    call: Call, documents: list[TextDocument], namespace: str
-) -> IngestAccepted:
-    """As `POST /v1/documents` with a JSON body."""
-    state = call.state
-    try:
-        body = DocumentsRequest(
-            documents=[
-                DocumentUpload(
-                    id=_text_id(doc),
-                    title=doc.title,
-                    text=doc.text,
-                    metadata=doc.metadata or {},
-                    namespace=namespace,
-                )
-                for doc in documents
-            ]
-        )
-    except ValidationError as exc:
-        raise ToolRefused(invalid(exc)) from None
-    accepted, _ = await accept_batch(
-        call.caller,
-        body,
-        bus=state.bus,
-        redis=state.redis,
-        max_payload=state.nc.max_payload,
-        settings=state.settings,
-        quotas=call.quotas,
-        idempotency=call.idempotency(),
-        idempotency_key=None,
-    )
-    return accepted
-
-
-async def _ingest_files(
-    call: Call, files: list[FileDocument], namespace: str, metadata: dict[str, Any] | None
-) -> IngestAccepted:
-    """As `POST /v1/documents` with a multipart body: the same quota and disk checks, each
-    file as a form's file part, checked by the upload route's own `read_file_batch`, queued
-    by its `accept_files`."""
-    state, settings = call.state, call.state.settings
-    await take_submission(call.quotas, call.caller)
-    decoded: list[tuple[str, bytes]] = []
-    for n, upload in enumerate(files):
-        try:
-            content = base64.b64decode(upload.content_base64, validate=True)
-        except (binascii.Error, ValueError):
-            raise ToolRefused(
-                f"422: files.{n}.content_base64: {upload.filename} is not base64"
-            ) from None
-        if len(content) > settings.max_file_bytes:
-            raise ToolRefused(f"413: {FileOverLimit(upload.filename, settings.max_file_bytes)}")
-        decoded.append((upload.filename, content))
-    total = sum(len(content) for _, content in decoded)
-    check_spool_room(
-        Headers({"content-length": str(total)}),
-        settings.max_request_bytes,
-        settings.upload_min_free_mb,
-    )
-    fields: list[tuple[str, str | UploadFile]] = [("namespace", namespace)]
-    if metadata is not None:
-        fields.append(("metadata", json.dumps(metadata)))
-    for filename, content in decoded:
-        # closed with the form, as an upload's spooled parts are
-        spooled = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
-        spooled.write(content)
-        spooled.seek(0)
-        part = UploadFile(cast(BinaryIO, spooled), size=len(content), filename=filename)
-        fields.append(("files", part))
-    form = FormData(fields)
-    try:
-        batch = await read_file_batch(form)
-        store = await get_files(call.request, state.js, settings)
-        accepted, _ = await accept_files(
-            call.caller,
-            batch,
-            bus=state.bus,
-            redis=state.redis,
-            files=store,
-            settings=settings,
-            quotas=call.quotas,
-            idempotency=call.idempotency(),
-            idempotency_key=None,
-        )
-    finally:
-        await form.close()
-    return accepted
+# -- jobs and namespaces ------------------------------------------------------------------
 
 
 async def job_status(call: Call, args: JobArgs) -> Outcome:
@@ -582,63 +267,3 @@ TOOLS: dict[str, Tool] = {
         ),
     )
 }
-
-
-# -- refusals in words ---------------------------------------------------------------------
-
-_STATUS_WORDS = {
-    400: "bad request",
-    401: "unauthorized",
-    404: "not found",
-    409: "conflict",
-    413: "too large",
-    415: "unsupported file",
-    422: "invalid",
-    429: "too many requests",
-    503: "unavailable",
-    507: "insufficient storage",
-}
-
-
-def refusal(exc: HTTPException) -> str:
-    """A route's refusal as a tool error's message: its status, its reason, and for a 429 (or
-    a 503) when to try again."""
-    message = f"{exc.status_code} {_STATUS_WORDS.get(exc.status_code, 'error')}: {exc.detail}"
-    retry = (exc.headers or {}).get("Retry-After")
-    if retry:
-        message += f" (retry after {retry} s)"
-    return message
-
-
-def _where(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
-    return ".".join(parts) or "arguments"
-
-
-def invalid(exc: ValidationError | RequestValidationError) -> str:
-    """422 with each field and what is wrong with it, as the API's validation errors say it."""
-    described = [
-        f"{_where(e.get('loc', ()))}: {str(e.get('msg', 'invalid')).removeprefix('Value error, ')}"
-        for e in exc.errors()
-    ]
-    return "422 invalid: " + "; ".join(described)
-
-
-async def run_tool(tool: Tool, call: Call, arguments: dict[str, Any]) -> Outcome:
-    """Validate the arguments and run the tool; `ToolRefused` with the reason for anything the
-    caller can act on (its arguments, a route's refusal, Redis out of reach)."""
-    try:
-        args = tool.arguments.model_validate(arguments)
-    except ValidationError as exc:
-        raise ToolRefused(invalid(exc)) from None
-    try:
-        return await tool.run(call, args)
-    except HTTPException as exc:
-        raise ToolRefused(refusal(exc)) from None
-    except RequestValidationError as exc:
-        raise ToolRefused(invalid(exc)) from None
-    except UNAVAILABLE_ERRORS as exc:
-        log.warning("redis_unavailable", tool=tool.name, error=str(exc))
-        raise ToolRefused(
-            f"503 unavailable: the state store (Redis) is unavailable ({exc}); try again shortly"
-        ) from None
