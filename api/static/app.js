@@ -4,6 +4,7 @@
 
 import * as api from "./api.js";
 import { AnswerView } from "./answer.js";
+import { Connect } from "./connect.js";
 import { Conversation } from "./conversation.js";
 import { Documents } from "./documents.js";
 import { $, clear, el, fmtTime, short } from "./dom.js";
@@ -19,6 +20,7 @@ const timeline = new Timeline($("#timeline"));
 const answer = new AnswerView({ answer: $("#answer"), note: $("#answer-note"), sources: $("#sources"), facts: $("#facts") });
 const documents = new Documents({ report, notify });
 const conversation = new Conversation({ report, onOpen: (id, query) => open(id, query) });
+const connect = new Connect();
 
 let current = null; // { id, follower }
 let askedForToken = false;
@@ -84,7 +86,7 @@ async function whoami() {
     const who = await api.get("/v1/whoami");
     $("[data-testid=whoami]").textContent = `tenant ${who.tenant} · auth ${who.auth_mode}`;
     $("#sign-out").hidden = !api.token();
-    await Promise.all([documents.refresh(), loadHistory(), conversation.refresh()]);
+    await Promise.all([documents.refresh(), loadHistory(), conversation.refresh(), connect.refresh()]);
     return true;
   } catch (error) {
     if (error.status !== 401) report(error);

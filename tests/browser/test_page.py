@@ -323,3 +323,18 @@ async def test_a_follow_up_is_understood_from_the_conversation(
     await expect(page.get_by_test_id("session-id")).not_to_have_text(session_id)
     assert stack.session(session_id) is None
     assert_clean(watch)
+
+
+async def test_the_other_doors_are_shown_with_the_tools_a_question_may_use(
+    stack: Stack, browser: Browser
+) -> None:
+    watch = PageWatch()
+    page = await open_page(browser, f"{stack.url}/", watch)
+    doors = page.get_by_test_id("connect")
+    await doors.locator("summary").click()
+    await expect(page.get_by_test_id("connect-models")).to_contain_text("ragbus")
+    await expect(page.get_by_test_id("connect-mcp")).to_have_text(f"{stack.url}/mcp")
+    tools = page.get_by_test_id("connect-tools")
+    await expect(tools).to_contain_text("calculator")
+    await expect(tools).to_contain_text("built in")
+    assert_clean(watch)
