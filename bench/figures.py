@@ -260,6 +260,25 @@ def _research(r: Report) -> str:
     )
 
 
+def _doors(r: Report) -> str:
+    parts = []
+    for door, name in (("openai", "OpenAI's chat"), ("mcp", "MCP's `ask`")):
+        versus = r["vs_chat"].get(door)
+        if versus:
+            parts.append(
+                f"{name} {versus['throughput_ratio']:.2f}× `/v1/chat`'s q/s, p95 "
+                f"{versus['p95_added_ms']:+.0f} ms".replace("-", "−")
+            )
+    text = "; ".join(parts)
+    added = (r.get("tool_calls") or {}).get("mcp_added")
+    if added and added.get("tool_step_p50_ms") is not None:
+        text += (
+            f"; a stdio MCP server's tool step +{added['tool_step_p50_ms']:.1f} ms p50, "
+            f"+{added['tool_step_p95_ms']:.1f} ms p95 over the calculator's"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class Row:
     what: str
@@ -271,6 +290,7 @@ class Row:
 ROWS = (
     Row("the whole stack, c = 8", "bench.json", _whole_stack),
     Row("the broker path alone (instant engines), c = 8", "bus.json", _bus),
+    Row("the doors against `/v1/chat`, c = 8", "bench-doors.json", _doors),
     Row("scale, 10k → 300k chunks", "scale.json", _scale),
     Row("ingestion", "ingest.json", _ingest),
     Row(
