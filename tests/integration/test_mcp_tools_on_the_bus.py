@@ -125,3 +125,34 @@ async def test_a_question_matching_a_route_goes_to_its_tool_with_no_model(stack:
     assert "the bus carries it" in answer_of(events)
     # the model wrote the answer from the outcome; it chose no tool
     assert all(not body.get("tool_choice") for body in stack.llm.requests[before:])
+
+
+async def test_through_the_openai_door_a_models_tokens_stream_as_they_come(stack: Stack) -> None:
+    """One request with its tool round behind `/v1/chat/completions`: the model's answer
+    arrives as content deltas, the completion's id is the request's."""
+    body = {
+        "model": "ragbus",
+        "stream": True,
+        "messages": [{"role": "user", "content": "What does the reference server repeat?"}],
+    }
+    deltas: list[str] = []
+    ids: set[str] = set()
+    async with stack.http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            assert "error" not in chunk, chunk
+            ids.add(chunk["id"])
+            deltas.extend(
+                choice["delta"]["content"]
+                for choice in chunk["choices"]
+                if choice["delta"].get("content")
+            )
+    assert len(deltas) >= 2  # the first token event at once, then the rest: not one answer
+    assert "".join(deltas).startswith("The tool says: ")
+    [request_id] = ids
+    view = (await stack.http.get(f"/v1/queries/{request_id}")).json()
+    assert view["status"] == "completed"
+    assert view["answer"]["metadata"]["generator"] == "llm"
