@@ -44,6 +44,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from infra.config.mcp import McpServer
 from infra.logging import get_logger
+from infra.runtime.parent_death import stopping_with_parent
 from infra.settings import Settings
 from infra.tool_routes import prefixed_name
 from workers.tool.mcp_results import result_text
@@ -108,9 +109,10 @@ class McpConnection:
                 yield streamable_http_client(config.url, http_client=http)
             return
         assert config.command is not None
-        if config.trusted:
+        if config.trusted:  # a worker SIGKILLed takes it along (a sandboxed one dies with bwrap)
+            command, args = stopping_with_parent(config.command, config.args)
             params = StdioServerParameters(
-                command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
+                command=command, args=args, env=config.env or None, cwd=config.cwd
             )
             yield stdio_client(params)
             return
