@@ -3,6 +3,7 @@ it from outside (fuzz, tenants)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,38 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 180.0
+STEP_DEADLINES = {
+    "GENERATE_TIMEOUT_S": "90",
+    "SEARCH_TIMEOUT_S": "60",
+    "CLASSIFY_TIMEOUT_S": "60",
+    "FUSE_TIMEOUT_S": "60",
+    "CRITIC_TIMEOUT_S": "60",
+}
+"""Generous: a busy machine (CI runs on a developer's) never degrades a step a test asserts."""
+
+
+def tenants_env(
+    root: Path, api_port: int, nats_port: int, admin: str, **settings: str
+) -> dict[str, str]:
+    """The environment of a `ragbus up` in `tenants` mode that starts its own nats-server and
+    redis-server (free ports, data under `root`), with `admin` as its admin token and generous
+    step deadlines; `settings`: more, or other, `RAGBUS_*` values by the name after the prefix
+    (`LOG_LEVEL="INFO"`)."""
+    from infra.runtime.services import free_port
+
+    values = {
+        "AUTH_MODE": "tenants",
+        "ADMIN_TOKEN": admin,
+        "NATS_URL": f"nats://127.0.0.1:{nats_port}",
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "START_SERVICES": "true",
+        "DATA_DIR": str(root / "data"),
+        "API_PORT": str(api_port),
+        "LOG_LEVEL": "WARNING",
+        **STEP_DEADLINES,
+        **settings,
+    }
+    return {**os.environ, **{f"RAGBUS_{name}": value for name, value in values.items()}}
 
 
 def ragbus_cli(

@@ -35,7 +35,7 @@ from tests.integration import hostile_inputs
 from tests.integration.hostile_inputs import FAILED_IN_JOB, MIB, REFUSED_AT_UPLOAD
 from tests.integration.test_files_ingest import pdf_bytes
 from tests.unit.test_documents_support import book, scanned_pdf
-from tests.up_process import ROOT, ragbus_cli, ragbus_up
+from tests.up_process import ROOT, ragbus_cli, ragbus_up, tenants_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
@@ -141,27 +141,18 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("hostile")
     api_port = free_port()
-    env = {
-        **os.environ,
-        "RAGBUS_AUTH_MODE": "tenants",
-        "RAGBUS_ADMIN_TOKEN": ADMIN,
-        "RAGBUS_NATS_URL": f"nats://127.0.0.1:{free_port()}",
-        "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-        "RAGBUS_START_SERVICES": "true",
-        "RAGBUS_DATA_DIR": str(root / "data"),
-        "RAGBUS_API_PORT": str(api_port),
-        "RAGBUS_LOG_LEVEL": "INFO",
-        "RAGBUS_MAX_FILE_BYTES": str(MAX_FILE_BYTES),
-        "RAGBUS_MAX_REQUEST_BYTES": str(MAX_REQUEST_BYTES),
-        "RAGBUS_MAX_PAGES": str(hostile_inputs.MAX_PAGES),
-        "RAGBUS_PARSE_TIMEOUT_S": "30",
-        "RAGBUS_TENANT_MAX_TRANSFERS": "4",
-        "RAGBUS_GENERATE_TIMEOUT_S": "90",
-        "RAGBUS_SEARCH_TIMEOUT_S": "60",
-        "RAGBUS_CLASSIFY_TIMEOUT_S": "60",
-        "RAGBUS_FUSE_TIMEOUT_S": "60",
-        "RAGBUS_CRITIC_TIMEOUT_S": "60",
-    }
+    env = tenants_env(
+        root,
+        api_port,
+        free_port(),
+        ADMIN,
+        LOG_LEVEL="INFO",
+        MAX_FILE_BYTES=str(MAX_FILE_BYTES),
+        MAX_REQUEST_BYTES=str(MAX_REQUEST_BYTES),
+        MAX_PAGES=str(hostile_inputs.MAX_PAGES),
+        PARSE_TIMEOUT_S="30",
+        TENANT_MAX_TRANSFERS="4",
+    )
     url = f"http://127.0.0.1:{api_port}"
     with ragbus_up(env, root / "up.log", url) as process:
         stack = Stack(url, env, process, root)

@@ -36,7 +36,7 @@ from api.app import create_app
 from infra.runtime.services import free_port
 from tests.integration.conftest import own_services, serving
 from tests.integration.corpus import DOCUMENTS, EXPECTED_DOCUMENT, QUESTION
-from tests.up_process import ROOT, ragbus_up
+from tests.up_process import ROOT, ragbus_up, tenants_env
 
 pytestmark = pytest.mark.integration
 
@@ -72,22 +72,7 @@ class Tenant:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("mcp")
     api_port = free_port()
-    env = {
-        **os.environ,
-        "RAGBUS_AUTH_MODE": "tenants",
-        "RAGBUS_ADMIN_TOKEN": ADMIN,
-        "RAGBUS_NATS_URL": f"nats://127.0.0.1:{free_port()}",
-        "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-        "RAGBUS_START_SERVICES": "true",
-        "RAGBUS_DATA_DIR": str(root / "data"),
-        "RAGBUS_API_PORT": str(api_port),
-        "RAGBUS_LOG_LEVEL": "WARNING",
-        "RAGBUS_GENERATE_TIMEOUT_S": "90",
-        "RAGBUS_SEARCH_TIMEOUT_S": "60",
-        "RAGBUS_CLASSIFY_TIMEOUT_S": "60",
-        "RAGBUS_FUSE_TIMEOUT_S": "60",
-        "RAGBUS_CRITIC_TIMEOUT_S": "60",
-    }
+    env = tenants_env(root, api_port, free_port(), ADMIN)
     url = f"http://127.0.0.1:{api_port}"
     with ragbus_up(env, root / "up.log", url):
         yield Stack(url, env)

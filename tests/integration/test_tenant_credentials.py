@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -38,7 +37,7 @@ from infra.tenancy import tenants
 from infra.tenancy.accounts import connect_with_creds
 from infra.tenancy.registry import TenantRegistry
 from infra.tenancy.trust import load
-from tests.up_process import ragbus_cli, ragbus_up
+from tests.up_process import ragbus_cli, ragbus_up, tenants_env
 
 pytestmark = pytest.mark.integration
 
@@ -174,19 +173,14 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("credentials-up")
     nats_port, api_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "RAGBUS_AUTH_MODE": "tenants",
-        "RAGBUS_ADMIN_TOKEN": ADMIN,
-        "RAGBUS_AUTH_FAILURE_LIMIT": str(FAILURE_LIMIT),
-        "RAGBUS_NATS_URL": f"nats://127.0.0.1:{nats_port}",
-        "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-        "RAGBUS_START_SERVICES": "true",
-        "RAGBUS_DATA_DIR": str(root / "data"),
-        "RAGBUS_API_PORT": str(api_port),
-        "RAGBUS_UP_PROCESSES": "1",
-        "RAGBUS_LOG_LEVEL": "WARNING",
-    }
+    env = tenants_env(
+        root,
+        api_port,
+        nats_port,
+        ADMIN,
+        AUTH_FAILURE_LIMIT=str(FAILURE_LIMIT),
+        UP_PROCESSES="1",
+    )
     env.pop("FORWARDED_ALLOW_IPS", None)  # uvicorn's default: X-Forwarded-For from 127.0.0.1
     url = f"http://127.0.0.1:{api_port}"
     with ragbus_up(env, root / "up.log", url):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from infra.runtime.redis_client import started_redis_url
 from infra.runtime.services import free_port
 from infra.tenancy.accounts import connect_with_creds
 from tests.integration import bus_attacks
-from tests.up_process import ragbus_cli, ragbus_up
+from tests.up_process import ragbus_cli, ragbus_up, tenants_env
 
 pytestmark = pytest.mark.integration
 
@@ -85,25 +84,11 @@ class Tenant:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantStack]:
     root = tmp_path_factory.mktemp("tenants")
     nats_port, api_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "RAGBUS_AUTH_MODE": "tenants",
-        "RAGBUS_ADMIN_TOKEN": ADMIN,
-        "RAGBUS_NATS_URL": f"nats://127.0.0.1:{nats_port}",
-        "RAGBUS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-        "RAGBUS_START_SERVICES": "true",
-        "RAGBUS_DATA_DIR": str(root / "data"),
-        "RAGBUS_API_PORT": str(api_port),
-        "RAGBUS_LOG_LEVEL": "INFO",
-        "RAGBUS_GENERATE_TIMEOUT_S": "90",
-        "RAGBUS_SEARCH_TIMEOUT_S": "60",
-        "RAGBUS_CLASSIFY_TIMEOUT_S": "60",
-        "RAGBUS_FUSE_TIMEOUT_S": "60",
-        "RAGBUS_CRITIC_TIMEOUT_S": "60",
-        # the reference MCP server (tools/mcp, `make mcp-peers`), sandboxed: tenants use its
-        # tools only where they are allowed (`test_a_tenant_uses_only_the_mcp_servers_...`)
-        "RAGBUS_MCP_SERVERS": json.dumps(MCP_SERVERS),
-    }
+    # the reference MCP server (tools/mcp, `make mcp-peers`), sandboxed: tenants use its
+    # tools only where they are allowed (`test_a_tenant_uses_only_the_mcp_servers_...`)
+    env = tenants_env(
+        root, api_port, nats_port, ADMIN, LOG_LEVEL="INFO", MCP_SERVERS=json.dumps(MCP_SERVERS)
+    )
     log = root / "up.log"
     url = f"http://127.0.0.1:{api_port}"
     with ragbus_up(env, log, url) as process:
