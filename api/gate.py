@@ -14,7 +14,8 @@ caller's requests in flight in this process and refuses the one past a limit wit
 - any requests at most `RAGBUS_CALLER_MAX_REQUESTS` at once (event streams included).
 
 A caller is the key it presents (a bearer key, or the web page's cookie on a GET), hashed; an
-API request without one (`none` mode) is its address's; other requests without one
+API request without one (`none` mode: a `/v1` route, or MCP at `/mcp`) is its address's; other
+requests without one
 (`/healthz`, `/readyz`, the web page's files) are not counted. A wrong
 key is counted as a caller of its own, and refused by `api.auth` (whose wrong keys slow their
 address). The route's own checks (the tenant's rate, its limits) come after, as before.
@@ -40,6 +41,8 @@ DRAIN_BYTES = 8 * 1024 * 1024
 """How much of a refused upload's body is read and dropped so its client can read the 429
 (`api.limits.drain`); past it the connection is closed."""
 _DOWNLOAD = re.compile(r"^/v1/documents/[^/]+$")
+_API = re.compile(r"^/(?:v1/|mcp(?:/|$))")
+"""The paths whose callers are counted without a key: the `/v1` routes and MCP's door."""
 _COOKIE = re.compile(rf"(?:^|;\s*){TOKEN_COOKIE}=([^;]*)")
 
 
@@ -52,7 +55,7 @@ def caller_key(scope: Scope, headers: Headers) -> str | None:
         offered = found.group(1) if found else ""
     if offered:
         return hashlib.sha256(offered.encode()).hexdigest()
-    if scope["path"].startswith("/v1/") and scope.get("client"):
+    if _API.match(scope["path"]) and scope.get("client"):
         return f"address:{scope['client'][0]}"
     return None
 

@@ -104,6 +104,9 @@ async def test_requests_without_a_key_are_counted_by_address_on_the_api_only() -
     held = asyncio.create_task(call(gate, scope(app, "/v1/queries", None)))
     await asyncio.sleep(0)
     assert (await call(gate, scope(app, "/v1/queries", None)))[0]["status"] == 429
+    # MCP's door: the same caller (a request not counted would be held: it times out)
+    mcp = await asyncio.wait_for(call(gate, scope(app, "/mcp", None, method="POST")), 5)
+    assert mcp[0]["status"] == 429
     health = asyncio.create_task(call(gate, scope(app, "/healthz", None)))
     await asyncio.sleep(0)
     assert app.ran == 2, "/healthz is never held at the door"
