@@ -5,8 +5,10 @@ Each tool worker keeps its whole registry (name, description, parameters, and th
 a tool belongs to) under a key of its own, `ragbus:tools:<host>:<pid>:<n>`, as JSON, written
 at start, again every `REFRESH_S` and at once when its registry changes (an MCP server came,
 went or changed its tools), lapsing `TTL_S` after its last write: a worker that dies takes its
-tools with it within that time, one that stops takes them at once. `read_catalog` is the
-union of what every worker publishes, one entry a name.
+tools with it within that time, one that stops takes them at once. The keys are listed in a
+set, `ragbus:tool-workers`, so `read_catalog` reads as many keys as there are workers, never
+scanning the keyspace (the saga's states share it); a worker's key that lapsed leaves the set
+at the next read. `read_catalog` is the union of what every worker publishes, one entry a name.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from infra.runtime.readiness import process_name
 log = get_logger(__name__)
 
 KEY_PREFIX: Final = "ragbus:tools:"
+WORKERS_KEY: Final = "ragbus:tool-workers"
+"""The set of the workers' catalog keys."""
 TTL_S: Final = 30.0
 REFRESH_S: Final = 10.0
 _numbers = itertools.count(1)
@@ -63,7 +67,10 @@ class CatalogPublisher:
 
     async def publish(self) -> None:
         body = json.dumps([tool.model_dump(mode="json") for tool in self.tools()])
-        await self.redis.set(self.key, body, px=int(self.ttl_s * 1000))
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.key, body, px=int(self.ttl_s * 1000))
+            pipe.sadd(WORKERS_KEY, self.key)
+            await pipe.execute()
 
     async def _publish_logged(self) -> None:
         try:
@@ -94,18 +101,23 @@ class CatalogPublisher:
             await self._task
         self._task = None
         with contextlib.suppress(Exception):  # lapses by itself if Redis is away
-            await self.redis.delete(self.key)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.delete(self.key)
+                pipe.srem(WORKERS_KEY, self.key)
+                await pipe.execute()
 
 
 async def read_catalog(redis: aioredis.Redis) -> list[CatalogTool]:
     """Every tool some tool worker publishes, one a name (the first worker's, in key order,
     where two disagree), sorted by name. An entry that does not read is skipped."""
-    keys = sorted([key async for key in redis.scan_iter(match=f"{KEY_PREFIX}*", count=200)])
+    keys = sorted(str(key) for key in await redis.smembers(WORKERS_KEY))
     if not keys:
         return []
     found: dict[str, CatalogTool] = {}
+    lapsed: list[str] = []
     for key, raw in zip(keys, await redis.mget(keys), strict=True):
-        if raw is None:  # lapsed between the scan and the read
+        if raw is None:  # its worker died (or stopped while Redis was away)
+            lapsed.append(key)
             continue
         try:
             entries = json.loads(raw)
@@ -115,4 +127,6 @@ async def read_catalog(redis: aioredis.Redis) -> list[CatalogTool]:
             continue
         for tool in tools:
             found.setdefault(tool.name, tool)
+    if lapsed:
+        await redis.srem(WORKERS_KEY, *lapsed)
     return [found[name] for name in sorted(found)]

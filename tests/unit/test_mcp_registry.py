@@ -17,7 +17,7 @@ from contracts.models import ToolCall
 from contracts.tools import CatalogTool
 from infra.config.mcp import McpServer
 from infra.runtime.services import LocalService
-from infra.runtime.tool_catalog import CatalogPublisher, catalog_key, read_catalog
+from infra.runtime.tool_catalog import WORKERS_KEY, CatalogPublisher, catalog_key, read_catalog
 from infra.settings import Settings
 from workers.tool.mcp_client import McpConnection
 from workers.tool.registry import Tool, ToolRegistry
@@ -154,11 +154,15 @@ async def test_the_catalog_is_published_per_worker_and_read_as_one(
             await asyncio.sleep(0.02)
         assert [t.name for t in await read_catalog(redis)] == ["calculator", "notes__get"]
         await redis.set(catalog_key("unit-c"), "not json")
+        await redis.sadd(WORKERS_KEY, catalog_key("unit-c"), catalog_key("unit-gone"))
         assert len(await read_catalog(redis)) == 2  # a broken entry is skipped
+        # a worker that died without a word: its key lapsed, and the read forgets it
+        assert catalog_key("unit-gone") not in await redis.smembers(WORKERS_KEY)
     finally:
         await first.stop()
         await second.stop()
         await redis.delete(catalog_key("unit-c"))
+        await redis.srem(WORKERS_KEY, catalog_key("unit-c"))
     assert await redis.exists(catalog_key("unit-a"), catalog_key("unit-b")) == 0
     assert await read_catalog(redis) == []
     await redis.aclose()
