@@ -157,10 +157,16 @@ def become_subreaper() -> bool:
         return False
 
 
+AWAITED: set[int] = set()
+"""Sandbox processes asyncio is waiting for (a python tool run's): never reaped by
+`reap_orphans`, whoever calls it."""
+
+
 def reap_orphans(keep: Iterable[int] = ()) -> int:
     """Collect this process's zombie children that a sandbox left (a sandbox user's, or
-    bwrap's), except `keep` (children asyncio is waiting for). How many were reaped."""
-    me, kept = os.getpid(), set(keep)
+    bwrap's), except those asyncio is waiting for (`AWAITED`, and `keep`). How many were
+    reaped."""
+    me, kept = os.getpid(), AWAITED | set(keep)
     reaped = 0
     for proc in processes():
         if proc.ppid != me or proc.state != "Z" or proc.pid in kept:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from workers.tool.sandbox_command import build_command
-from workers.tool.sandbox_procs import drops_privileges, reap_orphans
+from workers.tool.sandbox_procs import AWAITED, drops_privileges, reap_orphans
 
 OUTPUT_LIMIT: Final = 32 * 1024
 READ_CHUNK: Final = 65_536
@@ -134,10 +134,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-_RUNNING: set[int] = set()
-"""Sandbox processes asyncio is waiting for: never reaped by `reap_orphans`."""
-
-
 async def execute(
     code: str, limits: SandboxLimits, isolation: str, python: Path, uid: int | None
 ) -> SandboxRun:
@@ -159,7 +155,7 @@ async def execute(
             start_new_session=True,
             preexec_fn=lambda: _preexec(limits, isolation, uid),
         )
-        _RUNNING.add(process.pid)
+        AWAITED.add(process.pid)
         readers = [
             asyncio.ensure_future(_read_capped(process.stdout, limits.output_bytes)),
             asyncio.ensure_future(_read_capped(process.stderr, limits.output_bytes)),
@@ -195,6 +191,6 @@ async def execute(
         )
     finally:
         if process is not None:
-            _RUNNING.discard(process.pid)
-        reap_orphans(keep=_RUNNING)
+            AWAITED.discard(process.pid)
+        reap_orphans()
         shutil.rmtree(workdir, ignore_errors=True)

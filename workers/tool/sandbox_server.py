@@ -52,7 +52,6 @@ from typing import Final
 
 import anyio
 
-from workers.tool import sandbox_run
 from workers.tool.sandbox_procs import UidPool, processes, reap_orphans
 
 SERVER_HOME: Final = "/sandbox"
@@ -254,7 +253,7 @@ async def sandboxed(
     (as root) its user id are the block's, and every process of that user is killed and the
     directory removed when it ends. `SandboxRefused` when it cannot run sandboxed."""
     server = plan(command, args, env, cwd)
-    reap_orphans(keep=sandbox_run._RUNNING)  # what an earlier server left, if anything
+    reap_orphans()  # what an earlier server left, if anything
     workdir = Path(tempfile.mkdtemp(prefix="ragbus-mcp-"))
     uid: int | None = None
     try:
@@ -295,7 +294,7 @@ async def _reap_sandbox_init(uid: int | None, wait_s: float = 1.0) -> None:
     Without a user of its own it cannot be told apart: reaped now, or at the next start."""
     me = os.getpid()
     for _ in range(round(wait_s / REAP_PAUSE_S)):
-        reap_orphans(keep=sandbox_run._RUNNING)
+        reap_orphans()
         if uid is None or not any(p.ppid == me and p.uid == uid for p in processes()):
             return
         await anyio.sleep(REAP_PAUSE_S)
