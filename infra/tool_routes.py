@@ -17,12 +17,13 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from string import Formatter
 from typing import Any, Final
 
 from contracts.models import ToolCall
 from infra.config.mcp import McpServer
-from infra.tenancy.tool_access import ToolAccess
+from infra.tenancy.tool_access import EVERY_SERVER, ToolAccess, allows
 
 SEPARATOR: Final = "__"
 OPENAI_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -127,27 +128,29 @@ def route_calls(
     return []
 
 
+def routed_servers(
+    servers: Mapping[str, McpServer], allowed: AbstractSet[str] | None
+) -> dict[str, McpServer]:
+    """The servers whose routes a caller who may use the servers `allowed` follows: those it
+    may use that have routes (a `disabled` one is not configured at all:
+    `Settings.mcp_server_configs`)."""
+    return {
+        name: server for name, server in servers.items() if server.routes and allows(allowed, name)
+    }
+
+
 class ToolRoutes:
     """The operator's routes as the classifying workers ask them: which tool, if any, a
     route of a server the tenant may use sends a question to (the classify worker, and the
     search worker when it classifies its question itself, RAGBUS_CLASSIFY_WITH_SEARCH)."""
 
     def __init__(self, servers: Mapping[str, McpServer], access: ToolAccess) -> None:
-        self.servers = {
-            name: server
-            for name, server in servers.items()
-            if server.routes and not server.disabled
-        }
+        self.servers = routed_servers(servers, EVERY_SERVER)
         self.access = access
 
     async def tool_for(self, tenant: str, question: str) -> str | None:
         if not self.servers:
             return None
         allowed = await self.access.servers_for(tenant)
-        usable = {
-            name: server
-            for name, server in self.servers.items()
-            if allowed is None or name in allowed
-        }
-        calls = route_calls(question, usable)
+        calls = route_calls(question, routed_servers(self.servers, allowed))
         return calls[0].name if calls else None

@@ -18,6 +18,7 @@ seconds.
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 import redis.asyncio as aioredis
@@ -31,6 +32,12 @@ CACHE_S: Final = 5.0
 
 EVERY_SERVER: Final = None
 """`servers_for`'s answer for a caller who may use every server."""
+
+
+def allows(allowed: AbstractSet[str] | None, server: str | None) -> bool:
+    """Whether a caller who may use the servers `allowed` (`EVERY_SERVER`: all of them) may
+    use a tool of `server` (None: a built-in or plugin tool, every caller's)."""
+    return server is None or allowed is EVERY_SERVER or server in allowed
 
 
 class ToolAccess:
@@ -56,22 +63,9 @@ class ToolAccess:
         self._known[tenant] = (now, allowed)
         return allowed
 
-    async def may_use(self, tenant: str, server: str | None) -> bool:
-        """Whether `tenant` may call a tool of `server` (None: a built-in or plugin tool,
-        which every caller may use)."""
-        if server is None:
-            return True
-        allowed = await self.servers_for(tenant)
-        return allowed is EVERY_SERVER or server in allowed
-
     async def usable(self, tenant: str, catalog: list[CatalogTool]) -> list[CatalogTool]:
         """The tools of `catalog` that `tenant` may use, in name order."""
         allowed = await self.servers_for(tenant)
         return sorted(
-            (
-                tool
-                for tool in catalog
-                if tool.server is None or allowed is EVERY_SERVER or tool.server in allowed
-            ),
-            key=lambda tool: tool.name,
+            (tool for tool in catalog if allows(allowed, tool.server)), key=lambda tool: tool.name
         )

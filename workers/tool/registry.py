@@ -35,6 +35,7 @@ from contracts.models import ToolCall, ToolOutcome
 from contracts.tenancy import DEFAULT_TENANT
 from contracts.tools import INVALID_ARGUMENTS_KEY, CatalogTool, ToolSpec, openai_tool
 from infra.logging import get_logger
+from infra.tenancy.tool_access import allows
 from workers.tool.schema import check_schema, validate
 
 log = get_logger(__name__)
@@ -74,11 +75,6 @@ class Tool:
             parameters=self.parameters,
             server=self.server,
         )
-
-
-def visible(tool: Tool, servers: AbstractSet[str] | None) -> bool:
-    """Whether a caller who may use the tools of `servers` (None: every server's) sees `tool`."""
-    return tool.server is None or servers is None or tool.server in servers
 
 
 class ToolRegistry:
@@ -163,7 +159,9 @@ class ToolRegistry:
 
     def tools(self, servers: AbstractSet[str] | None = None) -> list[Tool]:
         """Every tool, or those a caller who may use `servers`' tools sees."""
-        return [self._tools[name] for name in self.names if visible(self._tools[name], servers)]
+        return [
+            self._tools[name] for name in self.names if allows(servers, self._tools[name].server)
+        ]
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -196,7 +194,7 @@ class ToolRegistry:
             )
 
         tool = self._tools.get(call.name)
-        if tool is None or not visible(tool, servers):
+        if tool is None or not allows(servers, tool.server):
             known = ", ".join(t.name for t in self.tools(servers))
             return outcome(False, error=f"unknown tool '{call.name}' (known: {known})")
         if INVALID_ARGUMENTS_KEY in call.arguments:

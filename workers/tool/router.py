@@ -27,7 +27,7 @@ from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import ResultPublisher, step_result_fields, step_router
 from infra.settings import Settings
 from infra.tenancy.tool_access import ToolAccess
-from infra.tool_routes import route_calls
+from infra.tool_routes import route_calls, routed_servers
 from workers.tool.calculator import register_calculator
 from workers.tool.mcp_client import McpManager
 from workers.tool.planner import plan_calls
@@ -77,8 +77,8 @@ def routed_calls(
     servers: AbstractSet[str] | None,
 ) -> list[ToolCall]:
     """The call the operator's routes plan for `query`, among the servers the caller may use."""
-    usable = {name: s for name, s in routes.items() if servers is None or name in servers}
-    if not any(server.routes for server in usable.values()):
+    usable = routed_servers(routes, servers)
+    if not usable:
         return []
     schemas = {tool.name: tool.parameters for tool in registry.tools(servers) if tool.server}
     return route_calls(query, usable, schemas)
@@ -132,8 +132,7 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
         # the isolation is chosen before any call, and before an MCP server starts in it
         resources.on_warm_up(sandbox.warm_up, mcp.start, catalog.start)
         resources.on_close(catalog.stop, mcp.stop)
-    # who may use which server's tools: a question only in `tenants` mode
-    access = ToolAccess(resources.redis(), settings) if settings.auth == "tenants" else None
+    access = ToolAccess(resources.redis(), settings)  # who may use which server's tools
     log.info("tool_registry_ready", tools=tools.names, mcp_servers=sorted(routes))
     router = step_router(resources)
     publisher = ResultPublisher(router, Step.TOOL, ToolResult)
@@ -142,7 +141,7 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
     async def execute(cmd: ToolCommand) -> None:
         """Run the requested (or planned) tool calls; tool errors become failed outcomes."""
         async with phase(bus, cmd, Phase.TOOL_EXECUTION, planned=not cmd.calls) as run:
-            servers = await access.servers_for(cmd.tenant) if access is not None else None
+            servers = await access.servers_for(cmd.tenant)
             tenant = calling_tenant.set(cmd.tenant)
             try:
                 outcomes = await run_tools(tools, cmd, servers=servers, routes=routes)
