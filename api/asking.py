@@ -9,7 +9,9 @@ application's connections:
   as `POST /v1/queries` makes it;
 - `events`: its caller events one at a time, up to its `done` (`api.sse.request_events`,
   through the process's shared consumer);
-- `state`: its record, the caller's own or `HTTPException` 404.
+- `state`: its record, the caller's own or `HTTPException` 404;
+- `follow`: its events with how it ended kept (`Followed`), for a door that says the answer
+  its own way.
 
 A door never decides what a question gets; it only says it in its own protocol.
 """
@@ -32,6 +34,7 @@ from api.routes import owned_request, submit_query, take_submission
 from api.schemas import QueryRequest
 from api.sse import request_events
 from api.submission import Submitter
+from contracts.events import AnswerData, ErrorData
 from contracts.queries import QuerySubmitted
 from infra.settings import Settings
 from infra.tenancy.quotas import Quotas, submission_cost
@@ -95,3 +98,35 @@ class Door:
     async def state(self, caller: Caller, request_id: str) -> RequestState:
         """The caller's request, or 404 (another tenant's answers as a missing one)."""
         return await owned_request(self.store, caller, request_id)
+
+    def follow(self, caller: Caller, request_id: str) -> Followed:
+        return Followed(self, caller, request_id)
+
+
+class Followed:
+    """A request followed to its end: `each` yields its caller events; as they pass, and from
+    its record where they expired, it keeps how the request ended: `answer`, `error`, `status`."""
+
+    def __init__(self, door: Door, caller: Caller, request_id: str) -> None:
+        self.door = door
+        self.caller = caller
+        self.request_id = request_id
+        self.answer: AnswerData | None = None
+        self.error: ErrorData | None = None
+        self.status: str | None = None
+
+    async def each(self) -> AsyncGenerator[dict[str, Any]]:
+        events = self.door.events(self.caller, self.request_id)
+        async with aclosing(events):
+            async for event in events:
+                kind, data = event.get("type"), event.get("data") or {}
+                if kind == "answer":
+                    self.answer = AnswerData.model_validate(data)
+                elif kind == "error":
+                    self.error = ErrorData.model_validate(data)
+                elif kind == "done":
+                    self.status = str(data.get("status"))
+                yield event
+        if self.answer is None and self.error is None:  # its events expired: its record
+            state = await self.door.state(self.caller, self.request_id)
+            self.answer, self.error, self.status = state.answer, state.error, state.status.value

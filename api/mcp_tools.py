@@ -65,24 +65,18 @@ async def _run(call: Call, body: QueryRequest) -> tuple[str, str, dict[str, Any]
     each phase reported as progress: its id, its status, its answer (or {}), its error (or {})."""
     submitted, _ = await call.door.ask(call.caller, body)
     request_id = submitted.request_id
-    answer: dict[str, Any] = {}
-    error: dict[str, Any] = {}
-    status = "unknown"
+    followed = call.door.follow(call.caller, request_id)
     phases = 0
     await call.progress(0, f"request {request_id} submitted")
-    async with aclosing(call.door.events(call.caller, request_id)) as events:
+    async with aclosing(followed.each()) as events:
         async for event in events:
-            kind, data = event.get("type"), event.get("data") or {}
-            if kind == "phase":
+            if event.get("type") == "phase":
                 phases += 1
-                await call.progress(phases, phase_line(data))
-            elif kind == "answer":
-                answer = data
-            elif kind == "error":
-                error = data
-            elif kind == "done":
-                status = str(data.get("status", status))
+                await call.progress(phases, phase_line(event.get("data") or {}))
+    status = followed.status or "unknown"
     await call.progress(phases + 1, f"request {request_id} {status}")
+    answer = followed.answer.model_dump(mode="json") if followed.answer is not None else {}
+    error = followed.error.model_dump(mode="json") if followed.error is not None else {}
     return request_id, status, answer, error
 
 

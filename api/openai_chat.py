@@ -31,7 +31,7 @@ from fastapi import APIRouter, Path, Request, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
-from api.asking import Door
+from api.asking import Door, Followed
 from api.auth import Caller, CallerDep
 from api.idempotency import REPLAYED_HEADER, IdempotencyKey
 from api.openai_conversation import Conversation, session_for
@@ -51,7 +51,7 @@ from api.openai_schemas import (
 from api.schemas import QueryRequest
 from api.sse import SSE_PING_S
 from contracts.enums import RequestStatus
-from contracts.events import AnswerData, ErrorData
+from contracts.events import AnswerData
 from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
 from contracts.tenancy import caller_namespace
 from infra.logging import get_logger
@@ -190,39 +190,24 @@ def estimated_tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
-class Answering:
-    """A request followed to its end: `deltas` gives its text as it should be streamed;
-    then `answer`, `error` and `status` say how it ended."""
+class Answering(Followed):
+    """A request followed to its end (`Followed`): `deltas` gives its text as it should be
+    streamed; then `answer`, `error` and `status` say how it ended."""
 
     def __init__(self, door: Door, caller: Caller, request_id: str) -> None:
-        self.door = door
-        self.caller = caller
-        self.request_id = request_id
+        super().__init__(door, caller, request_id)
         self.streamed = ""
         self.diverged = False
         self.attempt = 1
-        self.answer: AnswerData | None = None
-        self.error: ErrorData | None = None
-        self.status: str | None = None
 
     async def deltas(self) -> AsyncGenerator[str]:
-        events = self.door.events(self.caller, self.request_id)
+        events = self.each()
         async with aclosing(events):
             async for event in events:
-                kind, data = event.get("type"), event.get("data") or {}
-                if kind == "token":
-                    text = self._token(event, data)
+                if event.get("type") == "token":
+                    text = self._token(event, event.get("data") or {})
                     if text:
                         yield text
-                elif kind == "answer":
-                    self.answer = AnswerData.model_validate(data)
-                elif kind == "error":
-                    self.error = ErrorData.model_validate(data)
-                elif kind == "done":
-                    self.status = str(data.get("status"))
-        if self.answer is None and self.error is None:  # its events expired: its record
-            state = await self.door.state(self.caller, self.request_id)
-            self.answer, self.error, self.status = state.answer, state.error, state.status.value
         if self.completed and self.answer is not None:
             content = self.answer.content
             if content.startswith(self.streamed):
