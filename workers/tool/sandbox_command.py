@@ -17,15 +17,38 @@ from workers.tool.sandbox_procs import drops_privileges
 SANDBOX_DIR: Final = "/sandbox"
 
 
-def _world_executable(path: Path) -> bool:
-    """Whether a user with no special rights could run `path` (every parent searchable)."""
+SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+"""The host's own programs and libraries, bound read-only into every bubblewrap sandbox."""
+
+
+def open_to_others(path: Path, mode: int) -> bool:
+    """Whether a user with no rights of its own has `mode` (`stat.S_IXOTH` to run it,
+    `stat.S_IROTH` to read it) on `path`, every directory above it searchable by others."""
     try:
         real = path.resolve()
-        if not real.stat().st_mode & stat.S_IXOTH:
+        if not real.stat().st_mode & mode:
             return False
         return all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents)
     except OSError:
         return False
+
+
+def _world_executable(path: Path) -> bool:
+    return open_to_others(path, stat.S_IXOTH)
+
+
+def bwrap_system(bwrap: str = "bwrap") -> list[str]:
+    """bubblewrap with every namespace unshared (no network), dying with its parent, in a
+    session of its own, over the host's `SYSTEM_DIRS` read-only (a top-level symlink, as
+    `/bin -> usr/bin`, made the same symlink): what each sandbox adds its own binds to."""
+    command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+    for top in SYSTEM_DIRS:
+        path = Path(top)
+        if path.is_symlink():
+            command += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            command += ["--ro-bind", top, top]
+    return command
 
 
 def interpreter() -> Path:
@@ -41,21 +64,7 @@ def interpreter() -> Path:
 
 
 def _bwrap_command(python: Path, workdir: Path) -> list[str]:
-    command = [
-        "bwrap",
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
-        path = Path(top)
-        if path.is_symlink():
-            command += ["--symlink", os.readlink(path), top]
-        elif path.is_dir():
-            command += ["--ro-bind", top, top]
+    command = bwrap_system()
     prefix = python.parent.parent
     if not str(python).startswith("/usr/"):
         command += ["--ro-bind", str(prefix), str(prefix)]

@@ -52,10 +52,10 @@ from typing import Final
 
 import anyio
 
+from workers.tool.sandbox_command import SYSTEM_DIRS, bwrap_system, open_to_others
 from workers.tool.sandbox_procs import UidPool, processes, reap_orphans
 
 SERVER_HOME: Final = "/sandbox"
-SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 SEARCH_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 MODULE_PATHS: Final = ("PYTHONPATH", "NODE_PATH")
 REAP_PAUSE_S: Final = 0.05
@@ -148,18 +148,6 @@ def _shebang(path: Path) -> Path | None:
     return Path(words[0]) if words and words[0].startswith("/") else None
 
 
-def _reachable(path: Path) -> bool:
-    """Whether a user with no rights of its own can read `path` (every directory above it
-    searchable by others, the file readable by others)."""
-    try:
-        real = path.resolve()
-        if not real.stat().st_mode & stat.S_IROTH:
-            return False
-        return all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents)
-    except OSError:
-        return False
-
-
 def _minimal(paths: list[Path]) -> list[Path]:
     """Paths with those inside another left out, in order."""
     kept: list[Path] = []
@@ -211,14 +199,7 @@ def bwrap_command(server: ServerPlan, workdir: Path, env: Mapping[str, str]) -> 
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxRefused("bubblewrap (bwrap) is not installed")
-    command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
-    command += ["--ro-bind", "/usr", "/usr"]
-    for top in SYSTEM_DIRS[1:]:
-        path = Path(top)
-        if path.is_symlink():
-            command += ["--symlink", os.readlink(path), top]
-        elif path.is_dir():
-            command += ["--ro-bind", top, top]
+    command = bwrap_system(bwrap)
     for bind in server.binds:
         command += ["--ro-bind", str(bind), str(bind)]
     command += ["--bind", str(workdir / "home"), SERVER_HOME]
@@ -261,7 +242,9 @@ async def sandboxed(
             uid = await stack.enter_async_context(uids.lease()) if uids is not None else None
             if uid is not None:
                 unreachable = [
-                    str(p) for p in [Path(server.program[0]), *server.binds] if not _reachable(p)
+                    str(p)
+                    for p in [Path(server.program[0]), *server.binds]
+                    if not open_to_others(p, stat.S_IROTH)
                 ]
                 if unreachable:
                     raise SandboxRefused(
