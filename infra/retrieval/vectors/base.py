@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
+from contracts.filters import Node
 from contracts.models import RetrievedChunk
 from infra.logging import get_logger
 from infra.retrieval.chunking import Chunk, chunk_id_for
@@ -77,8 +78,10 @@ class VectorStore(ABC):
         sparse: Sequence[SparseVec],
         content_hash: str,
         sentences: Sequence[Sentences] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write a document's chunks, then drop the chunks an older, longer version left."""
+        """Write a document's chunks, then drop the chunks an older, longer version left.
+        `metadata`, the document's, goes with every chunk for filters to read (`META`)."""
         if not (len(chunks) == len(dense) == len(sparse)):
             raise ValueError("chunks, dense and sparse vectors must have the same length")
         if sentences is not None and len(sentences) != len(chunks):
@@ -90,7 +93,9 @@ class VectorStore(ABC):
         document_id = chunks[0].document_id
         per_chunk: Sequence[Sentences | None] = sentences or [None] * len(chunks)
         points = [
-            stored_point(namespace, chunk, vector, sparse_vec, content_hash, len(chunks), found)
+            stored_point(
+                namespace, chunk, vector, sparse_vec, content_hash, len(chunks), found, metadata
+            )
             for chunk, vector, sparse_vec, found in zip(
                 chunks, dense, sparse, per_chunk, strict=True
             )
@@ -145,24 +150,34 @@ class VectorStore(ABC):
     # ---------------------------------------------------------------- reads
 
     def _search(
-        self, namespaces: Sequence[str], using: str, query: Any, top_k: int
+        self,
+        namespaces: Sequence[str],
+        using: str,
+        query: Any,
+        top_k: int,
+        where: Node | None = None,
     ) -> list[RetrievedChunk]:
         hits: list[RetrievedChunk] = []
         for namespace in dict.fromkeys(namespaces):
             if self._exists(namespace):
-                found = self._query(namespace, using, query, top_k, REF_FIELDS)
+                found = self._query(namespace, using, query, top_k, REF_FIELDS, where=where)
                 hits.extend(to_chunk(hit, namespace) for hit in found)
         hits.sort(key=lambda chunk: chunk.score, reverse=True)
         return hits[:top_k]
 
     def search_dense(
-        self, namespaces: Sequence[str], vector: Sequence[float] | np.ndarray, top_k: int
+        self,
+        namespaces: Sequence[str],
+        vector: Sequence[float] | np.ndarray,
+        top_k: int,
+        where: Node | None = None,
     ) -> list[RetrievedChunk]:
-        """References (no text) to the `top_k` chunks nearest to `vector`, best first."""
+        """References (no text) to the `top_k` chunks nearest to `vector`, best first; with
+        `where`, the `top_k` nearest among the chunks whose document's metadata passes it."""
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if len(query) != self.dim:
             raise ValueError(f"query vector has dim {len(query)}, expected {self.dim}")
-        return self._search(namespaces, DENSE, query.tolist(), top_k)
+        return self._search(namespaces, DENSE, query.tolist(), top_k, where)
 
     def search_sparse(
         self,
@@ -170,11 +185,24 @@ class VectorStore(ABC):
         indices: Sequence[int],
         values: Sequence[float],
         top_k: int,
+        where: Node | None = None,
     ) -> list[RetrievedChunk]:
-        """References (no text) to the `top_k` best sparse (BM25) matches, best first."""
+        """References (no text) to the `top_k` best sparse (BM25) matches, best first; with
+        `where`, among the chunks whose document's metadata passes it."""
         if not indices:
             return []
-        return self._search(namespaces, SPARSE, (list(indices), list(values)), top_k)
+        return self._search(namespaces, SPARSE, (list(indices), list(values)), top_k, where)
+
+    def matching_documents(self, namespace: str, where: Node) -> set[str]:
+        """The ids of the namespace's documents whose metadata passes `where` (read from
+        each document's first chunk): what the stores that keep no metadata (the graph, the
+        fusion's bridge) narrow their answers by."""
+        if not self._exists(namespace):
+            return set()
+        return {
+            str(record.payload.get("document_id", ""))
+            for record in self._select(namespace, where, ("document_id",), first_chunks=True)
+        }
 
     def _scores(self, chunks: Sequence[RetrievedChunk], using: str, query: Any) -> dict[str, float]:
         scores: dict[str, float] = {}
@@ -295,9 +323,18 @@ class VectorStore(ABC):
         limit: int,
         fields: Sequence[str],
         ids: Sequence[str] | None = None,
+        where: Node | None = None,
     ) -> list[Hit]:
         """`query` is a dense list of floats, or `(indices, values)` for the sparse vector;
-        with `ids`, only those points are scored (exactly)."""
+        with `ids`, only those points are scored (exactly); with `where`, only the points
+        whose `META` passes it."""
+
+    @abstractmethod
+    def _select(
+        self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
+    ) -> Iterable[Record]:
+        """Every point whose `META` passes `where` (only each document's chunk 0 with
+        `first_chunks`), with the payload `fields`."""
 
     @abstractmethod
     def _retrieve(

@@ -35,6 +35,8 @@ from qdrant_edge import (
     Filter,
     HasIdCondition,
     HnswIndexConfig,
+    IsEmptyCondition,
+    MatchAny,
     MatchValue,
     Memory,
     Modifier,
@@ -43,6 +45,8 @@ from qdrant_edge import (
     Point,
     Query,
     QueryRequest,
+    RangeDateTime,
+    RangeFloat,
     ScrollRequest,
     SearchParams,
     SparseVector,
@@ -50,8 +54,10 @@ from qdrant_edge import (
     VectorStorageDatatype,
 )
 
+from contracts.filters import Node
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
+from infra.retrieval.vectors.filtering import compile_filter
 from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
@@ -122,6 +128,47 @@ def _vector(point: StoredPoint) -> dict[str, Any]:
 
 def _with_vector(names: Sequence[str]) -> bool | list[str]:
     return list(names) if names else False
+
+
+class _EdgeFilters:
+    """`infra.retrieval.vectors.filtering.Dialect` in Edge's classes."""
+
+    def all(self, parts: list[Any]) -> Filter:
+        return Filter(must=parts)
+
+    def any(self, parts: list[Any]) -> Filter:
+        return Filter(should=parts)
+
+    def none(self, parts: list[Any]) -> Filter:
+        return Filter(must_not=parts)
+
+    def keyword(self, key: str, value: str) -> FieldCondition:
+        return FieldCondition(key=key, match=MatchValue(value))
+
+    def keywords(self, key: str, values: list[str]) -> FieldCondition:
+        return FieldCondition(key=key, match=MatchAny(values))
+
+    def number_range(self, key: str, bounds: dict[str, float]) -> FieldCondition:
+        return FieldCondition(key=key, range=RangeFloat(**bounds))
+
+    def date_range(self, key: str, bounds: dict[str, str]) -> FieldCondition:
+        return FieldCondition(key=key, range=RangeDateTime(**bounds))
+
+    def empty(self, key: str) -> IsEmptyCondition:
+        return IsEmptyCondition(key=key)
+
+
+FIRST_CHUNK = FieldCondition(key="index", match=MatchValue(0))
+
+
+def _filter(ids: Sequence[str] | None, where: Node | None) -> Filter | None:
+    """Only the points `ids` names, and only those `where` lets through."""
+    must: list[Any] = []
+    if ids is not None:
+        must.append(HasIdCondition(set(ids)))
+    if where is not None:
+        must.append(compile_filter(where, _EdgeFilters()))
+    return Filter(must=must) if must else None
 
 
 def _record(raw: Any) -> Record:
@@ -219,9 +266,10 @@ class EdgeVectorStore(VectorStore):
         limit: int,
         fields: Sequence[str],
         ids: Sequence[str] | None = None,
+        where: Node | None = None,
     ) -> list[Hit]:
         shard = self._must(namespace)
-        among = Filter(must=[HasIdCondition(set(ids))]) if ids is not None else None
+        among = _filter(ids, where)
         if using == SPARSE:  # an inverted index: exact as it is
             request = QueryRequest(
                 limit=limit,
@@ -229,7 +277,10 @@ class EdgeVectorStore(VectorStore):
                 with_payload=list(fields),
                 filter=among,
             )
-        else:  # a few given points are scored exactly, whatever the shard's size
+        else:
+            # A few given points are scored exactly, whatever the shard's size; so is a
+            # filtered search, which HNSW's graph could leave short of `limit` when the filter
+            # keeps few points (no payload index links them).
             small = among is not None or shard.info().points_count <= EXACT_MAX_POINTS
             request = QueryRequest(
                 limit=limit,
@@ -251,6 +302,22 @@ class EdgeVectorStore(VectorStore):
         with_payload = payload if isinstance(payload, bool) else list(payload)
         found = shard.retrieve(list(ids), with_payload, _with_vector(vectors))
         return [_record(raw) for raw in found]
+
+    def _select(
+        self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
+    ) -> Iterable[Record]:
+        shard = self._must(namespace)
+        wanted = compile_filter(where, _EdgeFilters())
+        if first_chunks:
+            wanted = Filter(must=[FIRST_CHUNK, wanted])
+        offset = None
+        while True:
+            records, offset = shard.scroll(
+                ScrollRequest(offset=offset, limit=1024, filter=wanted, with_payload=list(fields))
+            )
+            yield from (_record(raw) for raw in records)
+            if offset is None:
+                return
 
     def _count(self, namespace: str) -> int:
         return int(self._must(namespace).count(CountRequest(exact=True)))

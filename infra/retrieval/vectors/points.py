@@ -22,6 +22,7 @@ from contracts.models import RetrievedChunk
 from infra.retrieval.chunking import Chunk, placed
 from infra.retrieval.lexical import SparseVec
 from infra.retrieval.vectors.codec import chunk_vectors
+from infra.retrieval.vectors.filtering import META, filterable
 
 DENSE = "dense"
 SPARSE = "sparse"
@@ -106,10 +107,11 @@ def stored_point(
     content_hash: str,
     chunk_count: int,
     found: Sentences | None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> StoredPoint:
     """The point a chunk is stored as: its vectors, and a payload with its text, its place
-    in its document, and the content hash and chunk count that chunk 0 carries for the
-    document's bookkeeping."""
+    in its document, its document's metadata as filters read it (`META`), and the content
+    hash and chunk count that chunk 0 carries for the document's bookkeeping."""
     spans: list[tuple[int, int]] = []
     rows: list[list[float]] | None = None
     if found is not None and found.spans:
@@ -139,6 +141,7 @@ def stored_point(
             "content_hash": content_hash,
             "chunk_count": chunk_count,
             "spans": [[int(a), int(b)] for a, b in spans],
+            META: filterable(metadata or {}),
         },
     )
 

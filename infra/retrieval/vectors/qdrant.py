@@ -15,8 +15,10 @@ from typing import Any
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
+from contracts.filters import Node
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
+from infra.retrieval.vectors.filtering import compile_filter
 from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
@@ -34,6 +36,47 @@ def _by_document(document_id: str) -> qm.Filter:
     return qm.Filter(
         must=[qm.FieldCondition(key="document_id", match=qm.MatchValue(value=document_id))]
     )
+
+
+class _QdrantFilters:
+    """`infra.retrieval.vectors.filtering.Dialect` in qdrant-client's models."""
+
+    def all(self, parts: list[Any]) -> qm.Filter:
+        return qm.Filter(must=parts)
+
+    def any(self, parts: list[Any]) -> qm.Filter:
+        return qm.Filter(should=parts)
+
+    def none(self, parts: list[Any]) -> qm.Filter:
+        return qm.Filter(must_not=parts)
+
+    def keyword(self, key: str, value: str) -> qm.FieldCondition:
+        return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
+
+    def keywords(self, key: str, values: list[str]) -> qm.FieldCondition:
+        return qm.FieldCondition(key=key, match=qm.MatchAny(any=values))
+
+    def number_range(self, key: str, bounds: dict[str, float]) -> qm.FieldCondition:
+        return qm.FieldCondition(key=key, range=qm.Range(**bounds))
+
+    def date_range(self, key: str, bounds: dict[str, str]) -> qm.FieldCondition:
+        return qm.FieldCondition(key=key, range=qm.DatetimeRange(**bounds))
+
+    def empty(self, key: str) -> qm.IsEmptyCondition:
+        return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+
+
+FIRST_CHUNK = qm.FieldCondition(key="index", match=qm.MatchValue(value=0))
+
+
+def _filter(ids: Sequence[str] | None, where: Node | None) -> qm.Filter | None:
+    """Only the points `ids` names, and only those `where` lets through."""
+    must: list[Any] = []
+    if ids is not None:
+        must.append(qm.HasIdCondition(has_id=list(ids)))
+    if where is not None:
+        must.append(compile_filter(where, _QdrantFilters()))
+    return qm.Filter(must=must) if must else None
 
 
 def _vectors(point: StoredPoint) -> dict[str, Any]:
@@ -158,9 +201,13 @@ class QdrantVectorStore(VectorStore):
         limit: int,
         fields: Sequence[str],
         ids: Sequence[str] | None = None,
+        where: Node | None = None,
     ) -> list[Hit]:
         vector = qm.SparseVector(indices=query[0], values=query[1]) if using == SPARSE else query
-        among = qm.Filter(must=[qm.HasIdCondition(has_id=list(ids))]) if ids is not None else None
+        # a few ids: below the full-scan threshold, scored exactly; a filtered dense search is
+        # exact too, as HNSW could leave it short of `limit` when the filter keeps few points
+        among = _filter(ids, where)
+        exact = where is not None and using != SPARSE
         with self._lock:
             response = self._client.query_points(
                 self.collection_name(namespace),
@@ -168,7 +215,8 @@ class QdrantVectorStore(VectorStore):
                 using=using,
                 limit=limit,
                 with_payload=list(fields),
-                query_filter=among,  # a few ids: below the full-scan threshold, scored exactly
+                query_filter=among,
+                search_params=qm.SearchParams(exact=True) if exact else None,
             )
         return [Hit(str(p.id), p.score, p.payload or {}) for p in response.points]
 
@@ -188,6 +236,26 @@ class QdrantVectorStore(VectorStore):
                 with_vectors=list(vectors) if vectors else False,
             )
         return [_record(raw) for raw in found]
+
+    def _select(
+        self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
+    ) -> Iterable[Record]:
+        wanted = compile_filter(where, _QdrantFilters())
+        if first_chunks:
+            wanted = qm.Filter(must=[FIRST_CHUNK, wanted])
+        offset: Any = None
+        while True:
+            with self._lock:
+                records, offset = self._client.scroll(
+                    self.collection_name(namespace),
+                    scroll_filter=wanted,
+                    limit=1024,
+                    offset=offset,
+                    with_payload=list(fields),
+                )
+            yield from (_record(raw) for raw in records)
+            if offset is None:
+                return
 
     def _count(self, namespace: str) -> int:
         with self._lock:
