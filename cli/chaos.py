@@ -85,6 +85,13 @@ def print_chaos(report: dict[str, Any]) -> None:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    # what was dead-lettered, so that a run that misses the goal says why in its own output
+    for kind in report.get("dead_letter_kinds") or []:
+        table.add_row(
+            "  dead letter",
+            f"{kind['count']} × {kind['subject']}: {kind['reason']}, {kind['error']!r} "
+            f"(its request {kind['request']})",
+        )
     console.print(table)
 
 

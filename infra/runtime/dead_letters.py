@@ -51,6 +51,12 @@ def _json_object(body: str) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+def request_id_of(body: str) -> str | None:
+    """The request a message's JSON body names, when it names a well-formed one."""
+    request_id = (_json_object(body) or {}).get("request_id")
+    return request_id if isinstance(request_id, str) and is_valid_request_id(request_id) else None
+
+
 async def dead_letter(
     bus: Bus,
     subject: str,

@@ -33,7 +33,7 @@ from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
 from infra.metrics import MESSAGES, UNKNOWN_REQUESTS
 from infra.runtime.bus import Bus, acked, json_headers, send_held_first
-from infra.runtime.dead_letters import dead_letter, report_step_failure
+from infra.runtime.dead_letters import dead_letter, report_step_failure, request_id_of
 from infra.runtime.phase_events import PhaseBatch, PhaseRun, holding_phase_events
 from infra.runtime.resources import Resources
 from infra.runtime.step_context import RequestNotLive, message_context
@@ -126,6 +126,17 @@ def error_policy(
     dropped once it has validated, before its step starts (`phase` asks), and counted in
     `ragbus_unknown_requests_total`."""
 
+    async def _request_ended(body: str) -> bool:
+        """Whether the command's request is known to have ended (False when it cannot be
+        told: no liveness to ask, no request id, or Redis not answering)."""
+        request_id = request_id_of(body)
+        if is_live is None or request_id is None:
+            return False
+        try:
+            return not await is_live(request_id)
+        except Exception:
+            return False
+
     class StepErrorPolicy(BaseMiddleware):
         async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
             subject = _subject(msg)
@@ -175,8 +186,17 @@ def error_policy(
             else:
                 reason = "failed"
                 log.exception("step_failed", subject=subject, error=error)
-            MESSAGES.labels(subject=subject, outcome=reason).inc()
             body = _body_text(msg)
+            if not isinstance(exc, ValidationError) and await _request_ended(body):
+                # nothing waits for the step of a request that has ended (a command
+                # redelivered after its request's done, whose claims went with it): dropped,
+                # as a command found unlive before it starts, never an operator's page
+                UNKNOWN_REQUESTS.labels(kind="failed_after_end").inc()
+                MESSAGES.labels(subject=subject, outcome="dropped").inc()
+                log.warning("step_failed_after_request_ended", subject=subject, error=error)
+                await msg.ack()
+                return
+            MESSAGES.labels(subject=subject, outcome=reason).inc()
             headers = {k: str(v) for k, v in (msg.headers or {}).items()}
             try:
                 await dead_letter(

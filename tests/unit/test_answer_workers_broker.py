@@ -326,3 +326,32 @@ async def test_a_malformed_command_is_dead_lettered(
         failure = any_result_adapter.validate_python(raw)  # read as the orchestrator reads it
         assert isinstance(failure, StepFailure)
         assert (failure.status, failure.command_id) == (StepStatus.FAILED, "e-bad")
+
+
+@pytest.mark.parametrize(("live", "dead_lettered"), [(True, True), (False, False)])
+async def test_a_step_whose_claims_are_gone_is_dead_lettered_only_while_its_request_lives(
+    harness_for: Any, live: bool, dead_lettered: bool
+) -> None:
+    # A command redelivered after its request's done finds its claims gone with the request:
+    # nothing waits for it, so it is dropped (no page for the operator); while the request
+    # lives, the same failure is a dead letter and the saga hears of it.
+    async def request_is(request_id: str) -> bool:
+        return live
+
+    def create_router(resources: Resources) -> NatsRouter:
+        resources.is_live = request_is  # type: ignore[method-assign]
+        return generate.create_router(resources)
+
+    async with harness_for(create_router) as h:
+        cmd = GenerateCommand(
+            request_id="req-gone",
+            query="Where does JetStream store messages?",
+            intent=Intent.FACTUAL,
+            contexts_claim="contexts:00ff",
+        )
+        await h.send(cmd, sj.cmd_subject(Step.GENERATE))
+        assert bool(h.dead) is dead_lettered
+        assert bool(h.results) is dead_lettered
+        if dead_lettered:
+            assert h.dead[0]["reason"] == "poison"
+            assert "no longer claimed" in h.dead[0]["error"]
