@@ -17,12 +17,16 @@ The interface the parse worker (`workers/parse`) and the producers use:
 A `ParsedDocument` has a title, the text (headings as Markdown `#` lines, tables as rows of
 cells joined by " | ", a paragraph's lines joined, a blank line between paragraphs), and its
 `pages` (`contracts.ingest.PageSpan`, offsets into the text; "slide N" for PowerPoint; none
-for HTML, Markdown, text and Word), and `ocr_pages`, how many pages OCR read.
+for HTML, Markdown, text and Word), `ocr_pages`, how many pages OCR read, and its
+`properties`, what the file says about itself (its type, title, author, dates and page
+count, clean and bounded: `properties`), which the parse worker keeps as the document's
+metadata `file`.
 
 Modules: `model` (the types), `sniff` (kinds, zip bombs), `text` (the text conventions;
 Markdown and text), `pdf` and `pdf_layout` (pypdfium2), `ocr` (tesseract; image files),
-`office` (python-docx, python-pptx), `html` (trafilatura), `parse` (`parse_bytes`), `pool`
-(`ParserPool`). The libraries are imported when a file of their kind is first parsed.
+`office` (python-docx, python-pptx), `html` (trafilatura), `properties` (a file's own
+properties, normalised), `parse` (`parse_bytes`), `pool` (`ParserPool`). The libraries are
+imported when a file of their kind is first parsed.
 """
 
 from infra.documents.model import (

@@ -1,15 +1,22 @@
 """Web pages: their main content by trafilatura, as Markdown; navigation, footers, cookie
 banners and comments are left out. A page trafilatura finds no content in is read as the
 plain text of its body (scripts, styles, navigation, header and footer dropped). The title is
-trafilatura's (the page's metadata, else its `<title>`)."""
+trafilatura's (the page's metadata, else its `<title>`).
+
+Its properties (`infra.documents.properties`): its `<title>` (else its `og:title` or Dublin
+Core title), and the author and dates its `<meta>` elements state (`author`,
+`article:published_time`, `dcterms.modified`, `http-equiv="last-modified"`, ...: `_META`),
+each the first of its names in `_META`'s order."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from typing import Any
 
 from infra.documents.model import HTML, ParsedDocument, ParseLimits, ParseRefused, display_name
+from infra.documents.properties import file_properties, first_date, first_text
 from infra.documents.text import (
     check_length,
     choose_title,
@@ -26,6 +33,42 @@ _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _DROPPED = ("script", "style", "noscript", "nav", "header", "footer", "aside", "form", "template")
+_META: dict[str, tuple[str, ...]] = {
+    "title": ("og:title", "dcterms.title", "dc.title"),
+    "author": ("author", "dc.creator", "dcterms.creator", "citation_author", "parsely-author"),
+    "created": (
+        "article:published_time",
+        "og:published_time",
+        "datepublished",
+        "dcterms.created",
+        "dc.date.created",
+        "dcterms.issued",
+        "dc.date.issued",
+        "citation_publication_date",
+        "dcterms.date",
+        "dc.date",
+        "date",
+        "pubdate",
+        "publishdate",
+        "publish-date",
+        "publication_date",
+        "parsely-pub-date",
+        "sailthru.date",
+    ),
+    "modified": (
+        "article:modified_time",
+        "og:updated_time",
+        "datemodified",
+        "dcterms.modified",
+        "dc.date.modified",
+        "last-modified",
+        "lastmod",
+    ),
+}
+"""Where a page states its author and dates: `<meta>` names (`name`, `property`, `itemprop`
+or `http-equiv`, compared lower-cased), each property's in order of preference."""
+MAX_META = 1000
+"""`<meta>` elements looked at."""
 
 
 def markdown_text(markdown: str) -> str:
@@ -95,6 +138,40 @@ def _body_text(data: bytes) -> str:
     return "\n\n".join(blocks)
 
 
+def _meta(tree: Any) -> dict[str, list[str]]:
+    """The page's `<meta>` contents by lower-cased name, in page order."""
+    found: dict[str, list[str]] = {}
+    for element in itertools.islice(tree.iter("meta"), MAX_META):
+        content = element.get("content")
+        if not isinstance(content, str) or not content.strip():
+            continue
+        for attribute in ("name", "property", "itemprop", "http-equiv"):
+            name = element.get(attribute)
+            if isinstance(name, str) and len(name) <= 100:
+                found.setdefault(name.strip().lower(), []).append(content)
+    return found
+
+
+def _stated(tree: Any, data: bytes) -> dict[str, Any]:
+    """The title, author and dates a page states (`<title>`, `_META`); what its markup
+    defeats left out."""
+    try:
+        meta = _meta(tree) if tree is not None else {}
+        title = tree.findtext(".//title") if tree is not None else None
+    except Exception:  # a page's odd markup is no reason to refuse it
+        meta, title = {}, None
+
+    def said(key: str) -> list[str]:
+        return [value for name in _META[key] for value in meta.get(name, ())]
+
+    return {
+        "title": first_text(title, _title_element(data), *said("title")),
+        "author": first_text(*said("author")),
+        "created": first_date(*said("created")),
+        "modified": first_date(*said("modified")),
+    }
+
+
 def parse_html(data: bytes, filename: str, limits: ParseLimits) -> ParsedDocument:
     import trafilatura
     from trafilatura.utils import load_html
@@ -103,6 +180,7 @@ def parse_html(data: bytes, filename: str, limits: ParseLimits) -> ParsedDocumen
     tree: Any = load_html(data)
     title = ""
     markdown = None
+    stated = _stated(tree, data)  # before trafilatura prunes the tree
     if tree is not None:
         try:
             metadata = trafilatura.extract_metadata(copy.deepcopy(tree))
@@ -129,6 +207,7 @@ def parse_html(data: bytes, filename: str, limits: ParseLimits) -> ParsedDocumen
         text=text,
         pages=[],
         media_type=HTML,
+        properties=file_properties(HTML, lambda: stated),
     )
 
 

@@ -4,8 +4,9 @@ two ways it fails (`ParseRefused`: the file is at fault; `ParserFailed`: the par
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
+from typing import Any
 
 from contracts.ingest import MAX_DOCUMENT_CHARS, MAX_FILE_BYTES, MAX_PAGES, PageSpan
 
@@ -101,6 +102,10 @@ class ParsedDocument:
     media_type: str
     ocr_pages: int = 0
     """Pages (or images) whose text was read by OCR."""
+    properties: dict[str, Any] = field(default_factory=dict)
+    """What the file says about itself, clean and bounded (`infra.documents.properties`):
+    its `type`, and where it states them its `title`, `author`, `created` and `modified`
+    (RFC 3339 UTC), and its `pages`. Plain values: it crosses `ParserPool`'s pipe pickled."""
 
 
 def display_name(filename: str) -> str:

@@ -6,6 +6,10 @@ the columns and paragraphs itself), each on one thread (`OMP_THREAD_LIMIT=1`), u
 `ParseLimits.ocr_workers` at once while the next pages are rendered. Each has the time the
 parse has left, and at most `OCR_PAGE_TIMEOUT_S`. Its paragraphs (blank-line separated) have
 their lines joined as the text conventions say (`infra.documents.text`).
+
+An image file's properties (`infra.documents.properties`): its EXIF `Artist` as the author,
+`DateTimeOriginal` (else `DateTimeDigitized`) as created, with its `OffsetTimeOriginal` where
+it states one (else the time is taken as UTC), `DateTime` as modified; and its frame count.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import threading
 import warnings
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infra.documents.model import (
     Deadline,
@@ -29,6 +33,7 @@ from infra.documents.model import (
     ParserFailed,
     display_name,
 )
+from infra.documents.properties import file_properties, first_date
 from infra.documents.text import PagedText, blocks_text, choose_title, paragraphs_of
 
 if TYPE_CHECKING:
@@ -192,6 +197,7 @@ def parse_image(
                 f"{name} has {frames:,} pages; at most {limits.max_pages:,} are read "
                 "(RAGBUS_MAX_PAGES)"
             )
+        properties = file_properties(media_type, lambda: _exif(image), pages=frames)
         paged = PagedText(limits, filename)
         with OcrRunner(filename, limits, deadline) as ocr:
             futures = []
@@ -220,7 +226,41 @@ def parse_image(
         pages=pages,
         media_type=media_type,
         ocr_pages=frames,
+        properties=properties,
     )
+
+
+_ARTIST = 0x013B
+_DATE_TIME = 0x0132
+_EXIF_IFD = 0x8769
+_ORIGINAL = 0x9003
+_DIGITIZED = 0x9004
+_ORIGINAL_OFFSET = 0x9011
+_DIGITIZED_OFFSET = 0x9012
+
+
+def _exif(image: Image.Image) -> dict[str, Any]:
+    """What an image's EXIF says about it (raw: `file_properties` cleans it)."""
+    exif = image.getexif()
+    inner = exif.get_ifd(_EXIF_IFD)
+
+    def dated(tag: int, offset_tag: int) -> Any:
+        value, offset = inner.get(tag), inner.get(offset_tag)
+        if (
+            isinstance(value, str)
+            and isinstance(offset, str)
+            and re.fullmatch(r"[+-]\d{2}:\d{2}", offset.strip())
+        ):
+            return f"{value.strip()}{offset.strip()}"
+        return value
+
+    return {
+        "author": exif.get(_ARTIST),
+        "created": first_date(
+            dated(_ORIGINAL, _ORIGINAL_OFFSET), dated(_DIGITIZED, _DIGITIZED_OFFSET)
+        ),
+        "modified": exif.get(_DATE_TIME),
+    }
 
 
 def _image_dpi(image: Image.Image) -> int | None:

@@ -12,6 +12,8 @@ their own (they are often the slide's text in full sentences, worth finding). Ch
 pictures and SmartArt are not read.
 
 Both are zip files: `sniff.check_zip` refuses a zip bomb before either library opens it.
+Their properties (`infra.documents.properties`) are their core properties' title, author
+(`dc:creator`), created and modified; and a deck's slide count.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from infra.documents.model import (
     ParseRefused,
     display_name,
 )
+from infra.documents.properties import file_properties
 from infra.documents.sniff import check_zip
 from infra.documents.text import (
     PagedText,
@@ -44,6 +47,18 @@ from infra.documents.text import (
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _JUNK_TITLES = {"presentation", "powerpoint presentation", "document", "untitled"}
 _MAX_STYLE_DEPTH = 10
+
+
+def _core(package: Any) -> dict[str, Any]:
+    """What a Word or PowerPoint file's core properties say (cleaned by `file_properties`)."""
+    core = package.core_properties
+    stated: dict[str, Any] = {}
+    for key in ("title", "author", "created", "modified"):
+        try:
+            stated[key] = getattr(core, key)
+        except Exception:  # one damaged property, not the others
+            continue
+    return stated
 
 
 def _damaged(filename: str, kind: str, exc: Exception) -> ParseRefused:
@@ -147,7 +162,8 @@ def parse_docx(data: bytes, filename: str, limits: ParseLimits) -> ParsedDocumen
     if core_title.strip().lower() in _JUNK_TITLES:
         core_title = ""
     title = choose_title(filename, core_title, title_style, first_heading(text), first_line(text))
-    return ParsedDocument(title=title, text=text, pages=[], media_type=DOCX)
+    properties = file_properties(DOCX, lambda: _core(document))
+    return ParsedDocument(title=title, text=text, pages=[], media_type=DOCX, properties=properties)
 
 
 def _position(shape: Any) -> tuple[int, int]:
@@ -217,4 +233,7 @@ def parse_pptx(data: bytes, filename: str, limits: ParseLimits) -> ParsedDocumen
     if core_title.strip().lower() in _JUNK_TITLES:
         core_title = ""
     title = choose_title(filename, core_title, first_heading(text), first_line(text))
-    return ParsedDocument(title=title, text=text, pages=pages, media_type=PPTX)
+    properties = file_properties(PPTX, lambda: _core(deck), pages=count)
+    return ParsedDocument(
+        title=title, text=text, pages=pages, media_type=PPTX, properties=properties
+    )

@@ -6,10 +6,16 @@ layer holds fewer than `OCR_BELOW_LETTERS` letters and it draws an image; it is 
 `ParseLimits.ocr_dpi`, less where that would make more than `max_pixels` pixels (a page
 too large for even `MIN_OCR_DPI` is refused). The title is
 the PDF's own (its metadata), else the first heading, else the first line, else the stem.
+
+Its properties (`infra.documents.properties`): title, author, creation and modification
+dates from its document information dictionary, else from its XMP metadata (the packet that
+describes the PDF itself, where it is stored uncompressed, as the XMP specification advises);
+and its page count.
 """
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from concurrent.futures import Future
@@ -25,6 +31,7 @@ from infra.documents.model import (
 )
 from infra.documents.ocr import OcrRunner
 from infra.documents.pdf_layout import Line, body_size, heading_levels, page_blocks, page_lines
+from infra.documents.properties import file_properties, first_date, first_text
 from infra.documents.text import (
     PagedText,
     blocks_text,
@@ -42,6 +49,31 @@ _ENCRYPT = re.compile(rb"/Encrypt\b")
 _EMPTY_TREE = re.compile(rb"/Count\s+0\b")
 _PAGE = re.compile(rb"/Type\s*/Page\b(?!s)")
 _JUNK_TITLES = ("untitled", "title", "document", "microsoft word - ", "slide 1")
+_INFO_KEYS = {
+    "title": "Title",
+    "author": "Author",
+    "created": "CreationDate",
+    "modified": "ModDate",
+}
+_XMP_START = b"<x:xmpmeta"
+_XMP_END = b"</x:xmpmeta>"
+MAX_XMP_BYTES = 256 * 1024
+"""An XMP packet larger than this is not read."""
+MAX_XMP_PACKETS = 16
+"""Packets looked at (images embedded in a PDF may carry their own) before giving up."""
+_PDF_SCHEMAS = (b"http://ns.adobe.com/pdf/1.3/", b"http://www.aiim.org/pdfa/ns/id/")
+"""Declared in the packet of the PDF itself (its `pdf:Producer`, its PDF/A conformance), not
+in an embedded image's."""
+_XMP_WINDOW = 8192
+"""A property is read from this many characters from its first mention in the packet (so a
+packet of a thousand unclosed mentions costs no more than one)."""
+_XMP_TITLE = re.compile(r"<dc:title\b[^>]*>\s*<rdf:Alt\b[^>]*>\s*<rdf:li\b[^>]*>([^<]*)</rdf:li>")
+_XMP_CREATORS = re.compile(
+    r"<dc:creator\b[^>]*>\s*<rdf:(?:Seq|Bag)\b[^>]*>(.*?)</rdf:(?:Seq|Bag)>", re.S
+)
+_XMP_ITEM = re.compile(r"<rdf:li\b[^>]*>([^<]*)</rdf:li>")
+_XMP_DATES = {"created": "xmp:CreateDate", "modified": "xmp:ModifyDate"}
+_XMP_DATE = re.compile(r"xmp:\w+(?:>([^<]*)<|\s*=\s*\"([^\"<]*)\")")
 
 
 def _open(data: bytes, filename: str) -> pypdfium2.PdfDocument:
@@ -102,6 +134,69 @@ def _metadata_title(pdf: pypdfium2.PdfDocument) -> str:
     if lowered.endswith((".doc", ".docx", ".pdf", ".tex", ".dvi", ".indd", ".ppt", ".pptx")):
         return ""
     return title
+
+
+def _stated(pdf: pypdfium2.PdfDocument, data: bytes) -> dict[str, Any]:
+    """What the PDF says about itself: its information dictionary, gaps filled from XMP."""
+    info: dict[str, str] = {}
+    for key, name in _INFO_KEYS.items():
+        try:
+            info[key] = str(pdf.get_metadata_value(name) or "")
+        except Exception:  # one damaged entry, not the others
+            continue
+    stated = {
+        "title": first_text(info.get("title")),
+        "author": first_text(info.get("author")),
+        "created": first_date(info.get("created")),
+        "modified": first_date(info.get("modified")),
+    }
+    if not all(stated.values()):
+        xmp = xmp_properties(data)
+        stated["title"] = stated["title"] or first_text(xmp.get("title"))
+        stated["author"] = stated["author"] or first_text(xmp.get("author"))
+        stated["created"] = stated["created"] or first_date(xmp.get("created"))
+        stated["modified"] = stated["modified"] or first_date(xmp.get("modified"))
+    return stated
+
+
+def xmp_properties(data: bytes) -> dict[str, str]:
+    """Title, author (creators joined by ", "), created and modified, raw, from the XMP
+    packet of the PDF itself, where one is stored uncompressed; empty where there is none."""
+    at = 0
+    for _ in range(MAX_XMP_PACKETS):
+        start = data.find(_XMP_START, at)
+        if start < 0:
+            return {}
+        end = data.find(_XMP_END, start, start + MAX_XMP_BYTES)
+        if end < 0:
+            at = start + len(_XMP_START)
+            continue
+        at = end + len(_XMP_END)
+        packet = data[start:end]
+        if any(schema in packet for schema in _PDF_SCHEMAS):
+            return _xmp_fields(packet.decode("utf-8", errors="replace"))
+    return {}
+
+
+def _xmp_fields(packet: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    title = _XMP_TITLE.match(_window(packet, "<dc:title"))
+    if title:
+        found["title"] = html.unescape(title[1])
+    creators = _XMP_CREATORS.match(_window(packet, "<dc:creator"))
+    if creators:
+        names = [html.unescape(name).strip() for name in _XMP_ITEM.findall(creators[1])]
+        found["author"] = ", ".join(name for name in names if name)
+    for key, name in _XMP_DATES.items():
+        date = _XMP_DATE.match(_window(packet, name))
+        if date:
+            found[key] = html.unescape(date[1] or date[2] or "")
+    return found
+
+
+def _window(packet: str, mention: str) -> str:
+    at = packet.find(mention)
+    return packet[at : at + _XMP_WINDOW] if at >= 0 else ""
 
 
 MIN_OCR_DPI = 50
@@ -169,7 +264,12 @@ def parse_pdf(
             )
         title = choose_title(filename, _metadata_title(pdf), first_heading(text), first_line(text))
         return ParsedDocument(
-            title=title, text=text, pages=pages, media_type=PDF, ocr_pages=len(scans)
+            title=title,
+            text=text,
+            pages=pages,
+            media_type=PDF,
+            ocr_pages=len(scans),
+            properties=file_properties(PDF, lambda: _stated(pdf, data), pages=count),
         )
     finally:
         if ocr is not None:

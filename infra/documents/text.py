@@ -6,12 +6,18 @@
   letter, before a lower-case letter, is joined without it ("exam-" + "ple": "example"),
   one that ends in another hyphen is joined keeping it ("Jean-" + "Paul": "Jean-Paul").
 - Paragraphs (and headings, and tables) are separated by one blank line; so are pages.
+
+A Markdown file's properties (`infra.documents.properties`) are what its front matter (a
+YAML block between `---` lines at its start) says in plain `key: value` lines: `title`,
+`author` (or `authors`, a list too), `date` (or `created`) and `modified` (or `updated`,
+`lastmod`). No YAML library reads it: nothing else in it is looked at.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from contracts.ingest import PageSpan
 from infra.documents.model import (
@@ -22,6 +28,7 @@ from infra.documents.model import (
     display_name,
     stem,
 )
+from infra.documents.properties import file_properties
 
 CELL_SEPARATOR = " | "
 TITLE_CHARS = 300
@@ -197,6 +204,71 @@ def parse_text(data: bytes, filename: str, media_type: str, limits: ParseLimits)
         raise ParseRefused(f"{display_name(filename)} holds no text")
     check_length(len(text), limits, filename)
     title = first_heading(text) if media_type == MARKDOWN else ""
+    stated = (lambda: front_matter(text)) if media_type == MARKDOWN else None
     return ParsedDocument(
-        title=choose_title(filename, title), text=text, pages=[], media_type=media_type
+        title=choose_title(filename, title),
+        text=text,
+        pages=[],
+        media_type=media_type,
+        properties=file_properties(media_type, stated),
     )
+
+
+FRONT_MATTER_CHARS = 8192
+"""Front matter is looked for in this much of a Markdown file's start."""
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
+_FRONT_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(.*))?$")
+_FRONT_ITEM = re.compile(r"^[ \t]+-[ \t]+(.+)$")
+_FRONT_KEYS = {
+    "title": "title",
+    "author": "author",
+    "authors": "author",
+    "date": "created",
+    "created": "created",
+    "modified": "modified",
+    "updated": "modified",
+    "lastmod": "modified",
+    "last_modified": "modified",
+}
+
+
+def front_matter(text: str) -> dict[str, Any]:
+    """What a Markdown file's front matter says (see the module), raw; empty where it has
+    none."""
+    match = _FRONT_MATTER.match(text[:FRONT_MATTER_CHARS])
+    if match is None:
+        return {}
+    found: dict[str, Any] = {}
+    listing: list[str] | None = None  # the items of a key whose value is a block list
+    for line in match.group(1).split("\n"):
+        item = _FRONT_ITEM.match(line)
+        if item is not None and listing is not None:
+            listing.append(_scalar(item.group(1)))
+            continue
+        listing = None
+        pair = _FRONT_KEY.match(line)
+        if pair is None:
+            continue
+        key = _FRONT_KEYS.get(pair.group(1).lower())
+        if key is None or key in found:
+            continue
+        value = (pair.group(2) or "").strip()
+        if not value:
+            listing = []
+            found[key] = listing
+        elif value.startswith("[") and value.endswith("]"):
+            found[key] = [_scalar(part) for part in value[1:-1].split(",")]
+        else:
+            found[key] = _scalar(value)
+    return {
+        key: ", ".join(part for part in value if part) if isinstance(value, list) else value
+        for key, value in found.items()
+    }
+
+
+def _scalar(value: str) -> str:
+    """A YAML scalar's text: its quotes gone, or a trailing comment."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1].strip()
+    return re.sub(r"[ \t]+#.*$", "", value).strip()

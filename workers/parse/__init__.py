@@ -48,9 +48,11 @@ from contracts.ingest import (
     IngestDocument,
     IngestFile,
     IngestRefused,
+    check_metadata,
 )
 from contracts.tenancy import DEFAULT_TENANT, tenant_of
 from infra.documents import ParsedDocument, ParseLimits, ParseRefused, ParserFailed, ParserPool
+from infra.documents.properties import clean_properties
 from infra.errors import TransientError, describe_error
 from infra.logging import get_logger
 from infra.metrics import STEP_SECONDS
@@ -100,12 +102,24 @@ def parse_limits(settings: Settings) -> ParseLimits:
 
 
 def _metadata(message: IngestFile, parsed: ParsedDocument) -> dict[str, Any]:
+    """The caller's metadata, the file's name (`source`) and its kind (`media_type`), and
+    what the file says about itself (`file`: `infra.documents.properties`), unless the
+    caller gave a `file` of its own (the caller's wins) or it would take the metadata past
+    its bound (`check_metadata`): a file's own properties never make it fail."""
     document = message.document
-    return {
+    metadata = {
         **document.metadata,
         "source": document.file.filename,
         "media_type": parsed.media_type,
     }
+    stated = clean_properties(parsed.properties)
+    if stated and "file" not in metadata:
+        try:
+            check_metadata({**metadata, "file": stated})
+        except ValueError:
+            return metadata
+        metadata["file"] = stated
+    return metadata
 
 
 def made_document(message: IngestFile, parsed: ParsedDocument) -> DocumentIn:
