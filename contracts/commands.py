@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent
 from contracts.envelope import Envelope
+from contracts.filters import MetadataFilter
 from contracts.limits import (
     MAX_ANSWER_CHARS,
     MAX_CHUNKS,
@@ -129,6 +130,11 @@ class SearchCommand(Envelope):
     session_id: str | None = Field(
         default=None, pattern=SESSION_ID_PATTERN, description="the memory channel's scope"
     )
+    filter: MetadataFilter | None = Field(
+        default=None,
+        description="the request's metadata filter (`contracts.filters`): every channel "
+        "answers only with chunks of documents that pass it",
+    )
     claim_ranking: bool = Field(
         default=False,
         description="leave the ranking in the request's claim store and answer with its "
@@ -215,6 +221,16 @@ class FuseCommand(Envelope, FusionParameters):
         description="fetch the fused chunks' text and stored vectors (off when only the "
         "rankings are wanted)",
     )
+    namespaces: list[Annotated[str, Field(max_length=MAX_NAMESPACE_CHARS)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="the request's namespaces: where a filtered request's bridge may look",
+    )
+    filter: MetadataFilter | None = Field(
+        default=None,
+        description="the request's metadata filter: the bridge adds only chunks of documents "
+        "that pass it",
+    )
 
 
 class GenerateCommand(Envelope, ClaimedContexts):
@@ -262,6 +278,11 @@ class CriticCommand(Envelope, ClaimedContexts):
 class ToolCommand(Envelope):
     type: Literal["cmd.tool"] = "cmd.tool"
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    filter: MetadataFilter | None = Field(
+        default=None,
+        description="the request's metadata filter: the `search` tool finds only passages "
+        "of documents that pass it",
+    )
     calls: list[ToolCall] = Field(
         default_factory=list,
         max_length=MAX_TOOL_CALLS,

@@ -9,6 +9,7 @@ from pydantic import Discriminator, Field, Tag
 from contracts.enums import Intent
 from contracts.envelope import Envelope
 from contracts.events import AnswerData
+from contracts.filters import MetadataFilter
 
 MAX_QUERY_CHARS = 4000
 MAX_TOP_K = 100
@@ -41,6 +42,11 @@ class QuerySubmitted(Envelope):
     )
     intent: Intent | None = None
     top_k: int = Field(default=8, ge=1, le=MAX_TOP_K)
+    filter: MetadataFilter | None = Field(
+        default=None,
+        description="only passages of documents whose metadata passes this filter "
+        "(`contracts.filters`), in every channel and every research child",
+    )
     mode: QueryMode = Field(
         default="answer",
         description="`answer`: the whole agentic loop; `retrieve`: stop after fusion and return "

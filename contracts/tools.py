@@ -103,6 +103,12 @@ SEARCH: Final = ToolSpec(
                 "description": "One of the request's namespaces; unset = its first.",
             },
             "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_TOP_K},
+            "filter": {
+                "type": "object",
+                "description": "Only passages of documents whose metadata passes this filter: "
+                '{"field": value}, {"field": {"$in": [...]}}, {"field": {"$gte": 2020}}, '
+                "$exists, $and, $or, $not (the request's own filter applies too).",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,

@@ -36,6 +36,8 @@ def start(
         claimed_results=state.claimed_results,
         carried=state.carried,
         hydrate=state.mode != "retrieve",
+        namespaces=state.namespaces if state.filter is not None else [],
+        filter=state.filter,
     )
     state.status = RequestStatus.FUSING
     state.pending = moves.pending(

@@ -96,7 +96,7 @@ def start_tool(
     messages: list[Outgoing] | None = None,
 ) -> Transition:
     """A tool round (the tool step), sent after `messages`."""
-    cmd = ToolCommand(**moves.corr(state), query=state.question, calls=calls)
+    cmd = ToolCommand(**moves.corr(state), query=state.question, calls=calls, filter=state.filter)
     state.status = RequestStatus.TOOLING
     state.tool_rounds += 1
     state.pending = moves.pending(

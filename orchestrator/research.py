@@ -79,6 +79,7 @@ def on_planned(
             tenant=state.tenant,
             query=child.query,
             namespaces=state.namespaces,
+            filter=state.filter,
             top_k=state.top_k,
             mode="research" if research else "answer",
             parent_id=state.request_id,

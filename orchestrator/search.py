@@ -233,6 +233,7 @@ def _commands(
             top_k=state.channel_top_k,
             query_vector=moves.vector_of(state, query) if vector_read else None,
             session_id=state.session_id,
+            filter=state.filter,
             # a retrieval answer shows the channels' rankings: they come back inline
             claim_ranking=state.mode != "retrieve",
             fuse=fuse,

@@ -82,6 +82,9 @@ class RequestState(BaseModel):
     research_depth: int = Field(default=0, description="research requests above this one")
     children: list[ChildRecord] = Field(default_factory=list)
     namespaces: list[str]
+    filter: dict[str, Any] | None = Field(
+        default=None, description="the request's metadata filter, canonical (`contracts.filters`)"
+    )
     top_k: int
     channel_top_k: int
     intent_override: Intent | None = None
@@ -159,6 +162,7 @@ class RequestState(BaseModel):
             "status": self.status.value,
             "query": self.query,
             "session_id": self.session_id,
+            "filter": self.filter,
             "standalone_query": self.standalone_query,
             "mode": self.mode,
             "parent_id": self.parent_id,

@@ -134,6 +134,7 @@ def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> 
         search_queries=[submitted.query],
         session_id=submitted.session_id,
         namespaces=submitted.namespaces,
+        filter=submitted.filter,
         top_k=submitted.top_k,
         channel_top_k=max(settings.channel_top_k, submitted.top_k),
         intent_override=submitted.intent,

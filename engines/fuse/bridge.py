@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from contracts.models import RetrievedChunk
 from infra.retrieval.graph.model import GraphStore
+from infra.retrieval.scope import Scope
 
 BRIDGE_CHANNEL = "graph_bridge"
 BRIDGE_FROM = 3
@@ -48,17 +49,21 @@ def bridge_norms(
 
 
 async def bridge(
-    graph: GraphStore, chunks: list[RetrievedChunk], top_k: int
+    graph: GraphStore, chunks: list[RetrievedChunk], top_k: int, scope: Scope | None = None
 ) -> tuple[list[RetrievedChunk], int]:
     """The fused list with bridged chunks inserted (re-ranked, cut to `top_k`), and how many
-    were inserted."""
+    were inserted; with a `scope` (a filtered request), only chunks of its documents."""
     entities = await graph.chunk_entities([chunk.chunk_id for chunk in chunks[:BRIDGE_FROM]])
     norms = bridge_norms(chunks, entities)
     if not norms:  # also when there are no chunks
         return chunks[:top_k], 0
     namespaces = sorted({chunk.namespace for chunk in chunks[:BRIDGE_FROM]})
     ahead = {chunk.chunk_id for chunk in chunks[:INSERT_AT]}
-    found = [c for c in await graph.documents_about(namespaces, norms) if c.chunk_id not in ahead]
+    found = [
+        c
+        for c in await graph.documents_about(namespaces, norms)
+        if c.chunk_id not in ahead and (scope is None or scope.allows(c.namespace, c.document_id))
+    ]
     added = found[:MAX_BRIDGED]
     if not added:
         return chunks[:top_k], 0

@@ -41,6 +41,7 @@ from engines.fuse.rrf import (
     question_weights,
 )
 from infra.logging import get_logger
+from infra.retrieval.scope import Scope
 
 if TYPE_CHECKING:
     from infra.runtime.claims import Claims
@@ -65,6 +66,8 @@ class FusionRequest:
     sub_results: Sequence[Rankings] = ()
     carried: Sequence[RetrievedChunk] = ()
     hydrate: bool = True
+    scope: Scope | None = None
+    """A filtered request's documents: what the bridge may add (`infra.retrieval.scope`)."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """The fusion phase's metadata, which the call fills in."""
 
@@ -99,7 +102,8 @@ async def fuse_rankings(resources: Resources, claims: Claims, job: FusionRequest
         meta["follow_up"] = sum(FOLLOW_UP_CHANNEL in chunk.channels for chunk in chunks)
     if settings.graph_bridge and chunks:
         try:
-            chunks, meta["bridged"] = await bridge(await resources.graph(), chunks, depth)
+            graph = await resources.graph()
+            chunks, meta["bridged"] = await bridge(graph, chunks, depth, job.scope)
         except Exception as exc:  # the fused list alone is still a good answer
             log.exception("graph_bridge_failed")
             meta["bridge_error"] = f"{type(exc).__name__}: {exc}"[:500]

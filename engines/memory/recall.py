@@ -133,7 +133,8 @@ async def recall(
 ) -> list[RetrievedChunk]:
     """The scope's memories nearest `cmd.query`, whole (fusion cannot hydrate them), ranked
     for the `memory` channel; none without a scope. A memory deleted from `index` is never
-    recalled, nor one with nothing left but the user's own questions."""
+    recalled, nor one with nothing left but the user's own questions, nor, for a request
+    with a metadata filter, a remembered answer (only the facts the user stated)."""
     settings = resources.settings
     scope = scope_of(cmd.tenant, cmd.session_id, settings.memory_scope)
     if scope is None:
@@ -147,6 +148,10 @@ async def recall(
     hits = await vectors.store.read(vectors.search, scope, vector, cmd.top_k)
     hits = [hit for hit in hits if hit.score >= settings.memory_min_score]
     found = await index.get(scope, [hit.chunk_id for hit in hits])
+    if cmd.filter is not None:
+        # a remembered answer drew on documents the filter may leave out: a filtered request
+        # recalls only what the user stated (no document's, so no metadata to pass)
+        found = {key: memory for key, memory in found.items() if memory.kind == "fact"}
     hits = [hit for hit in hits if hit.chunk_id in found]  # deleted: never recalled
     if not hits:
         return []

@@ -17,6 +17,7 @@ import numpy as np
 from contracts.commands import SearchCommand
 from contracts.models import RetrievedChunk
 from infra.retrieval.entities import query_entities
+from infra.retrieval.scope import Scope, document_scope, where_of
 from infra.retrieval.vectors.codec import pack_query, unpack_query
 
 if TYPE_CHECKING:
@@ -39,10 +40,18 @@ async def _query_vector(resources: Resources, cmd: SearchCommand) -> tuple[np.nd
     return (await encoder.aencode([cmd.query]))[0], True
 
 
+async def scope_of(resources: Resources, cmd: SearchCommand) -> Scope | None:
+    """The documents a filtered command may draw on, for the graph channels (None: all)."""
+    if cmd.filter is None:
+        return None
+    return await document_scope(await resources.vectors(), cmd.namespaces, cmd.filter)
+
+
 async def search_vector(resources: Resources, cmd: SearchCommand) -> Found:
     vector, made = await _query_vector(resources, cmd)
     store = await resources.vectors()
-    chunks = await store.read(store.search_dense, cmd.namespaces, vector, cmd.top_k)
+    where = where_of(cmd.filter)
+    chunks = await store.read(store.search_dense, cmd.namespaces, vector, cmd.top_k, where)
     return Found(chunks, pack_query(vector) if made else None)
 
 
@@ -54,12 +63,18 @@ async def search_sparse(resources: Resources, cmd: SearchCommand) -> Found:
     else:  # a model's forward pass
         indices, values = await asyncio.to_thread(sparse.query, cmd.query)
     store = await resources.vectors()
-    return Found(await store.read(store.search_sparse, cmd.namespaces, indices, values, cmd.top_k))
+    where = where_of(cmd.filter)
+    return Found(
+        await store.read(store.search_sparse, cmd.namespaces, indices, values, cmd.top_k, where)
+    )
 
 
 async def search_graph_local(resources: Resources, cmd: SearchCommand) -> Found:
     graph = await resources.graph()
-    return Found(await graph.local_search(cmd.namespaces, query_entities(cmd.query), cmd.top_k))
+    scope = await scope_of(resources, cmd)
+    return Found(
+        await graph.local_search(cmd.namespaces, query_entities(cmd.query), cmd.top_k, scope)
+    )
 
 
 async def search_graph_global(resources: Resources, cmd: SearchCommand) -> Found:
@@ -72,5 +87,6 @@ async def search_graph_global(resources: Resources, cmd: SearchCommand) -> Found
         query_entities(cmd.query),
         vector.tolist() if vector is not None else None,
         cmd.top_k,
+        await scope_of(resources, cmd),
     )
     return Found(found)

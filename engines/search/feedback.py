@@ -43,6 +43,7 @@ from engines.fuse.rrf import weighted_convex
 from infra.retrieval.entities import normalize
 from infra.retrieval.intent_profiles import PRIOR
 from infra.retrieval.lexical import SparseVec, analyze, term_id
+from infra.retrieval.scope import where_of
 from infra.retrieval.vectors.codec import pack_query, unpack_query
 
 if TYPE_CHECKING:
@@ -149,10 +150,10 @@ async def search_again(
     return (
         {
             Channel.VECTOR: await store.read(
-                store.search_dense, cmd.namespaces, new_vector, cmd.top_k
+                store.search_dense, cmd.namespaces, new_vector, cmd.top_k, where_of(cmd.filter)
             ),
             Channel.SPARSE: await store.read(
-                store.search_sparse, cmd.namespaces, *terms, cmd.top_k
+                store.search_sparse, cmd.namespaces, *terms, cmd.top_k, where_of(cmd.filter)
             ),
         },
         pack_query(new_vector),

@@ -12,6 +12,7 @@ from engines.fuse.bridge import BRIDGE_CHANNEL, INSERT_AT, MAX_BRIDGED, bridge
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities, title_norms
 from infra.retrieval.graph.store import GraphStore, open_graph_store
+from infra.retrieval.scope import Scope
 from infra.settings import Settings
 
 CORPUS = {
@@ -95,4 +96,15 @@ async def test_no_bridge_leaves_the_fused_list_alone(tmp_path: Path) -> None:
     fused[1] = fused[1].model_copy(update={"text": "a public research university"})
     chunks, added = await bridge(graph, fused, top_k=10)
     assert added == 0 and chunks == fused
+    await graph.aclose()
+
+
+async def test_a_filtered_request_bridges_only_to_documents_of_its_scope(tmp_path: Path) -> None:
+    graph = await _graph(tmp_path)
+    fused = _fused(["book", "other1", "other2", "rutgers"])
+    keep = {"book", "other1", "other2", "rutgers", "cruz"}  # the author's page is filtered out
+    scope = Scope(frozenset(("default", doc) for doc in keep))
+    chunks, added = await bridge(graph, fused, top_k=5, scope=scope)
+    assert [c.document_id for c in chunks][INSERT_AT:] == ["cruz", "rutgers"]
+    assert added == 1
     await graph.aclose()

@@ -17,6 +17,7 @@ from contracts.ingest import DocumentIn
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities, normalize, query_entities
 from infra.retrieval.graph.store import EmbeddedGraphStore, GraphStore, open_graph_store
+from infra.retrieval.scope import Scope
 from infra.settings import Settings
 from tests.unit.graph_corpus import DOCS
 
@@ -241,3 +242,20 @@ async def test_embedded_store_survives_reopen_and_torn_journal(tmp_path: Path) -
     assert stats["documents"] == 5 and stats["communities_dirty"] is True
     await again.aclose()
     assert not journal.exists() and (tmp_path / "graph" / "graph.json").exists()
+
+
+async def test_a_scope_keeps_the_graph_channels_to_its_documents(
+    graph: GraphStore, ns: str
+) -> None:
+    # a filtered request: "heart" is outside it; nothing of it may come back, and what the
+    # scope keeps still ranks (the statin chunk through its own entities)
+    scope = Scope(frozenset({(ns, "statin"), (ns, "vitd"), (ns, "bone")}))
+    local = await graph.local_search([ns], query_entities("myocardial infarction ldl"), 5, scope)
+    assert "heart" not in _ids(local) and "statin" in _ids(local)
+    assert await graph.local_search([ns], query_entities("myocardial infarction"), 5, scope) == []
+    await graph.recompute_communities(embed=_fake_embed)
+    by_entities = await graph.global_search([ns], query_entities("cholesterol"), None, 5, scope)
+    assert _ids(by_entities) == ["statin"]
+    nothing = Scope(frozenset())
+    assert await graph.global_search([ns], [], [1.0, 0.0], 5, nothing) == []
+    assert await graph.local_search([ns], ["calcium"], 5, nothing) == []

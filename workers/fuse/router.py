@@ -16,6 +16,7 @@ from contracts.results import FuseResult
 from engines.fuse.pipeline import FusionRequest, Rankings, fuse_rankings
 from infra.errors import PoisonMessage
 from infra.logging import get_logger
+from infra.retrieval.scope import document_scope
 from infra.runtime.claims import Claims
 from infra.runtime.phase_events import phase
 from infra.runtime.resources import Resources
@@ -66,6 +67,7 @@ def create_router(resources: Resources) -> NatsRouter:
                 sub_results=sub_results,
                 carried=cmd.carried,
                 hydrate=cmd.hydrate,
+                scope=await document_scope(await resources.vectors(), cmd.namespaces, cmd.filter),
                 metadata=run.metadata,
             )
             fused = await fuse_rankings(resources, claims, job)

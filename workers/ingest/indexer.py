@@ -139,7 +139,14 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         entities, extractor, fallbacks = await extract_chunk_entities(resources, doc, chunks)
         await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
         await asyncio.to_thread(
-            vectors.upsert_chunks, doc.namespace, chunks, dense, sparse, content_hash, sentences
+            vectors.upsert_chunks,
+            doc.namespace,
+            chunks,
+            dense,
+            sparse,
+            content_hash,
+            sentences,
+            doc.metadata,
         )
     except store_hiccups() as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc

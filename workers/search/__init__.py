@@ -42,6 +42,7 @@ from engines.classify.classifier import Classification, IntentClassifier, descri
 from engines.classify.model_meta import model_dir
 from engines.fuse.pipeline import FusionRequest, fuse_rankings
 from engines.search.channel_search import CHANNEL_FUNCTIONS, ChannelTimedOut, search_channel
+from engines.search.channels import scope_of
 from engines.search.refine import refine
 from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
@@ -252,6 +253,7 @@ def create_router(resources: Resources) -> NatsRouter:
                     top_k=spec.top_k,
                     rrf_k=spec.rrf_k,
                     fusion=spec.fusion,
+                    scope=await scope_of(resources, cmd),
                     metadata=run.metadata,
                 )
                 try:

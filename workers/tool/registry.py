@@ -46,6 +46,10 @@ calling_tenant: ContextVar[str] = ContextVar("calling_tenant", default=DEFAULT_T
 """The tenant whose request runs the tool call in progress: tools that read data (`search`)
 read only that tenant's (the tool worker sets it from the command)."""
 
+calling_filter: ContextVar[dict[str, Any] | None] = ContextVar("calling_filter", default=None)
+"""The metadata filter of the request whose tool call is in progress: the `search` tool
+finds only passages of documents that pass it (the tool worker sets it from the command)."""
+
 ToolHandler = Callable[..., Awaitable[str]]
 """Called with the validated arguments as keywords; returns the tool's output text."""
 

@@ -9,12 +9,13 @@ so the tool worker then runs in the store's process (`ragbus up` puts it there);
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
+from contracts.filters import parse_filter
 from contracts.tenancy import store_namespace
 from contracts.tools import SEARCH
 from infra.runtime.resources import Resources
-from workers.tool.registry import ToolRegistry, calling_tenant
+from workers.tool.registry import ToolRegistry, calling_filter, calling_tenant
 
 DEFAULT_TOP_K: Final = 5
 PASSAGE_CHARS: Final = 600
@@ -22,12 +23,20 @@ PASSAGE_CHARS: Final = 600
 
 def register_search(registry: ToolRegistry, resources: Resources) -> None:
     @registry.implement(SEARCH)
-    async def search(query: str, namespace: str = "default", top_k: int = DEFAULT_TOP_K) -> str:
+    async def search(
+        query: str,
+        namespace: str = "default",
+        top_k: int = DEFAULT_TOP_K,
+        filter: dict[str, Any] | None = None,
+    ) -> str:
+        # the call's own filter narrows the request's, never widens it
+        asked = [f for f in (calling_filter.get(), filter) if f is not None]
+        where = parse_filter(asked[0] if len(asked) == 1 else {"$and": asked}) if asked else None
         encoder = await resources.encoder()
         vector = [float(x) for x in (await encoder.aencode([query]))[0]]
         store = await resources.vectors()
         space = store_namespace(calling_tenant.get(), namespace)  # the caller's own, only
-        found = await store.read(store.search_dense, [space], vector, top_k)
+        found = await store.read(store.search_dense, [space], vector, top_k, where)
         chunks = await store.read(store.hydrate, found)
         if not chunks:
             return f"no passages found for {query!r} in namespace {namespace!r}"

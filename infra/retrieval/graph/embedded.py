@@ -21,6 +21,7 @@ from infra.retrieval.graph.communities import brief_chunk_ids, detect_communitie
 from infra.retrieval.graph.embedded_index import EmbeddedGraphIndex
 from infra.retrieval.graph.model import Community, Embed, Summarise
 from infra.retrieval.graph.ranking import rank_global, rank_local
+from infra.retrieval.scope import Scope
 
 log = get_logger(__name__)
 
@@ -172,9 +173,13 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
             await self._write({"op": "delete", "namespace": namespace, "document_id": document_id})
 
     async def local_search(
-        self, namespaces: Sequence[str], query_norms: Sequence[str], top_k: int
+        self,
+        namespaces: Sequence[str],
+        query_norms: Sequence[str],
+        top_k: int,
+        scope: Scope | None = None,
     ) -> list[RetrievedChunk]:
-        return await rank_local(self, namespaces, query_norms, top_k)
+        return await rank_local(self, namespaces, query_norms, top_k, scope)
 
     async def global_search(
         self,
@@ -182,6 +187,7 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
         query_norms: Sequence[str],
         query_vector: Sequence[float] | None,
         top_k: int,
+        scope: Scope | None = None,
     ) -> list[RetrievedChunk]:
         if self._dirty:
             if not self._communities:  # nothing to answer from yet: the first one is awaited
@@ -191,7 +197,7 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
             elif not self._recompute_lock.locked() and self._refresh is None:
                 # answer from the communities there are; the fresh ones land in the background
                 self._refresh = asyncio.create_task(self._background_refresh())
-        return await rank_global(self, namespaces, query_norms, query_vector, top_k)
+        return await rank_global(self, namespaces, query_norms, query_vector, top_k, scope)
 
     async def recompute_communities(
         self, embed: Embed | None = None, summarise: Summarise | None = None

@@ -227,6 +227,14 @@ class EmbeddedGraphIndex:
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
         return {cid: self._chunks[cid] for cid in chunk_ids if cid in self._chunks}
 
+    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        chunks = self._chunks
+        return {
+            cid: (chunks[cid].namespace, chunks[cid].document_id)
+            for cid in chunk_ids
+            if cid in chunks
+        }
+
     async def documents_about(
         self, namespaces: Sequence[str], norms: Sequence[str]
     ) -> list[RetrievedChunk]:

@@ -12,6 +12,7 @@ from contracts.models import RetrievedChunk
 from infra.logging import get_logger
 from infra.retrieval.chunking import Chunk
 from infra.retrieval.entities import Entity
+from infra.retrieval.scope import Scope
 
 log = get_logger(__name__)
 
@@ -101,8 +102,13 @@ class GraphStore(Protocol):
     async def delete_document(self, namespace: str, document_id: str) -> None: ...
 
     async def local_search(
-        self, namespaces: Sequence[str], query_norms: Sequence[str], top_k: int
-    ) -> list[RetrievedChunk]: ...
+        self,
+        namespaces: Sequence[str],
+        query_norms: Sequence[str],
+        top_k: int,
+        scope: Scope | None = None,
+    ) -> list[RetrievedChunk]:
+        """Chunks that mention the query's entities (with a `scope`, of its documents only)."""
 
     async def global_search(
         self,
@@ -110,7 +116,9 @@ class GraphStore(Protocol):
         query_norms: Sequence[str],
         query_vector: Sequence[float] | None,
         top_k: int,
-    ) -> list[RetrievedChunk]: ...
+        scope: Scope | None = None,
+    ) -> list[RetrievedChunk]:
+        """Chunks of the communities the query is about (with a `scope`, of its documents)."""
 
     async def documents_about(
         self, namespaces: Sequence[str], norms: Sequence[str]

@@ -42,6 +42,7 @@ from infra.retrieval.graph.neo4j_cypher import (
     WRITE_RELATES,
 )
 from infra.retrieval.graph.ranking import match_weight, rank_global, rank_local
+from infra.retrieval.scope import Scope
 
 log = get_logger(__name__)
 
@@ -208,6 +209,14 @@ class Neo4jGraphStore:
         )
         return {row["chunk_id"]: _chunk(row) for row in rows}
 
+    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        rows = await self._run(
+            "UNWIND $ids AS id MATCH (c:Chunk {chunk_id: id}) "
+            "RETURN c.chunk_id AS chunk_id, c.namespace AS namespace, c.document_id AS document_id",
+            ids=list(chunk_ids),
+        )
+        return {row["chunk_id"]: (row["namespace"], row["document_id"]) for row in rows}
+
     async def documents_about(
         self, namespaces: Sequence[str], norms: Sequence[str]
     ) -> list[RetrievedChunk]:
@@ -256,9 +265,13 @@ class Neo4jGraphStore:
     # ---------------------------------------------------------------- GraphStore
 
     async def local_search(
-        self, namespaces: Sequence[str], query_norms: Sequence[str], top_k: int
+        self,
+        namespaces: Sequence[str],
+        query_norms: Sequence[str],
+        top_k: int,
+        scope: Scope | None = None,
     ) -> list[RetrievedChunk]:
-        return await rank_local(self, namespaces, query_norms, top_k)
+        return await rank_local(self, namespaces, query_norms, top_k, scope)
 
     async def _dirty(self) -> bool:
         rows = await self._run("MATCH (m:RagbusMeta {key: 'communities'}) RETURN m.dirty AS dirty")
@@ -270,10 +283,11 @@ class Neo4jGraphStore:
         query_norms: Sequence[str],
         query_vector: Sequence[float] | None,
         top_k: int,
+        scope: Scope | None = None,
     ) -> list[RetrievedChunk]:
         if await self._dirty():
             await self.recompute_communities()
-        return await rank_global(self, namespaces, query_norms, query_vector, top_k)
+        return await rank_global(self, namespaces, query_norms, query_vector, top_k, scope)
 
     async def recompute_communities(
         self, embed: Embed | None = None, summarise: Summarise | None = None

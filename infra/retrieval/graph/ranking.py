@@ -7,6 +7,7 @@ import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -30,8 +31,10 @@ from infra.retrieval.graph.model import (
     WALK_SCAN,
     Community,
     Hit,
+    entity_key,
     generic_df,
 )
+from infra.retrieval.scope import Scope
 
 log = get_logger(__name__)
 
@@ -62,6 +65,95 @@ class GraphView(Protocol):
     ) -> dict[str, list[tuple[str, int, int]]]: ...
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]: ...
     async def communities(self, namespaces: Sequence[str]) -> list[Community]: ...
+    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """Each known chunk's `(namespace, document id)`."""
+        ...
+
+    async def chunk_entities(
+        self, chunk_ids: Sequence[str]
+    ) -> dict[str, list[tuple[str, str]]]: ...
+
+
+SCOPED_NEIGHBOURS = 4
+"""A scoped walk asks the graph for this many times the neighbours it keeps: those that
+co-occur only outside the scope drop out."""
+
+
+class ScopedView:
+    """A `GraphView` that sees only the chunks of a `Scope`'s documents: an entity scores
+    through the chunks of those documents alone (one mentioned nowhere else scores nothing),
+    the walk follows only co-occurrences inside them and its mass reaches only them, and a
+    community offers only them. An entity's IDF stays the namespace's: a statistic that
+    ranks, never a passage that is shown."""
+
+    def __init__(self, view: GraphView, scope: Scope) -> None:
+        self._view = view
+        self._scope = scope
+
+    async def _kept(self, chunk_ids: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(chunk_ids))
+        owners = await self._view.documents_of(wanted) if wanted else {}
+        return {cid for cid, (ns, doc) in owners.items() if self._scope.allows(ns, doc)}
+
+    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        return await self._view.match(namespaces, norms)
+
+    async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
+        return await self._view.chunk_totals(namespaces)
+
+    async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
+        found = await self._view.mentions(keys)
+        kept = await self._kept(cid for ids in found.values() for cid in ids)
+        return {key: [cid for cid in ids if cid in kept] for key, ids in found.items()}
+
+    async def neighbours(
+        self, keys: Sequence[str], limit: int
+    ) -> dict[str, list[tuple[str, int, int]]]:
+        """The graph's neighbours of each key, counted again over the key's chunks inside the
+        scope (its first `WALK_SCAN`): a relation seen only in other documents is not one."""
+        related = await self._view.neighbours(keys, limit * SCOPED_NEIGHBOURS)
+        mentioned = await self.mentions(keys)
+        sample = {key: ids[:WALK_SCAN] for key, ids in mentioned.items()}
+        wanted = list(dict.fromkeys(cid for ids in sample.values() for cid in ids))
+        entities = await self._view.chunk_entities(wanted) if wanted else {}
+        owners = await self._view.documents_of(wanted) if wanted else {}
+        result: dict[str, list[tuple[str, int, int]]] = {}
+        for key, found in related.items():
+            shared: Counter[str] = Counter()
+            for cid in sample.get(key, ()):
+                namespace = owners[cid][0] if cid in owners else ""
+                shared.update({entity_key(namespace, norm) for norm, _ in entities.get(cid, ())})
+            kept = [(k, shared[k], df) for k, _, df in found if shared[k]]
+            result[key] = sorted(kept, key=lambda n: (-n[1], n[0]))[:limit]
+        return result
+
+    async def chunk_entities(self, chunk_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        return await self._view.chunk_entities(chunk_ids)
+
+    async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
+        found = await self._view.fetch_chunks(chunk_ids)
+        return {
+            cid: chunk
+            for cid, chunk in found.items()
+            if self._scope.allows(chunk.namespace, chunk.document_id)
+        }
+
+    async def communities(self, namespaces: Sequence[str]) -> list[Community]:
+        found = await self._view.communities(namespaces)
+        kept = await self._kept(cid for c in found for cid in c.chunk_ids)
+        return [
+            replace(c, chunk_ids=[cid for cid in c.chunk_ids if cid in kept])
+            for c in found
+            if any(cid in kept for cid in c.chunk_ids)
+        ]
+
+    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        return await self._view.documents_of(chunk_ids)
+
+
+def scoped(view: GraphView, scope: Scope | None) -> GraphView:
+    """`view` itself without a scope, else a `ScopedView` of it."""
+    return view if scope is None else ScopedView(view, scope)
 
 
 def ranked(scores: dict[str, float], hits: Counter[str], top_k: int) -> list[str]:
@@ -103,14 +195,20 @@ def strongest_matches(base: dict[tuple[str, str], float]) -> dict[tuple[str, str
 
 
 async def rank_local(
-    view: GraphView, namespaces: Sequence[str], norms: Sequence[str], top_k: int
+    view: GraphView,
+    namespaces: Sequence[str],
+    norms: Sequence[str],
+    top_k: int,
+    scope: Scope | None = None,
 ) -> list[RetrievedChunk]:
     """Chunks that mention the query's entities.
 
     Each query norm adds, per chunk, its best matched entity's weight x IDF, so a chunk ranks
     by how many of the query's concepts it holds and how specific they are. Chunks reached
     only through a RELATES_TO neighbour of a matched entity add a discounted score.
+    With a `scope`, only the chunks of its documents (`ScopedView`).
     """
+    view = scoped(view, scope)
     hits = await view.match(namespaces, norms)
     if not hits:
         return []
@@ -248,13 +346,16 @@ async def rank_global(
     norms: Sequence[str],
     query_vector: Sequence[float] | None,
     top_k: int,
+    scope: Scope | None = None,
 ) -> list[RetrievedChunk]:
-    """Chunks of the communities the query is about.
+    """Chunks of the communities the query is about (with a `scope`, only the chunks of its
+    documents, and only the communities that hold one: `ScopedView`).
 
     A community scores by the query entities it holds (normalised to [0, 1]) plus the cosine
     of its summary embedding with the query, when both exist; its best chunks follow, a
     community's first chunks before another's later ones.
     """
+    view = scoped(view, scope)
     communities = {c.key: c for c in await view.communities(namespaces)}
     if not communities:
         return []

@@ -1,0 +1,54 @@
+"""The documents a filtered request may draw on, for the stores that keep no metadata.
+
+The vector store filters its own searches (`infra.retrieval.vectors.filtering`): every chunk
+carries its document's metadata. The graph keeps entities, mentions and communities, not
+metadata; the fusion's bridge reads the graph. They narrow their answers to a `Scope`: the
+`(namespace, document id)` pairs whose metadata passes the filter, read once from the vector
+store's first chunks (`VectorStore.matching_documents`). A scope is computed per command, off the
+event loop: a scan of the namespace's first chunks (one per document).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from contracts.filters import Node, parse_filter
+
+if TYPE_CHECKING:
+    from infra.retrieval.vectors.base import VectorStore
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The documents a request may draw on: `(namespace, document id)` pairs."""
+
+    documents: frozenset[tuple[str, str]]
+
+    def allows(self, namespace: str, document_id: str) -> bool:
+        return (namespace, document_id) in self.documents
+
+
+def where_of(raw: Mapping[str, Any] | None) -> Node | None:
+    """A command's filter (validated when the command was) as the tree stores take."""
+    return parse_filter(raw) if raw is not None else None
+
+
+async def document_scope(
+    store: VectorStore, namespaces: Sequence[str], raw: Mapping[str, Any] | None
+) -> Scope | None:
+    """The documents of `namespaces` that pass the filter; None without a filter (everything)."""
+    where = where_of(raw)
+    if where is None:
+        return None
+
+    def read() -> frozenset[tuple[str, str]]:
+        return frozenset(
+            (namespace, document_id)
+            for namespace in dict.fromkeys(namespaces)
+            for document_id in store.matching_documents(namespace, where)
+        )
+
+    return Scope(await asyncio.to_thread(read))
