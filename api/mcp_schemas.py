@@ -23,6 +23,14 @@ NAMESPACES = Field(
 )
 
 
+FILTER_HELP = (
+    "Only passages of documents whose metadata passes this filter: "
+    '{"field": value}, {"field": {"$in": [...]}}, {"year": {"$gte": 2020}}, dates as ISO 8601 '
+    '({"published": {"$lt": "2024-01-01"}}), $ne, $nin, $exists, $and, $or, $not. A file\'s own '
+    "properties are under file (file.type, file.author, file.created, file.pages)."
+)
+
+
 class AskArgs(BaseModel):
     model_config = _STRICT
 
@@ -36,6 +44,7 @@ class AskArgs(BaseModel):
         description="A conversation: a follow-up is understood from the session's earlier "
         "questions, and what it taught is recalled. Reuse one id for one conversation.",
     )
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
 
 
 class CitationOut(BaseModel):
@@ -67,6 +76,7 @@ class SearchArgs(BaseModel):
     top_k: int | None = Field(
         default=None, ge=1, le=MAX_TOP_K, description="Passages wanted at most."
     )
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
 
 
 class Passage(BaseModel):

@@ -110,7 +110,12 @@ def _failed(request_id: str, status: str, error: dict[str, Any]) -> ToolRefused:
 
 
 async def ask(call: Call, args: AskArgs) -> Outcome:
-    body = _query(query=args.question, namespaces=args.namespaces, session_id=args.session_id)
+    body = _query(
+        query=args.question,
+        namespaces=args.namespaces,
+        session_id=args.session_id,
+        filter=args.filter,
+    )
     request_id, status, answer, error = await _run(call, body)
     if status != "completed":
         raise _failed(request_id, status, error)
@@ -150,7 +155,13 @@ def _answer_text(content: str, citations: list[CitationOut], metadata: dict[str,
 
 
 async def search(call: Call, args: SearchArgs) -> Outcome:
-    body = _query(query=args.query, namespaces=args.namespaces, top_k=args.top_k, mode="retrieve")
+    body = _query(
+        query=args.query,
+        namespaces=args.namespaces,
+        top_k=args.top_k,
+        filter=args.filter,
+        mode="retrieve",
+    )
     request_id, status, _, error = await _run(call, body)
     if status != "completed":
         raise _failed(request_id, status, error)

@@ -272,7 +272,7 @@ async def chat_completions(
     (`x-request-id` too). With an `Idempotency-Key` seen before, the earlier request's answer."""
     namespace = namespace_of(body.model)
     conversation = Conversation.of(body)
-    query = _query(conversation.question, namespace)
+    query = _query(conversation.question, namespace, body.filter)
     door = Door.of(request.app.state)
     await door.take_quota(caller, query)  # before the conversation's turns are written
     session_id = await session_for(door, caller, body, conversation, idempotency_key)
@@ -304,12 +304,17 @@ async def chat_completions(
     )
 
 
-def _query(question: str, namespace: str) -> QueryRequest:
-    """The question as `POST /v1/queries` takes it, or 422 for the messages."""
+def _query(question: str, namespace: str, narrowed: dict[str, Any] | None) -> QueryRequest:
+    """The question as `POST /v1/queries` takes it, or 422 for the messages or the filter."""
     try:
-        return QueryRequest(query=question, namespaces=[namespace])
+        return QueryRequest(query=question, namespaces=[namespace], filter=narrowed)
     except ValidationError as exc:
-        why = "; ".join(str(e.get("msg")).removeprefix("Value error, ") for e in exc.errors())
+        errors = exc.errors()
+        why = "; ".join(str(e.get("msg")).removeprefix("Value error, ") for e in errors)
+        if any(e.get("loc", ("",))[0] == "filter" for e in errors):
+            raise OpenAIError(
+                422, f"the filter: {why}", code="invalid_value", param="filter"
+            ) from exc
         raise OpenAIError(
             422,
             f"the question (the last user message): {why}",

@@ -227,6 +227,11 @@ class ChatCompletionRequest(BaseModel):
         "as a session of the caller's (`GET /v1/sessions/{id}`); the turns of `messages` it "
         "lacks are added to it. Unset: a session of the request's own holds them.",
     )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="ragbus's own (`extra_body`): only passages of documents whose metadata "
+        'passes this filter (`{"year": {"$gte": 2020}}`; docs/usage.md, Filters).',
+    )
 
     @field_validator("tool_choice", "function_call", mode="before")
     @classmethod

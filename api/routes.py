@@ -109,6 +109,7 @@ async def submit_query(
         namespaces=[store_namespace(caller.tenant, ns) for ns in body.namespaces or ["default"]],
         intent=body.intent,
         top_k=body.top_k or settings.default_top_k,
+        filter=body.filter,
         mode=body.mode,
         trace=mint_trace(),
     )

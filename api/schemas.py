@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from contracts.enums import Intent, RequestStatus
 from contracts.events import AnswerData, ErrorData
+from contracts.filters import MetadataFilter
 from contracts.ingest import MAX_METADATA_CHARS, DocumentIn, JobCounts
 from contracts.queries import (
     MAX_CALLER_NAMESPACE_CHARS,
@@ -93,6 +94,14 @@ class QueryRequest(BaseModel):
         default="answer",
         description="`retrieve` stops after fusion and returns every channel's ranking.",
     )
+    filter: MetadataFilter | None = Field(
+        default=None,
+        description="Only passages of documents whose metadata passes this filter: "
+        '`{"field": value}`, `{"field": {"$in": [...]}}`, `{"year": {"$gte": 2020}}`, dates '
+        '(`{"published": {"$lt": "2024-01-01"}}`), `$ne`, `$nin`, `$exists`, `$and`, `$or`, '
+        "`$not` (docs/usage.md, Filters).",
+        json_schema_extra={"examples": [{"year": {"$gte": 2020}, "kind": {"$in": ["report"]}}]},
+    )
 
     @field_validator("query")
     @classmethod
@@ -126,6 +135,9 @@ class QueryView(BaseModel):
     )
     mode: QueryMode = "answer"
     session_id: str | None = Field(default=None, description="The conversation it belongs to.")
+    filter: dict[str, Any] | None = Field(
+        default=None, description="Its metadata filter, as ragbus spells it (one canonical form)."
+    )
     standalone_query: str | None = Field(
         default=None, description="The follow-up made standalone from its session's turns."
     )

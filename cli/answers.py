@@ -77,6 +77,7 @@ async def ask_question(
     session_id: str | None = None,
     mode: str | None = None,
     found: Found | None = None,
+    narrowed: dict[str, Any] | None = None,
 ) -> str | None:
     """Ask (one request that submits and streams), print phases and answer tokens live, then
     the sources; returns the final status. In a session, a follow-up's standalone question is
@@ -91,6 +92,7 @@ async def ask_question(
         namespaces=namespaces,
         session_id=session_id,
         mode=mode if mode != "answer" else None,
+        filter=narrowed,
     ):
         data = message.data.get("data") or {}
         if message.event == "submitted":

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from cli.common import DEFAULT_API, ApiUrl, Failure, Token, Verbose, console, interactive_logging
+from cli.common import (
+    DEFAULT_API,
+    ApiUrl,
+    Failure,
+    Token,
+    Verbose,
+    console,
+    filter_option,
+    interactive_logging,
+)
 from contracts.enums import Intent
 from infra.settings import Settings
 
@@ -44,6 +53,14 @@ def ask(
             "it taught is recalled (`GET /v1/sessions/<id>` shows it).",
         ),
     ] = None,
+    filter: Annotated[
+        str | None,
+        typer.Option(
+            "--filter",
+            help='Only documents whose metadata passes this JSON filter, e.g. \'{"year": '
+            '{"$gte": 2020}, "file.type": "pdf"}\' (docs/usage.md, Filters).',
+        ),
+    ] = None,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     verbose: Verbose = False,
@@ -56,6 +73,7 @@ def ask(
 
     interactive_logging(Settings(), verbose)
     found = Found()
+    narrowed = filter_option(filter)
 
     async def run() -> str | None:
         async with RagbusClient(api, token=token) as client:
@@ -69,6 +87,7 @@ def ask(
                 session_id=session,
                 mode=mode.value,
                 found=found,
+                narrowed=narrowed,
             )
 
     status = asyncio.run(run())  # what cannot be reached is told by `cli.app.main`

@@ -63,6 +63,23 @@ def store_namespace(value: str | None) -> str | None:
     return value
 
 
+def filter_option(value: str | None) -> dict[str, Any] | None:
+    """A `--filter` (JSON), checked here so that a bad one is told before anything is sent:
+    where it is wrong, as the API would say it (`contracts.filters`)."""
+    import json
+
+    from contracts.filters import FilterError, canonical
+
+    if value is None:
+        return None
+    try:
+        return canonical(json.loads(value))
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--filter is not JSON: {exc}") from None
+    except FilterError as exc:
+        raise typer.BadParameter(f"--filter: {exc}") from None
+
+
 def server_logging(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_json)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Self
@@ -104,8 +104,11 @@ def _query_body(
     namespaces: Iterable[str] | None,
     session_id: str | None,
     mode: str | None,
+    narrowed: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"query": query}
+    if narrowed is not None:
+        body["filter"] = dict(narrowed)
     if mode:
         body["mode"] = mode
     if intent:
@@ -182,10 +185,12 @@ class RagbusClient:
         session_id: str | None = None,
         mode: str | None = None,
         idempotency_key: str | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """`{request_id, status_url, events_url}`. With `idempotency_key`, retrying after an
-        error is safe: the same key gives the same request, never a second one."""
-        body = _query_body(query, intent, top_k, namespaces, session_id, mode)
+        error is safe: the same key gives the same request, never a second one. `filter`:
+        only passages of documents whose metadata passes it."""
+        body = _query_body(query, intent, top_k, namespaces, session_id, mode, filter)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return await self._json("POST", "/v1/queries", json=body, headers=headers)
 
@@ -199,11 +204,12 @@ class RagbusClient:
         session_id: str | None = None,
         mode: str | None = None,
         idempotency_key: str | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[SSEMessage]:
         """Submit and follow in one request (`POST /v1/chat`): a `submitted` message with the
         request id, then the request's events until `done`, as `stream_events` gives them (a
         client cut off resumes with `stream_events(request_id, last_event_id)`)."""
-        body = _query_body(query, intent, top_k, namespaces, session_id, mode)
+        body = _query_body(query, intent, top_k, namespaces, session_id, mode, filter)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         async with self._http.stream(
             "POST", "/v1/chat", json=body, headers=headers, timeout=STREAM_TIMEOUT

@@ -125,6 +125,16 @@ async function ask() {
   if (namespaces.length) body.namespaces = namespaces;
   const session = conversation.sessionFor();
   if (session) body.session_id = session;
+  const filter = $("#filter").value.trim();
+  if (filter) {
+    try {
+      body.filter = JSON.parse(filter);
+    } catch (error) {
+      report(new api.ApiError(0, "validation_error", `filter: not JSON (${error.message})`, "filter"));
+      focusField("filter");
+      return;
+    }
+  }
 
   const submit = $("[data-testid=submit]");
   submit.disabled = true;
@@ -143,7 +153,9 @@ async function ask() {
 
 /** The form control an API error names (`namespaces.0` -> the namespaces box), focused. */
 function focusField(field) {
-  const controls = { query: "#query", top_k: "#top-k", namespaces: "#namespaces", intent: "#intent", mode: "#mode" };
+  const controls = {
+    query: "#query", top_k: "#top-k", namespaces: "#namespaces", intent: "#intent", mode: "#mode", filter: "#filter",
+  };
   const selector = field ? controls[String(field).split(".")[0]] : null;
   if (!selector) return;
   const control = $(selector);
