@@ -177,6 +177,11 @@ class Namespaces(BaseModel):
 class DocumentEntry(BaseModel):
     id: str
     bytes: int = Field(description="Its text's size, as counted against the tenant's limit.")
+    metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="Its metadata as indexed (the caller's, and what a parsed file says of "
+        "itself under `file`); none until it is indexed.",
+    )
 
 
 class DocumentList(BaseModel):

@@ -69,7 +69,7 @@ def _condition(rng: random.Random) -> dict[str, Any]:
         )
     if field in ("year", "pages"):
         path = "year" if field == "year" else "file.pages"
-        low = rng.randrange(2015, 2025) if field == "year" else rng.randrange(1, 60)
+        low: int | float = rng.randrange(2015, 2025) if field == "year" else rng.randrange(1, 60)
         op = rng.choice(["$gt", "$gte", "$lt", "$lte", "$eq", "$ne", "$in"])
         operand: Any = [low, low + 1, low + 3] if op == "$in" else low
         if op == "$eq" and rng.random() < 0.5:

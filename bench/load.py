@@ -89,6 +89,7 @@ async def run_one(
     *,
     ask: AskPath = AskPath.CHAT,
     intent: str | None = None,
+    narrowed: dict[str, Any] | None = None,
 ) -> Outcome:
     started = time.perf_counter()
     phases: list[tuple[str, float]] = []
@@ -100,9 +101,11 @@ async def run_one(
         async with asyncio.timeout(timeout_s):
             namespaces = [namespace] if namespace else None
             if ask is AskPath.CHAT:
-                messages = client.ask(query, namespaces=namespaces, intent=intent)
+                messages = client.ask(query, namespaces=namespaces, intent=intent, filter=narrowed)
             else:
-                submitted = await client.submit(query, namespaces=namespaces, intent=intent)
+                submitted = await client.submit(
+                    query, namespaces=namespaces, intent=intent, filter=narrowed
+                )
                 request_id = submitted["request_id"]
                 messages = client.stream_events(request_id)
             async for message in messages:
@@ -183,14 +186,16 @@ async def run_bench(
     pids: dict[str, int] | None = None,
     namespace: str | None = None,
     ask: AskPath = AskPath.CHAT,
+    narrowed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`pids`: processes of the system under test whose CPU is reported one by one;
-    `namespace`: where the queries search (default: the API's); `ask`: how each loop asks."""
+    `namespace`: where the queries search (default: the API's); `ask`: how each loop asks;
+    `narrowed`: every question's metadata filter."""
     transport = httpx.AsyncHTTPTransport(limits=client_limits(concurrency))
     async with RagbusClient(api_url, token=token, transport=transport) as client:
 
         async def one(_: int, query: str) -> Outcome:
-            return await run_one(client, query, timeout_s, namespace, ask=ask)
+            return await run_one(client, query, timeout_s, namespace, ask=ask, narrowed=narrowed)
 
         measured = await closed_loop(
             one,
@@ -209,6 +214,7 @@ async def run_bench(
     )
     report["warmup_s"] = warmup_s
     report["ask"] = ask.value
+    report["filter"] = narrowed
     return report
 
 

@@ -70,6 +70,8 @@ class SameWorkPeer:
         self.channel_top_k = max(settings.channel_top_k, self.top_k)
         self.tools = default_registry(timeout_s=settings.tool_timeout_s / 2)
         self.chunks = engines.store.count(namespace)
+        self.filter: dict[str, Any] | None = None
+        """Every question's metadata filter: ragbus's run's (`bench_same_work`)."""
         self.load_s = 0.0
         self._tmp = tmp
         self._models = ModelSlot(model_dir(settings))
@@ -258,6 +260,7 @@ def bench_same_work(
             peer = SameWorkPeer.from_store_copy(settings, namespace)
     except Exception as exc:
         return {"skipped": f"{type(exc).__name__}: {exc}"}, None
+    peer.filter = ragbus.get("filter")  # the same questions, narrowed the same way
     console.print(f"same-work peer: {threads} threads for {warmup_s:g} + {duration_s:g} s")
     try:  # no spinner: its thread's CPU would count as the peer's
         report = run_same_work(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from contracts.commands import CriticCommand, GenerateCommand, SearchCommand, ToolCommand
 from contracts.enums import Channel, Intent
@@ -45,6 +45,8 @@ from engines.fuse.rerank import rerank
 from engines.fuse.rrf import channel_counts, effective_weights, fuse
 from engines.generate.answer import answer_for
 from engines.search.channel_search import CHANNEL_FUNCTIONS, search_channel
+from infra.retrieval.scope import document_scope
+from workers.tool.registry import calling_filter
 from workers.tool.router import run_tools
 
 if TYPE_CHECKING:
@@ -82,6 +84,7 @@ class Peer(Protocol):
     namespace: str
     top_k: int
     channel_top_k: int
+    filter: dict[str, Any] | None
 
 
 def _ms(since: float) -> float:
@@ -109,8 +112,12 @@ class Worker:
         contexts: list[RetrievedChunk] = []
         if found.intent is Intent.TOOL:  # the saga sends it to the tool worker, not search
             started = time.perf_counter()
-            cmd = ToolCommand(request_id=self.request_id, query=query, calls=[])
-            tool_results = await run_tools(peer.tools, cmd)
+            cmd = ToolCommand(request_id=self.request_id, query=query, calls=[], filter=peer.filter)
+            narrowed = calling_filter.set(peer.filter)  # as the tool worker sets it
+            try:
+                tool_results = await run_tools(peer.tools, cmd)
+            finally:
+                calling_filter.reset(narrowed)
             stages["tool"] = _ms(started)
         else:
             started = time.perf_counter()
@@ -169,6 +176,7 @@ class Worker:
                 channel=channel,
                 query=query,
                 namespaces=[self.peer.namespace],
+                filter=self.peer.filter,
                 top_k=self.peer.channel_top_k,
                 query_vector=found.query_vector if channel.reads_query_vector else None,
             )
@@ -187,7 +195,8 @@ class Worker:
         depth = max(top_k, settings.rerank_top_n) if reranker is not None else top_k
         chunks = fuse(results, found.weights, method=settings.fusion, k=settings.rrf_k, top_k=depth)
         if settings.graph_bridge and chunks:
-            chunks, _ = await bridge(engines.graph_store, chunks, depth)
+            scope = await document_scope(engines.store, [peer.namespace], peer.filter)
+            chunks, _ = await bridge(engines.graph_store, chunks, depth, scope)
         chunks = await engines.store.read(engines.store.hydrate, chunks)
         if reranker is not None:
             chunks, _ = await rerank(reranker, query, chunks, settings.rerank_top_n)

@@ -21,6 +21,7 @@ from cli import (
     bench_documents,
     bench_doors,
     bench_encoder,
+    bench_filters,
     bench_scale,
     chaos,
     demo,
@@ -53,6 +54,7 @@ bench_scale.register(app)  # bench-scale, bench-scaleout
 bench_encoder.register(app)  # bench-encoder
 bench_documents.register(app)  # bench-documents
 bench_doors.register(app)  # bench-doors
+bench_filters.register(app)  # bench-filters
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config

@@ -25,6 +25,7 @@ from cli.common import (
     check_api,
     console,
     errors,
+    filter_option,
     interactive_logging,
     save_json,
     store_namespace,
@@ -73,6 +74,14 @@ def bench(
     ] = True,
     peer_threads: Annotated[int, typer.Option(min=1, help="Each peer's threads.")] = 8,
     ask: Ask = AskPath.CHAT,
+    filter: Annotated[
+        str | None,
+        typer.Option(
+            "--filter",
+            help="Every question with this metadata filter (JSON; docs/usage.md, Filters); "
+            "the same-work peer gets it too, the retrieval-only peer is skipped (it has none).",
+        ),
+    ] = None,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
@@ -86,6 +95,7 @@ def bench(
 
     settings = Settings()
     interactive_logging(settings, verbose=False)
+    narrowed = filter_option(filter)
     check_api(api, token)  # before the load: it answers, and takes the token
     texts = load_queries(queries)
     report = asyncio.run(
@@ -99,11 +109,15 @@ def bench(
             timeout_s=timeout,
             namespace=namespace,
             ask=ask,
+            narrowed=narrowed,
         )
     )
     report["namespace"] = namespace or "default"
     print_report(report, console)
-    if peer:
+    if peer and narrowed is not None:
+        report["peer"] = {"skipped": "the retrieval-only peer has no metadata filter"}
+        errors.print("[yellow]peer skipped:[/yellow] it has no metadata filter")
+    elif peer:
         report["peer"], report["vs_peer"] = _bench_peer(
             settings, report, texts, peer_threads, duration, warmup
         )

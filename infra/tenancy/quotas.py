@@ -224,14 +224,15 @@ class Quotas:
         raw = await self.redis.hgetall(_keys(tenant)[1])
         return {str(name): int(count) for name, count in raw.items()}
 
-    async def documents(self, tenant: str, namespace: str, limit: int) -> list[DocumentSize]:
-        """Up to `limit` of the documents the tenant keeps in a store namespace, by id."""
+    async def documents(self, tenant: str, namespace: str, limit: int | None) -> list[DocumentSize]:
+        """Up to `limit` (None: all) of the documents the tenant keeps in a store namespace,
+        by id."""
         found: list[DocumentSize] = []
         pattern = _glob_escape(namespace) + "/*"
         async for field, size in self.redis.hscan_iter(_keys(tenant)[0], match=pattern, count=500):
             found.append(DocumentSize(namespace, str(field).split("/", 1)[1], int(size)))
         found.sort(key=lambda doc: doc.document_id)
-        return found[:limit]
+        return found if limit is None else found[:limit]
 
 
 def _glob_escape(text: str) -> str:

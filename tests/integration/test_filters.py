@@ -235,3 +235,20 @@ async def test_the_cli_takes_a_filter_and_refuses_a_bad_one_before_sending(corpu
     assert bad.returncode == 2
     said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", bad.stderr).split())  # typer's box, unwrapped
     assert "--filter: year.$gt: a range takes a number or an ISO 8601 date" in said, said
+
+
+async def test_the_catalogue_lists_metadata_and_takes_the_filter(
+    corpus: str, http: httpx.AsyncClient
+) -> None:
+    listed = (await http.get("/v1/documents", params={"namespace": SPACE})).json()
+    assert {doc["id"]: doc["metadata"] for doc in listed["documents"]} == METADATA
+    raw = {"$or": [{"team": "legal"}, {"year": {"$gt": 2025}}]}
+    narrowed = await http.get(
+        "/v1/documents", params={"namespace": SPACE, "filter": json.dumps(raw), "limit": 3}
+    )
+    assert narrowed.status_code == 200, narrowed.text
+    ids = [doc["id"] for doc in narrowed.json()["documents"]]
+    assert ids == sorted(_passing(raw))[:3]  # filtered first, then cut to the limit
+    bad = await http.get("/v1/documents", params={"namespace": SPACE, "filter": '{"a": {"$x": 1}}'})
+    assert bad.status_code == 422
+    assert "unknown operator '$x'" in bad.text

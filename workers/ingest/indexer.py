@@ -30,6 +30,7 @@ from infra.retrieval.entities import Entity, extract_all
 from infra.retrieval.entities_llm import LLMEntityExtractor
 from infra.retrieval.sparse import encode_documents
 from infra.runtime.resources import Resources
+from infra.tenancy.catalogue import DocumentMetadata
 
 log = get_logger(__name__)
 
@@ -116,6 +117,7 @@ async def remove_document(resources: Resources, namespace: str, document_id: str
         graph = await resources.graph()
         removed = await asyncio.to_thread(vectors.delete_document, namespace, document_id)
         await graph.delete_document(namespace, document_id)
+        await DocumentMetadata(resources.redis()).drop(namespace, document_id)
     except store_hiccups() as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     return IndexOutcome("done" if removed else "unchanged", chunks=removed)
@@ -129,8 +131,10 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         vectors = await resources.vectors()
         graph = await resources.graph()
         content_hash = doc.content_hash()
+        catalogue = DocumentMetadata(resources.redis())
         stored = await asyncio.to_thread(vectors.document_hash, doc.namespace, doc.id)
         if stored == content_hash:
+            await catalogue.put(doc.namespace, doc.id, doc.metadata)  # one indexed before it
             return IndexOutcome("unchanged")
         chunks = chunk_document(doc, settings.chunk_chars, settings.chunk_overlap_chars)
         if not chunks:
@@ -148,6 +152,7 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
             sentences,
             doc.metadata,
         )
+        await catalogue.put(doc.namespace, doc.id, doc.metadata)
     except store_hiccups() as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     distinct = {entity.norm for found in entities for entity in found}
