@@ -94,7 +94,12 @@ async def remember(
     await harness.publish(command, sj.cmd_subject(Step.MEMORY), sj.STREAM_CMD)
 
 
-async def recall(harness: WorkerHarness, session_id: str, question: str) -> list[str]:
+async def recall(
+    harness: WorkerHarness,
+    session_id: str,
+    question: str,
+    narrowed: dict[str, object] | None = None,
+) -> list[str]:
     """Ask `question` in the session, as the saga would: its turn begun, then the channel."""
     asked = turn(question)
     store = SessionStore.from_settings(harness.resources.redis(), harness.resources.settings)
@@ -106,6 +111,7 @@ async def recall(harness: WorkerHarness, session_id: str, question: str) -> list
         namespaces=["default"],
         top_k=10,
         session_id=session_id,
+        filter=narrowed,
     )
     await harness.publish(command, sj.cmd_subject(Step.SEARCH, Channel.MEMORY), sj.STREAM_CMD)
     results = [
@@ -147,3 +153,20 @@ async def test_a_question_is_never_cited_from_memory(settings: Settings) -> None
         repeated = await recall(harness, session_id, FACT)
         assert not cites(repeated, FACT)
         assert cites(repeated, "Sostratus of Cnidus built it")
+
+
+async def test_a_filtered_request_recalls_only_what_the_user_stated(settings: Settings) -> None:
+    # a remembered answer drew on documents the filter may leave out
+    session_id = f"s-{uuid.uuid4().hex[:8]}"
+    async with worker_harness(create_router, settings, FakeEncoder()) as harness:
+        store = SessionStore.from_settings(harness.resources.redis(), settings)
+        first = turn(QUESTION, ANSWER, standalone=QUESTION)
+        await store.begin("default", session_id, first)
+        await remember(harness, session_id, first, accepted=True)
+        stated = turn(FACT, "Noted.", standalone=FACT)
+        await store.begin("default", session_id, stated)
+        await remember(harness, session_id, stated, accepted=False)
+        unfiltered = await recall(harness, session_id, "What about the lighthouse?")
+        assert cites(unfiltered, "Sostratus of Cnidus built it") and cites(unfiltered, FACT)
+        filtered = await recall(harness, session_id, "What about the lighthouse?", {"year": 2020})
+        assert cites(filtered, FACT) and not cites(filtered, "Sostratus of Cnidus built it")

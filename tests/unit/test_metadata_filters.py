@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from bench.filter_cases import random_filter, random_metadata
@@ -179,3 +181,37 @@ def test_every_backend_finds_exactly_the_matching_chunks(filled: tuple[VectorSto
         assert len(top) == min(5, 2 * len(expected))  # a short filter still fills top_k
         checked += bool(expected) and len(expected) < DOCUMENTS
     assert checked > 60  # most filters keep some documents and drop others
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
+    | st.sampled_from(["$and", "$or", "$not", "$in", "$gt", "$exists", "2024-05-01", "a.b"]),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=8)
+            | st.sampled_from(["$and", "$or", "$not", "$eq", "$in", "$lte", "a"]),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=JSON, metadata=st.dictionaries(st.sampled_from(["a", "b", "$in"]), JSON, max_size=3))
+def test_any_json_is_a_filter_or_a_filter_error_and_never_breaks_matching(
+    raw: Any, metadata: dict[str, Any]
+) -> None:
+    try:
+        tree = parse_filter(raw)
+    except FilterError:
+        return
+    once = canonical(raw)
+    assert canonical(once) == once  # one spelling
+    assert matches(parse_filter(once), metadata) == matches(tree, metadata)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from contracts.filters import parse_filter
+from contracts.filters import FilterError, parse_filter
 from contracts.tenancy import store_namespace
 from contracts.tools import SEARCH
 from infra.runtime.resources import Resources
-from workers.tool.registry import ToolRegistry, calling_filter, calling_tenant
+from workers.tool.registry import ToolError, ToolRegistry, calling_filter, calling_tenant
 
 DEFAULT_TOP_K: Final = 5
 PASSAGE_CHARS: Final = 600
@@ -29,6 +29,11 @@ def register_search(registry: ToolRegistry, resources: Resources) -> None:
         top_k: int = DEFAULT_TOP_K,
         filter: dict[str, Any] | None = None,
     ) -> str:
+        if filter is not None:
+            try:
+                parse_filter(filter)
+            except FilterError as exc:
+                raise ToolError(f"filter: {exc}") from None
         # the call's own filter narrows the request's, never widens it
         asked = [f for f in (calling_filter.get(), filter) if f is not None]
         where = parse_filter(asked[0] if len(asked) == 1 else {"$and": asked}) if asked else None
