@@ -8,6 +8,7 @@ here, beside the others.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -279,6 +280,31 @@ def _doors(r: Report) -> str:
     return text
 
 
+def _filters(r: Report) -> str:
+    shares = r["kept_share"]
+    return (
+        f"{r['filters']:,} random filters on {r['chunks']:,} chunks ({r['documents']:,} "
+        f"documents), c = {r['concurrency']}: {r['requests_with_passages_outside']} requests "
+        f"with a passage outside the filter, of {r['passages_checked']:,} fused and "
+        f"{r['channel_passages_checked']:,} channel passages; {r['requests_short_of_top_k']} "
+        f"short of top_k {r['top_k']} where enough passed; the filters kept a median "
+        f"{shares['median']:.1%} of the documents"
+    )
+
+
+def _filter_cost(r: Report) -> str:
+    versus = r["vs_unfiltered"]
+    text = (
+        f"`{json.dumps(r['filter'])}` in namespace `{r.get('namespace', 'default')}`: p95 "
+        f"{versus['p95_ratio']:.2f}×, q/s {versus['throughput_ratio']:.2f}× the unfiltered "
+        f"load's (median of {len(versus['rounds'])} alternated rounds); filtered "
+        f"{_n(r['throughput_qps'])} q/s, p95 {_ms(r['latency_ms']['p95'])}"
+    )
+    if r.get("vs_same_work_peer"):
+        text += f"; {r['vs_same_work_peer']['qps_ratio']:.2f}× the same-work peer's q/s, filtered"
+    return text
+
+
 @dataclass(frozen=True)
 class Row:
     what: str
@@ -291,6 +317,8 @@ ROWS = (
     Row("the whole stack, c = 8", "bench.json", _whole_stack),
     Row("the broker path alone (instant engines), c = 8", "bus.json", _bus),
     Row("the doors against `/v1/chat`, c = 8", "bench-doors.json", _doors),
+    Row("metadata filters: every channel kept to the filter", "bench-filters.json", _filters),
+    Row("a filter keeping 10 % of the documents, c = 8", "bench-filter-cost.json", _filter_cost),
     Row("scale, 10k → 300k chunks", "scale.json", _scale),
     Row("ingestion", "ingest.json", _ingest),
     Row(

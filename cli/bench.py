@@ -78,10 +78,15 @@ def bench(
         str | None,
         typer.Option(
             "--filter",
-            help="Every question with this metadata filter (JSON; docs/usage.md, Filters); "
-            "the same-work peer gets it too, the retrieval-only peer is skipped (it has none).",
+            help="Every question with this metadata filter (JSON; docs/usage.md, Filters), "
+            "alternated with the same load unfiltered for --rounds rounds, and the ratios "
+            "reported; the same-work peer gets the filter too, the retrieval-only peer is "
+            "skipped (it has none).",
         ),
     ] = None,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="With --filter: unfiltered and filtered loads, in turns.")
+    ] = 2,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
@@ -98,22 +103,28 @@ def bench(
     narrowed = filter_option(filter)
     check_api(api, token)  # before the load: it answers, and takes the token
     texts = load_queries(queries)
-    report = asyncio.run(
-        run_bench(
-            api,
-            texts,
-            concurrency=concurrency,
-            duration_s=duration,
-            warmup_s=warmup,
-            token=token,
-            timeout_s=timeout,
-            namespace=namespace,
-            ask=ask,
-            narrowed=narrowed,
+
+    def load(narrowing: dict[str, Any] | None) -> dict[str, Any]:
+        return asyncio.run(
+            run_bench(
+                api,
+                texts,
+                concurrency=concurrency,
+                duration_s=duration,
+                warmup_s=warmup,
+                token=token,
+                timeout_s=timeout,
+                namespace=namespace,
+                ask=ask,
+                narrowed=narrowing,
+            )
         )
-    )
+
+    report = load(None) if narrowed is None else _against_unfiltered(load, narrowed, rounds)
     report["namespace"] = namespace or "default"
     print_report(report, console)
+    if narrowed is not None:
+        _print_versus(report["vs_unfiltered"])
     if peer and narrowed is not None:
         report["peer"] = {"skipped": "the retrieval-only peer has no metadata filter"}
         errors.print("[yellow]peer skipped:[/yellow] it has no metadata filter")
@@ -127,6 +138,51 @@ def bench(
         )
     save_json(report, out)
     console.print(f"wrote {out}")
+
+
+def _against_unfiltered(load: Any, narrowed: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """The filtered load and the same load unfiltered, in turns for `rounds` rounds (a
+    machine's drift falls on both alike); the last filtered run's report, with the last
+    unfiltered one and each round's ratios (filtered / unfiltered) and their medians."""
+    import statistics
+
+    pairs = []
+    for n in range(rounds):
+        console.print(f"round {n + 1} of {rounds}: unfiltered, then filtered")
+        pairs.append((load(None), load(narrowed)))
+    ratios = [
+        {
+            "p95_ratio": _ratio(f["latency_ms"]["p95"], u["latency_ms"]["p95"]),
+            "p50_ratio": _ratio(f["latency_ms"]["p50"], u["latency_ms"]["p50"]),
+            "throughput_ratio": _ratio(f["throughput_qps"], u["throughput_qps"]),
+            "unfiltered_p95_ms": u["latency_ms"]["p95"],
+            "filtered_p95_ms": f["latency_ms"]["p95"],
+        }
+        for u, f in pairs
+    ]
+    plain, report = pairs[-1]
+    report["unfiltered"] = plain
+    report["vs_unfiltered"] = {
+        "rounds": ratios,
+        **{
+            key: round(statistics.median(r[key] for r in ratios if r[key] is not None), 3)
+            for key in ("p95_ratio", "p50_ratio", "throughput_ratio")
+            if any(r[key] is not None for r in ratios)
+        },
+    }
+    return report
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return round(top / bottom, 3) if top is not None and bottom else None
+
+
+def _print_versus(versus: dict[str, Any]) -> None:
+    console.print(
+        f"filtered / unfiltered, median of {len(versus['rounds'])} rounds: p95 "
+        f"{versus.get('p95_ratio')}×, p50 {versus.get('p50_ratio')}×, q/s "
+        f"{versus.get('throughput_ratio')}×"
+    )
 
 
 def _bench_peer(

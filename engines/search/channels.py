@@ -9,6 +9,7 @@ model's BGE-M3 variant and the graph walk leave the event loop.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,11 +41,26 @@ async def _query_vector(resources: Resources, cmd: SearchCommand) -> tuple[np.nd
     return (await encoder.aencode([cmd.query]))[0], True
 
 
+SCOPES_KEPT = 64
+"""Commands whose scope is kept, for their other channels and their fusion's bridge."""
+_scopes: OrderedDict[str, asyncio.Future[Scope | None]] = OrderedDict()
+
+
 async def scope_of(resources: Resources, cmd: SearchCommand) -> Scope | None:
-    """The documents a filtered command may draw on, for the graph channels (None: all)."""
+    """The documents a filtered command may draw on, for the graph channels and the bridge
+    (None: all). Read once per command: its channels run side by side and its fusion after
+    them, and each would otherwise scan the namespace's first chunks again."""
     if cmd.filter is None:
         return None
-    return await document_scope(await resources.vectors(), cmd.namespaces, cmd.filter)
+    key = f"{cmd.request_id}/{cmd.event_id}"
+    found = _scopes.get(key)
+    if found is None or (found.done() and found.exception() is not None):
+        store = await resources.vectors()
+        found = asyncio.ensure_future(document_scope(store, cmd.namespaces, cmd.filter))
+        _scopes[key] = found
+        while len(_scopes) > SCOPES_KEPT:
+            _scopes.popitem(last=False)
+    return await asyncio.shield(found)
 
 
 async def search_vector(resources: Resources, cmd: SearchCommand) -> Found:
