@@ -215,3 +215,29 @@ def test_any_json_is_a_filter_or_a_filter_error_and_never_breaks_matching(
     once = canonical(raw)
     assert canonical(once) == once  # one spelling
     assert matches(parse_filter(once), metadata) == matches(tree, metadata)
+
+
+def test_writes_after_a_filtered_search_are_seen_by_the_next(
+    filled: tuple[VectorStore, dict],
+) -> None:
+    # Edge decides filters from a table of the documents' metadata, kept by its own writes
+    store, metadata = filled
+    where = parse_filter({"kind": "unheard-of"})
+    query = np.ones(DIM, np.float32)
+    assert store.search_dense(["filters"], query, 10, where) == []
+    doc = DocumentIn(
+        id="late", title="late", text="Alpha late words. " * 10, metadata={"kind": "unheard-of"}
+    )
+    chunks = chunk_document(doc, chunk_chars=300, overlap_chars=0)
+    vectors = np.ones((len(chunks), DIM), np.float32)
+    sparse = [SparseEncoder().encode_document(c.text) for c in chunks]
+    store.upsert_chunks("filters", chunks, vectors, sparse, "h1", None, doc.metadata)
+    assert {c.document_id for c in store.search_dense(["filters"], query, 10, where)} == {"late"}
+    assert store.matching_documents("filters", where) == {"late"}
+    gone = next(iter(metadata))
+    kept_before = store.matching_documents("filters", parse_filter({"$not": {"kind": "x"}}))
+    assert gone in kept_before
+    store.delete_document("filters", gone)
+    assert gone not in store.matching_documents("filters", parse_filter({"$not": {"kind": "x"}}))
+    store.delete_document("filters", "late")
+    assert store.search_dense(["filters"], query, 10, where) == []

@@ -27,6 +27,7 @@ from contracts.models import RetrievedChunk
 from infra.logging import get_logger
 from infra.retrieval.chunking import Chunk, chunk_id_for
 from infra.retrieval.lexical import SparseVec
+from infra.retrieval.vectors.filtering import META, restored
 from infra.retrieval.vectors.points import (
     DENSE,
     REF_FIELDS,
@@ -110,6 +111,7 @@ class VectorStore(ABC):
             stale = [chunk_id_for(namespace, document_id, i) for i in range(len(chunks), old_count)]
             if stale:
                 self._delete_ids(namespace, stale)
+            self._document_written(namespace, document_id, metadata or {})
 
     def write_points(self, namespace: str, points: Sequence[StoredPoint]) -> None:
         """Write prepared points as they are (a migration keeps ids, payloads and vectors)."""
@@ -117,12 +119,17 @@ class VectorStore(ABC):
             self._ensure(namespace)
             for start in range(0, len(points), UPSERT_BATCH):
                 self._upsert(namespace, points[start : start + UPSERT_BATCH])
+            for point in points:
+                if point.payload.get("index") == 0:
+                    meta = restored(point.payload.get(META) or {})
+                    self._document_written(namespace, str(point.payload["document_id"]), meta)
 
     def delete_document(self, namespace: str, document_id: str) -> int:
         """Remove a document's chunks; returns how many there were."""
         with self._write_lock:
             if not self._exists(namespace):
                 return 0
+            self._document_removed(namespace, document_id)
             first = self._first_payload(namespace, document_id)
             if first is not None and first.get("chunk_count"):
                 ids = [chunk_id_for(namespace, document_id, i) for i in range(first["chunk_count"])]
@@ -288,7 +295,25 @@ class VectorStore(ABC):
             if not self._exists(namespace):
                 return False
             self._drop(namespace)
+            self._namespace_dropped(namespace)
             return True
+
+    # ---------------------------------------------------------------- what a backend may keep
+
+    def _document_written(
+        self, namespace: str, document_id: str, metadata: Mapping[str, Any]
+    ) -> None:
+        """A document's chunks were written (with its metadata): for a backend that keeps
+        something of each document beside the points (Edge's `DocumentsTable`)."""
+        return
+
+    def _document_removed(self, namespace: str, document_id: str) -> None:
+        """A document is being deleted."""
+        return
+
+    def _namespace_dropped(self, namespace: str) -> None:
+        """A namespace's collection was dropped."""
+        return
 
     # ---------------------------------------------------------------- backend primitives
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from qdrant_edge import (
     Modifier,
     MultiVectorComparator,
     MultiVectorConfig,
+    PayloadSchemaType,
     Point,
     Query,
     QueryRequest,
@@ -57,7 +58,8 @@ from qdrant_edge import (
 from contracts.filters import Node
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
-from infra.retrieval.vectors.filtering import compile_filter
+from infra.retrieval.vectors.documents_table import DocumentsTable
+from infra.retrieval.vectors.filtering import META, compile_filter, restored
 from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
@@ -159,15 +161,20 @@ class _EdgeFilters:
 
 
 FIRST_CHUNK = FieldCondition(key="index", match=MatchValue(0))
+DOCUMENT_ID = "document_id"
+"""The payload field every shard has a keyword index on: a filter's documents are named by it."""
+NOTHING = object()
+"""A filter no document passes: the search is not asked."""
 
 
-def _filter(ids: Sequence[str] | None, where: Node | None) -> Filter | None:
-    """Only the points `ids` names, and only those `where` lets through."""
+def _filter(ids: Sequence[str] | None, documents: Any = None) -> Filter | None:
+    """Only the points `ids` names, and only those of the documents `documents` keeps (a
+    condition on `document_id`, from `EdgeVectorStore._documents_condition`)."""
     must: list[Any] = []
     if ids is not None:
         must.append(HasIdCondition(set(ids)))
-    if where is not None:
-        must.append(compile_filter(where, _EdgeFilters()))
+    if documents is not None:
+        must.append(documents)
     return Filter(must=must) if must else None
 
 
@@ -188,7 +195,9 @@ class EdgeVectorStore(VectorStore):
         self._dir = directory
         self._dir.mkdir(parents=True, exist_ok=True)
         self._shards: dict[str, EdgeShard] = {}
+        self._tables: dict[str, DocumentsTable] = {}
         self._open_lock = threading.Lock()
+        self._table_lock = threading.Lock()
         self._closed = False
 
     def _path(self, namespace: str) -> Path:
@@ -215,6 +224,10 @@ class EdgeVectorStore(VectorStore):
                 log.info("vector_shard_created", path=str(path), dim=self.dim, idf=self.sparse_idf)
             else:
                 return None
+            if DOCUMENT_ID not in shard.info().payload_schema:  # a shard made before filters
+                shard.update(
+                    UpdateOperation.create_field_index(DOCUMENT_ID, PayloadSchemaType.Keyword)
+                )
             self._shards[namespace] = shard
             return shard
 
@@ -232,6 +245,71 @@ class EdgeVectorStore(VectorStore):
 
     def _ensure(self, namespace: str) -> None:
         self._shard(namespace, create=True)
+
+    # ---------------------------------------------------------------- the documents' metadata
+
+    def _table(self, namespace: str) -> DocumentsTable:
+        """The namespace's `DocumentsTable`, read from its first chunks the first time."""
+        table = self._tables.get(namespace)
+        if table is not None:
+            return table
+        with self._table_lock:
+            table = self._tables.get(namespace)
+            if table is None:
+                shard, offset, rows = self._must(namespace), None, []
+                while True:
+                    records, offset = shard.scroll(
+                        ScrollRequest(
+                            offset=offset,
+                            limit=1024,
+                            filter=Filter(must=[FIRST_CHUNK]),
+                            with_payload=[DOCUMENT_ID, META],
+                        )
+                    )
+                    for record in records:
+                        payload = record.payload or {}
+                        rows.append((str(payload[DOCUMENT_ID]), restored(payload.get(META) or {})))
+                    if offset is None:
+                        break
+                table = self._tables[namespace] = DocumentsTable(rows)
+                log.info("documents_table_loaded", namespace=namespace, documents=len(table))
+            return table
+
+    def _document_written(
+        self, namespace: str, document_id: str, metadata: Mapping[str, Any]
+    ) -> None:
+        table = self._tables.get(namespace)
+        if table is not None:
+            table.put(document_id, dict(metadata))
+
+    def _document_removed(self, namespace: str, document_id: str) -> None:
+        table = self._tables.get(namespace)
+        if table is not None:
+            table.remove(document_id)
+
+    def _namespace_dropped(self, namespace: str) -> None:
+        with self._table_lock:
+            self._tables.pop(namespace, None)
+
+    def _documents_condition(self, namespace: str, where: Node) -> Any:
+        """A condition on `document_id` that keeps the documents `where` passes: the smaller
+        of the kept and the left-out side, by the keyword index; None when every document
+        passes, `NOTHING` when none does."""
+        table = self._table(namespace)
+        kept, total = table.passing(where)
+        if not kept:
+            return NOTHING
+        if len(kept) == total:
+            return None
+        if len(kept) <= total / 2:
+            return FieldCondition(key=DOCUMENT_ID, match=MatchAny(sorted(kept)))
+        left_out = sorted(table.all() - kept)
+        return Filter(must_not=[FieldCondition(key=DOCUMENT_ID, match=MatchAny(left_out))])
+
+    def matching_documents(self, namespace: str, where: Node) -> set[str]:
+        if not self._exists(namespace):
+            return set()
+        return set(self._table(namespace).passing(where)[0])
 
     def _drop(self, namespace: str) -> None:
         with self._open_lock:
@@ -269,7 +347,10 @@ class EdgeVectorStore(VectorStore):
         where: Node | None = None,
     ) -> list[Hit]:
         shard = self._must(namespace)
-        among = _filter(ids, where)
+        documents = self._documents_condition(namespace, where) if where is not None else None
+        if documents is NOTHING:
+            return []
+        among = _filter(ids, documents)
         if using == SPARSE:  # an inverted index: exact as it is
             request = QueryRequest(
                 limit=limit,
@@ -306,7 +387,7 @@ class EdgeVectorStore(VectorStore):
     def _select(
         self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
     ) -> Iterable[Record]:
-        shard = self._must(namespace)
+        shard = self._must(namespace)  # a payload scan: `matching_documents` reads the table
         wanted = compile_filter(where, _EdgeFilters())
         if first_chunks:
             wanted = Filter(must=[FIRST_CHUNK, wanted])

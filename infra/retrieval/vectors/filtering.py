@@ -45,6 +45,23 @@ def filterable(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): kept(v) for k, v in metadata.items()}
 
 
+def restored(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """`filterable`'s inverse: the metadata as the document had it, booleans again."""
+
+    def back(value: Any) -> Any:
+        if value == BOOL_TRUE:
+            return True
+        if value == BOOL_FALSE:
+            return False
+        if isinstance(value, Mapping):
+            return {k: back(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [back(v) for v in value]
+        return value
+
+    return {str(k): back(v) for k, v in meta.items()}
+
+
 class Dialect(Protocol):
     """What a backend's filter classes are asked for."""
 
