@@ -43,6 +43,8 @@ MAX_FILTER_CONDITIONS = 64
 """Conditions (one operator on one field) in one filter at most."""
 MAX_FILTER_VALUES = 256
 """Values one `$in` / `$nin` lists at most."""
+MAX_FILTER_VALUES_TOTAL = 1024
+"""Values all of a filter's `$in` / `$nin` list at most, together."""
 MAX_FILTER_STRING_CHARS = 500
 """A string a filter compares with, at most (a stored value longer than this never equals it)."""
 FIELD_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}(?:\.[A-Za-z_][A-Za-z0-9_-]{0,63}){0,3}")
@@ -81,6 +83,17 @@ class Condition:
     field: str
     op: Op
     value: Any
+
+    @property
+    def keys(self) -> frozenset[tuple[str, Any]]:
+        """The equality keys (`equality_key`) of `eq`, `ne`, `in` and `nin`'s values: one set
+        lookup a stored value, however many values `$in` lists."""
+        found = self.__dict__.get("_keys")
+        if found is None:
+            listed = self.value if isinstance(self.value, tuple) else (self.value,)
+            found = frozenset(k for k in map(equality_key, listed) if k is not None)
+            object.__setattr__(self, "_keys", found)
+        return found
 
 
 @dataclass(frozen=True)
@@ -128,6 +141,7 @@ def rfc3339(moment: datetime) -> str:
 class _Parser:
     def __init__(self) -> None:
         self.conditions = 0
+        self.values = 0
 
     def node(self, raw: Any, where: str, depth: int) -> Node:
         if depth > MAX_FILTER_DEPTH:
@@ -179,6 +193,11 @@ class _Parser:
                 raise FilterError(f"{where}: takes a non-empty list of values")
             if len(operand) > MAX_FILTER_VALUES:
                 raise FilterError(f"{where}: lists more than {MAX_FILTER_VALUES} values")
+            self.values += len(operand)
+            if self.values > MAX_FILTER_VALUES_TOTAL:
+                raise FilterError(
+                    f"{where}: the filter's lists hold more than {MAX_FILTER_VALUES_TOTAL} values"
+                )
             values = tuple(_scalar(item, f"{where}[{i}]") for i, item in enumerate(operand))
             return Condition(field, op, tuple(dict.fromkeys(values, None)))
         if op == "exists":
@@ -280,12 +299,20 @@ def values_at(metadata: Mapping[str, Any], path: str) -> list[Any]:
     return list(current) if isinstance(current, list) else [current]
 
 
-def _equal(stored: Any, wanted: Scalar) -> bool:
-    if isinstance(wanted, bool) or isinstance(stored, bool):
-        return isinstance(stored, bool) and isinstance(wanted, bool) and stored is wanted
-    if isinstance(wanted, str):
-        return isinstance(stored, str) and stored == wanted
-    return isinstance(stored, int | float) and stored == wanted
+def equality_key(value: Any) -> tuple[str, Any] | None:
+    """What equality compares: a string as itself, a boolean as itself (never 1 or 0), any
+    other number as a float (`2020` is `2020.0`); None for what no filter value equals."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, int | float):
+        return ("n", float(value)) if math.isfinite(value) else None
+    return None
+
+
+def _any_equal(values: list[Any], wanted: frozenset[tuple[str, Any]]) -> bool:
+    return any(equality_key(value) in wanted for value in values)
 
 
 def _in_range(stored: Any, op: Op, bound: int | float | datetime) -> bool:
@@ -310,13 +337,10 @@ def _holds(condition: Condition, metadata: Mapping[str, Any]) -> bool:
     op, wanted = condition.op, condition.value
     if op == "exists":
         return any(value is not None for value in values) is wanted
-    if op == "eq":
-        return any(_equal(value, wanted) for value in values)
-    if op == "ne":
-        return not any(_equal(value, wanted) for value in values)
-    if op in ("in", "nin"):
-        found = any(_equal(value, item) for value in values for item in wanted)
-        return found if op == "in" else not found
+    if op in ("eq", "in"):
+        return _any_equal(values, condition.keys)
+    if op in ("ne", "nin"):
+        return not _any_equal(values, condition.keys)
     return any(_in_range(value, op, wanted) for value in values)
 
 

@@ -67,7 +67,9 @@ async def search_vector(resources: Resources, cmd: SearchCommand) -> Found:
     vector, made = await _query_vector(resources, cmd)
     store = await resources.vectors()
     where = where_of(cmd.filter)
-    chunks = await store.read(store.search_dense, cmd.namespaces, vector, cmd.top_k, where)
+    chunks = await store.read(
+        store.search_dense, cmd.namespaces, vector, cmd.top_k, where, filtered=where is not None
+    )
     return Found(chunks, pack_query(vector) if made else None)
 
 
@@ -81,7 +83,15 @@ async def search_sparse(resources: Resources, cmd: SearchCommand) -> Found:
     store = await resources.vectors()
     where = where_of(cmd.filter)
     return Found(
-        await store.read(store.search_sparse, cmd.namespaces, indices, values, cmd.top_k, where)
+        await store.read(
+            store.search_sparse,
+            cmd.namespaces,
+            indices,
+            values,
+            cmd.top_k,
+            where,
+            filtered=where is not None,
+        )
     )
 
 

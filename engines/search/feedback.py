@@ -150,10 +150,20 @@ async def search_again(
     return (
         {
             Channel.VECTOR: await store.read(
-                store.search_dense, cmd.namespaces, new_vector, cmd.top_k, where_of(cmd.filter)
+                store.search_dense,
+                cmd.namespaces,
+                new_vector,
+                cmd.top_k,
+                where_of(cmd.filter),
+                filtered=cmd.filter is not None,
             ),
             Channel.SPARSE: await store.read(
-                store.search_sparse, cmd.namespaces, *terms, cmd.top_k, where_of(cmd.filter)
+                store.search_sparse,
+                cmd.namespaces,
+                *terms,
+                cmd.top_k,
+                where_of(cmd.filter),
+                filtered=cmd.filter is not None,
             ),
         },
         pack_query(new_vector),

@@ -107,6 +107,23 @@ def test_bounds_on_size() -> None:
         parse_filter({"a": {"$in": list(range(300))}})
     with pytest.raises(FilterError, match="characters"):
         parse_filter({"a": "x" * 501})
+    with pytest.raises(FilterError, match="lists hold more than 1024 values"):
+        parse_filter({"$or": [{f"f{i}": {"$in": list(range(256))}} for i in range(5)]})
+
+
+def test_a_large_filter_decides_as_its_parts_do() -> None:
+    # 63 conditions, 888 listed values: each document is one set lookup a value and condition
+    lists = [{f"f{i}": {"$in": [f"v{j}" for j in range(256)]}} for i in range(3)]
+    rest = [{f"g{i}": {"$nin": [i, i + 1]}} for i in range(60)]
+    tree = parse_filter({"$or": [*lists, {"$and": rest}]})
+    documents = [{"f1": f"v{n % 300}", "g3": n % 7, "tags": ["a"] * 5} for n in range(4000)]
+    either = [
+        meta
+        for meta in documents
+        if matches(parse_filter(lists[1]), meta) or matches(parse_filter({"$and": rest}), meta)
+    ]
+    assert [meta for meta in documents if matches(tree, meta)] == either
+    assert 0 < len(either) < len(documents)
 
 
 def test_canonical_is_one_spelling_that_parses_to_the_same_filter() -> None:

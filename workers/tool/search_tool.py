@@ -41,7 +41,9 @@ def register_search(registry: ToolRegistry, resources: Resources) -> None:
         vector = [float(x) for x in (await encoder.aencode([query]))[0]]
         store = await resources.vectors()
         space = store_namespace(calling_tenant.get(), namespace)  # the caller's own, only
-        found = await store.read(store.search_dense, [space], vector, top_k, where)
+        found = await store.read(
+            store.search_dense, [space], vector, top_k, where, filtered=where is not None
+        )
         chunks = await store.read(store.hydrate, found)
         if not chunks:
             return f"no passages found for {query!r} in namespace {namespace!r}"

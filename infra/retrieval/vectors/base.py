@@ -58,9 +58,11 @@ class VectorStore(ABC):
     """Whether a search or hydration is cheap enough to run on the event loop (an in-process
     index answering in well under a millisecond) rather than in a thread (a network call)."""
 
-    async def read(self, call: Callable[..., T], *args: Any) -> T:
-        """Run one of the read methods the way this backend's cost asks for."""
-        if self.inline_reads:
+    async def read(self, call: Callable[..., T], *args: Any, filtered: bool = False) -> T:
+        """Run one of the read methods the way this backend's cost asks for; a `filtered`
+        read always in a thread (deciding a new filter over the documents may take a while:
+        `infra.retrieval.vectors.documents_table`)."""
+        if self.inline_reads and not filtered:
             return call(*args)
         return await asyncio.to_thread(call, *args)
 
