@@ -68,7 +68,12 @@ async def search_vector(resources: Resources, cmd: SearchCommand) -> Found:
     store = await resources.vectors()
     where = where_of(cmd.filter)
     chunks = await store.read(
-        store.search_dense, cmd.namespaces, vector, cmd.top_k, where, filtered=where is not None
+        store.search_dense,
+        cmd.namespaces,
+        vector,
+        cmd.top_k,
+        where,
+        heavy=not store.quick(cmd.namespaces, where),
     )
     return Found(chunks, pack_query(vector) if made else None)
 
@@ -90,7 +95,7 @@ async def search_sparse(resources: Resources, cmd: SearchCommand) -> Found:
             values,
             cmd.top_k,
             where,
-            filtered=where is not None,
+            heavy=not store.quick(cmd.namespaces, where),
         )
     )
 

@@ -155,7 +155,7 @@ async def search_again(
                 new_vector,
                 cmd.top_k,
                 where_of(cmd.filter),
-                filtered=cmd.filter is not None,
+                heavy=not store.quick(cmd.namespaces, where_of(cmd.filter)),
             ),
             Channel.SPARSE: await store.read(
                 store.search_sparse,
@@ -163,7 +163,7 @@ async def search_again(
                 *terms,
                 cmd.top_k,
                 where_of(cmd.filter),
-                filtered=cmd.filter is not None,
+                heavy=not store.quick(cmd.namespaces, where_of(cmd.filter)),
             ),
         },
         pack_query(new_vector),

@@ -42,7 +42,7 @@ def register_search(registry: ToolRegistry, resources: Resources) -> None:
         store = await resources.vectors()
         space = store_namespace(calling_tenant.get(), namespace)  # the caller's own, only
         found = await store.read(
-            store.search_dense, [space], vector, top_k, where, filtered=where is not None
+            store.search_dense, [space], vector, top_k, where, heavy=not store.quick([space], where)
         )
         chunks = await store.read(store.hydrate, found)
         if not chunks:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,13 +227,13 @@ class EmbeddedGraphIndex:
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
         return {cid: self._chunks[cid] for cid in chunk_ids if cid in self._chunks}
 
-    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        chunks = self._chunks
-        return {
-            cid: (chunks[cid].namespace, chunks[cid].document_id)
-            for cid in chunk_ids
-            if cid in chunks
-        }
+    async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
+        found: set[str] = set()
+        for namespace, document_id in documents:
+            record = self._documents.get(f"{namespace}/{document_id}")
+            if record is not None:
+                found.update(chunk["chunk_id"] for chunk in record["chunks"])
+        return found
 
     async def documents_about(
         self, namespaces: Sequence[str], norms: Sequence[str]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -209,13 +209,13 @@ class Neo4jGraphStore:
         )
         return {row["chunk_id"]: _chunk(row) for row in rows}
 
-    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         rows = await self._run(
-            "UNWIND $ids AS id MATCH (c:Chunk {chunk_id: id}) "
-            "RETURN c.chunk_id AS chunk_id, c.namespace AS namespace, c.document_id AS document_id",
-            ids=list(chunk_ids),
+            "UNWIND $docs AS d MATCH (c:Chunk {namespace: d[0], document_id: d[1]}) "
+            "RETURN c.chunk_id AS chunk_id",
+            docs=[list(doc) for doc in documents],
         )
-        return {row["chunk_id"]: (row["namespace"], row["document_id"]) for row in rows}
+        return {row["chunk_id"] for row in rows}
 
     async def documents_about(
         self, namespaces: Sequence[str], norms: Sequence[str]

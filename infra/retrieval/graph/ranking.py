@@ -65,8 +65,8 @@ class GraphView(Protocol):
     ) -> dict[str, list[tuple[str, int, int]]]: ...
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]: ...
     async def communities(self, namespaces: Sequence[str]) -> list[Community]: ...
-    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """Each known chunk's `(namespace, document id)`."""
+    async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
+        """The chunk ids of the `(namespace, document id)` documents the graph knows."""
         ...
 
     async def chunk_entities(
@@ -89,11 +89,13 @@ class ScopedView:
     def __init__(self, view: GraphView, scope: Scope) -> None:
         self._view = view
         self._scope = scope
+        self._allowed: set[str] | None = None
 
     async def _kept(self, chunk_ids: Iterable[str]) -> set[str]:
-        wanted = list(dict.fromkeys(chunk_ids))
-        owners = await self._view.documents_of(wanted) if wanted else {}
-        return {cid for cid, (ns, doc) in owners.items() if self._scope.allows(ns, doc)}
+        """Of `chunk_ids`, those of the scope's documents (their chunks read once a view)."""
+        if self._allowed is None:
+            self._allowed = await self._view.chunks_of(self._scope.documents)
+        return self._allowed.intersection(chunk_ids)
 
     async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
         return await self._view.match(namespaces, norms)
@@ -116,12 +118,11 @@ class ScopedView:
         sample = {key: ids[:WALK_SCAN] for key, ids in mentioned.items()}
         wanted = list(dict.fromkeys(cid for ids in sample.values() for cid in ids))
         entities = await self._view.chunk_entities(wanted) if wanted else {}
-        owners = await self._view.documents_of(wanted) if wanted else {}
         result: dict[str, list[tuple[str, int, int]]] = {}
         for key, found in related.items():
+            namespace = key.split("|", 1)[0]  # an entity's chunks are in its namespace
             shared: Counter[str] = Counter()
             for cid in sample.get(key, ()):
-                namespace = owners[cid][0] if cid in owners else ""
                 shared.update({entity_key(namespace, norm) for norm, _ in entities.get(cid, ())})
             kept = [(k, shared[k], df) for k, _, df in found if shared[k]]
             result[key] = sorted(kept, key=lambda n: (-n[1], n[0]))[:limit]
@@ -147,8 +148,8 @@ class ScopedView:
             if any(cid in kept for cid in c.chunk_ids)
         ]
 
-    async def documents_of(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        return await self._view.documents_of(chunk_ids)
+    async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
+        return await self._view.chunks_of(documents)
 
 
 def scoped(view: GraphView, scope: Scope | None) -> GraphView:

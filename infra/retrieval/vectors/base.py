@@ -58,13 +58,17 @@ class VectorStore(ABC):
     """Whether a search or hydration is cheap enough to run on the event loop (an in-process
     index answering in well under a millisecond) rather than in a thread (a network call)."""
 
-    async def read(self, call: Callable[..., T], *args: Any, filtered: bool = False) -> T:
-        """Run one of the read methods the way this backend's cost asks for; a `filtered`
-        read always in a thread (deciding a new filter over the documents may take a while:
-        `infra.retrieval.vectors.documents_table`)."""
-        if self.inline_reads and not filtered:
+    async def read(self, call: Callable[..., T], *args: Any, heavy: bool = False) -> T:
+        """Run one of the read methods the way this backend's cost asks for; a `heavy` one
+        (`quick` says no) always in a thread."""
+        if self.inline_reads and not heavy:
             return call(*args)
         return await asyncio.to_thread(call, *args)
+
+    def quick(self, namespaces: Sequence[str], where: Node | None) -> bool:
+        """Whether a search of `namespaces` filtered by `where` is as cheap as an unfiltered
+        one (`read` then runs it where an unfiltered one would run)."""
+        return where is None
 
     def __init__(self, dim: int, *, sparse_idf: bool = True) -> None:
         self.dim = dim

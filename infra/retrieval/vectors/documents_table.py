@@ -19,6 +19,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from contracts.filters import Node, matches, to_json
@@ -27,12 +28,22 @@ DECISIONS_KEPT = 256
 """Filters whose documents a table keeps, until its next write."""
 
 
+@dataclass
+class Decision:
+    """A filter decided over a table: the documents it keeps, of how many, and what a store
+    made of it (`made`: its search condition, kept with the decision)."""
+
+    kept: frozenset[str]
+    total: int
+    made: Any = None
+
+
 class DocumentsTable:
     """One namespace's documents and their metadata (as the document had it)."""
 
     def __init__(self, documents: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         self._metadata: dict[str, Mapping[str, Any]] = dict(documents)
-        self._decided: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._decided: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -48,21 +59,25 @@ class DocumentsTable:
             if self._metadata.pop(document_id, None) is not None:
                 self._decided.clear()
 
-    def passing(self, where: Node) -> tuple[frozenset[str], int]:
-        """The documents whose metadata passes `where`, and how many documents there are."""
+    def decide(self, where: Node) -> Decision:
+        """The documents whose metadata passes `where`, decided once until the next write."""
         key = json.dumps(to_json(where), sort_keys=True)
         with self._lock:
             found = self._decided.get(key)
             if found is None:
-                found = frozenset(
+                kept = frozenset(
                     doc for doc, meta in self._metadata.items() if matches(where, meta)
                 )
-                self._decided[key] = found
+                found = self._decided[key] = Decision(kept, len(self._metadata))
                 while len(self._decided) > DECISIONS_KEPT:
                     self._decided.popitem(last=False)
             else:
                 self._decided.move_to_end(key)
-            return found, len(self._metadata)
+            return found
+
+    def decided(self, where: Node) -> bool:
+        """Whether `decide` would answer from what it keeps."""
+        return json.dumps(to_json(where), sort_keys=True) in self._decided
 
     def all(self) -> frozenset[str]:
         with self._lock:

@@ -165,6 +165,8 @@ DOCUMENT_ID = "document_id"
 """The payload field every shard has a keyword index on: a filter's documents are named by it."""
 NOTHING = object()
 """A filter no document passes: the search is not asked."""
+EVERYTHING = object()
+"""A filter every document passes: the search needs no condition."""
 
 
 def _filter(ids: Sequence[str] | None, documents: Any = None) -> Filter | None:
@@ -296,20 +298,37 @@ class EdgeVectorStore(VectorStore):
         of the kept and the left-out side, by the keyword index; None when every document
         passes, `NOTHING` when none does."""
         table = self._table(namespace)
-        kept, total = table.passing(where)
-        if not kept:
-            return NOTHING
-        if len(kept) == total:
-            return None
-        if len(kept) <= total / 2:
-            return FieldCondition(key=DOCUMENT_ID, match=MatchAny(sorted(kept)))
-        left_out = sorted(table.all() - kept)
-        return Filter(must_not=[FieldCondition(key=DOCUMENT_ID, match=MatchAny(left_out))])
+        decision = table.decide(where)
+        if decision.made is None:  # made once a decision: a long MatchAny costs to build
+            kept, total = decision.kept, decision.total
+            if not kept:
+                decision.made = NOTHING
+            elif len(kept) == total:
+                decision.made = EVERYTHING
+            elif len(kept) <= total / 2:
+                decision.made = FieldCondition(key=DOCUMENT_ID, match=MatchAny(sorted(kept)))
+            else:
+                left_out = MatchAny(sorted(table.all() - kept))
+                decision.made = Filter(must_not=[FieldCondition(key=DOCUMENT_ID, match=left_out)])
+        return None if decision.made is EVERYTHING else decision.made
+
+    def quick(self, namespaces: Sequence[str], where: Node | None) -> bool:
+        """A search filtered by `where` is a matter of microseconds once every namespace's
+        table has decided it (`DocumentsTable.decided`)."""
+        if where is None:
+            return True
+        for namespace in namespaces:
+            table = self._tables.get(namespace)
+            if table is None and self._exists(namespace):
+                return False
+            if table is not None and not table.decided(where):
+                return False
+        return True
 
     def matching_documents(self, namespace: str, where: Node) -> set[str]:
         if not self._exists(namespace):
             return set()
-        return set(self._table(namespace).passing(where)[0])
+        return set(self._table(namespace).decide(where).kept)
 
     def _drop(self, namespace: str) -> None:
         with self._open_lock:
