@@ -5,7 +5,7 @@ carries its document's metadata. The graph keeps entities, mentions and communit
 metadata; the fusion's bridge reads the graph. They narrow their answers to a `Scope`: the
 `(namespace, document id)` pairs whose metadata passes the filter, read once from the vector
 store's first chunks (`VectorStore.matching_documents`). A scope is computed per command, off the
-event loop: a scan of the namespace's first chunks (one per document).
+event loop the first time a filter is decided (`VectorStore.quick`).
 """
 
 from __future__ import annotations
@@ -51,4 +51,6 @@ async def document_scope(
             for document_id in store.matching_documents(namespace, where)
         )
 
+    if store.quick(namespaces, where):  # decided before: no thread hop
+        return Scope(read())
     return Scope(await asyncio.to_thread(read))
