@@ -123,6 +123,17 @@ async def recall(
     return [chunk.text or "" for chunk in results[0].chunks]
 
 
+async def answered_then_stated(harness: WorkerHarness, session_id: str) -> None:
+    """The session's first turns: QUESTION answered (ANSWER accepted), then FACT stated."""
+    store = SessionStore.from_settings(harness.resources.redis(), harness.resources.settings)
+    first = turn(QUESTION, ANSWER, standalone=QUESTION)
+    await store.begin("default", session_id, first)
+    await remember(harness, session_id, first, accepted=True)
+    stated = turn(FACT, "Noted.", standalone=FACT)
+    await store.begin("default", session_id, stated)
+    await remember(harness, session_id, stated, accepted=False)
+
+
 def cites(texts: list[str], words: str) -> bool:
     return any(words.lower().rstrip("?.") in text.lower() for text in texts)
 
@@ -130,13 +141,7 @@ def cites(texts: list[str], words: str) -> bool:
 async def test_a_question_is_never_cited_from_memory(settings: Settings) -> None:
     session_id = f"s-{uuid.uuid4().hex[:8]}"
     async with worker_harness(create_router, settings, FakeEncoder()) as harness:
-        store = SessionStore.from_settings(harness.resources.redis(), settings)
-        first = turn(QUESTION, ANSWER, standalone=QUESTION)
-        await store.begin("default", session_id, first)
-        await remember(harness, session_id, first, accepted=True)
-        stated = turn(FACT, "Noted.", standalone=FACT)
-        await store.begin("default", session_id, stated)
-        await remember(harness, session_id, stated, accepted=False)
+        await answered_then_stated(harness, session_id)
 
         # the same question again: the earlier answer is recalled, never the question
         again = await recall(harness, session_id, QUESTION)
@@ -159,13 +164,7 @@ async def test_a_filtered_request_recalls_only_what_the_user_stated(settings: Se
     # a remembered answer drew on documents the filter may leave out
     session_id = f"s-{uuid.uuid4().hex[:8]}"
     async with worker_harness(create_router, settings, FakeEncoder()) as harness:
-        store = SessionStore.from_settings(harness.resources.redis(), settings)
-        first = turn(QUESTION, ANSWER, standalone=QUESTION)
-        await store.begin("default", session_id, first)
-        await remember(harness, session_id, first, accepted=True)
-        stated = turn(FACT, "Noted.", standalone=FACT)
-        await store.begin("default", session_id, stated)
-        await remember(harness, session_id, stated, accepted=False)
+        await answered_then_stated(harness, session_id)
         unfiltered = await recall(harness, session_id, "What about the lighthouse?")
         assert cites(unfiltered, "Sostratus of Cnidus built it") and cites(unfiltered, FACT)
         filtered = await recall(harness, session_id, "What about the lighthouse?", {"year": 2020})
