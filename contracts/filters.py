@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetJsonSchemaHandler
 
 MAX_FILTER_DEPTH = 6
 """`$and` / `$or` / `$not` nest at most this deep."""
@@ -281,8 +281,88 @@ def canonical(raw: Any) -> dict[str, Any]:
     return to_json(parse_filter(raw))
 
 
-MetadataFilter = Annotated[dict[str, Any], AfterValidator(canonical)]
+# ---------------------------------------------------------------- its JSON Schema
+
+_TEXT = Annotated[str, Field(max_length=MAX_FILTER_STRING_CHARS)]
+_NUMBER = Annotated[float, Field(ge=-(2**53), le=2**53)]
+_SCALAR = _TEXT | _NUMBER | bool
+_DATE_TEXT = Annotated[str, Field(pattern="^" + _DATE.pattern + "$")]
+_BOUND = _NUMBER | _DATE_TEXT
+_VALUES = Annotated[list[_SCALAR], Field(min_length=1, max_length=MAX_FILTER_VALUES)]
+
+
+def _no_nulls(schema: dict[str, Any], **extra: Any) -> None:
+    """An operator or a combination is given a value or left out, never `null`: the
+    properties' schemas lose the `null` that their Python default (None) adds."""
+    for prop in schema.get("properties", {}).values():
+        choices = prop.get("anyOf")
+        if choices:
+            kept = [c for c in choices if c != {"type": "null"}]
+            if len(kept) == 1:
+                del prop["anyOf"]
+                prop.update(kept[0])
+            else:
+                prop["anyOf"] = kept
+        prop.pop("default", None)
+    schema.update(extra)
+
+
+class FilterOperators(BaseModel):
+    """`{"$op": operand, …}` on one field (the JSON Schema only: `parse_filter` validates)."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra=lambda schema: _no_nulls(schema, minProperties=1)
+    )
+
+    eq: _SCALAR | None = Field(default=None, alias="$eq")
+    ne: _SCALAR | None = Field(default=None, alias="$ne")
+    in_: _VALUES | None = Field(default=None, alias="$in")
+    nin: _VALUES | None = Field(default=None, alias="$nin")
+    gt: _BOUND | None = Field(default=None, alias="$gt")
+    gte: _BOUND | None = Field(default=None, alias="$gte")
+    lt: _BOUND | None = Field(default=None, alias="$lt")
+    lte: _BOUND | None = Field(default=None, alias="$lte")
+    exists: bool | None = Field(default=None, alias="$exists")
+
+
+_KEY = r"^(\$and|\$or|\$not|" + FIELD_PATTERN.pattern + ")$"
+
+
+class MetadataFilterShape(BaseModel):
+    """A filter's shape, for the JSON Schema of `MetadataFilter` (what OpenAPI and AsyncAPI
+    publish); what no schema states (depth, counts, real dates) `parse_filter` refuses."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        title="MetadataFilter",
+        json_schema_extra=lambda schema: _no_nulls(
+            schema, minProperties=1, propertyNames={"pattern": _KEY}
+        ),
+    )
+
+    and_: Annotated[list[MetadataFilterShape], Field(min_length=1)] | None = Field(
+        default=None, alias="$and"
+    )
+    or_: Annotated[list[MetadataFilterShape], Field(min_length=1)] | None = Field(
+        default=None, alias="$or"
+    )
+    not_: MetadataFilterShape | None = Field(default=None, alias="$not")
+    __pydantic_extra__: dict[str, _SCALAR | FilterOperators]
+
+
+class _PublishedAs:
+    """Publishes `MetadataFilter`'s JSON Schema as `MetadataFilterShape`'s."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: GetJsonSchemaHandler) -> Any:
+        return handler(MetadataFilterShape.__pydantic_core_schema__)
+
+
+MetadataFilter = Annotated[dict[str, Any], AfterValidator(canonical), _PublishedAs]
 """A filter as messages and request bodies carry it: validated, in its one spelling."""
+FilterJson = Annotated[dict[str, Any], _PublishedAs]
+"""A filter as a door takes it before it makes the request (`POST /v1/queries`' body) that
+validates it: the same published schema, and the request's own error when it is wrong."""
 
 
 # ---------------------------------------------------------------- deciding

@@ -338,3 +338,50 @@ async def test_the_other_doors_are_shown_with_the_tools_a_question_may_use(
     await expect(tools).to_contain_text("calculator")
     await expect(tools).to_contain_text("built in")
     assert_clean(watch)
+
+
+async def test_the_filter_box_narrows_a_question_and_says_when_it_is_not_json(
+    stack: Stack, browser: Browser
+) -> None:
+    namespace = "web-filter"
+    stack.ingest(
+        [
+            {
+                "id": "skerryvore.md",
+                "text": LIGHTHOUSE,
+                "namespace": namespace,
+                "metadata": {"island": "Tiree", "year": 1844},
+            },
+            {
+                "id": "kelp.md",
+                "title": KELP_TITLE,
+                "text": KELP,
+                "namespace": namespace,
+                "metadata": {"island": "Tiree", "year": 1822},
+            },
+        ]
+    )
+    watch = PageWatch()
+    page = await open_page(browser, f"{stack.url}/", watch)
+    await page.get_by_test_id("in-conversation").uncheck()
+    await page.get_by_test_id("filter").fill('{"year": {"$lt": 1830}}')
+    request_id = await ask(page, QUESTION, namespace)
+    view = stack.view(request_id)
+    assert view["filter"] == {"year": {"$lt": 1830}}
+    cited = {c["document_id"] for c in (view["answer"]["citations"] or {}).values()}
+    assert "skerryvore.md" not in cited  # outside the filter: never a source
+    shown = page.get_by_test_id("source-document").filter(has_text="skerryvore.md")
+    await expect(shown).to_have_count(0)
+
+    # a filter that is not JSON is told at the box, and nothing is sent
+    await page.get_by_test_id("filter").fill("{year: 1844")
+    await page.get_by_test_id("query-input").fill("When was it first lit?")
+    await page.get_by_test_id("submit").click()
+    await expect(page.get_by_test_id("filter")).to_have_attribute("aria-invalid", "true")
+    await expect(page.get_by_test_id("alert").last).to_contain_text("filter: not JSON")
+    await expect(page.locator("#run")).to_have_attribute("data-request", request_id)
+    # and one the API refuses is told with where it is wrong
+    await page.get_by_test_id("filter").fill('{"year": {"$regex": "18"}}')
+    await page.get_by_test_id("submit").click()
+    await expect(page.get_by_test_id("alert").last).to_contain_text("unknown operator '$regex'")
+    assert watch.page_errors == []  # the refusals are shown, never a page error

@@ -210,8 +210,18 @@ async def test_the_tools_and_the_document_template_are_listed(stack: Stack, acme
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
         assert "$ref" not in json.dumps(tool.input_schema), tool.name
     assert tools["ask"].input_schema["required"] == ["question"]
-    assert set(tools["ask"].input_schema["properties"]) == {"question", "namespaces", "session_id"}
-    assert set(tools["search"].input_schema["properties"]) == {"query", "namespaces", "top_k"}
+    assert set(tools["ask"].input_schema["properties"]) == {
+        "question",
+        "namespaces",
+        "session_id",
+        "filter",
+    }
+    assert set(tools["search"].input_schema["properties"]) == {
+        "query",
+        "namespaces",
+        "top_k",
+        "filter",
+    }
     assert tools["search"].annotations is not None and tools["search"].annotations.read_only_hint
     assert [t.uri_template for t in templates] == ["ragbus://documents/{namespace}/{document_id}"]
 

@@ -86,12 +86,20 @@ def test_summarize_counts_outcomes_and_phases() -> None:
 async def test_a_refused_submission_keeps_the_status_the_api_answered(ask: AskPath) -> None:
     class Refusing:
         async def submit(
-            self, query: str, namespaces: list[str] | None = None, intent: str | None = None
+            self,
+            query: str,
+            namespaces: list[str] | None = None,
+            intent: str | None = None,
+            filter: dict[str, object] | None = None,
         ) -> dict[str, str]:
             raise ApiError(429, "too_many_requests", "over 50 submissions per second")
 
         async def ask(
-            self, query: str, namespaces: list[str] | None = None, intent: str | None = None
+            self,
+            query: str,
+            namespaces: list[str] | None = None,
+            intent: str | None = None,
+            filter: dict[str, object] | None = None,
         ) -> AsyncIterator[SSEMessage]:
             raise ApiError(429, "too_many_requests", "over 50 submissions per second")
             yield  # an async generator, as the client's
