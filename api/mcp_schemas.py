@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas import MAX_DOCUMENTS_PER_CALL, MAX_FILES_PER_CALL, Namespace
 from contracts.envelope import REQUEST_ID_PATTERN
-from contracts.filters import FilterJson
 from contracts.queries import MAX_QUERY_CHARS, MAX_TOP_K, SESSION_ID_PATTERN
 
 _STRICT = ConfigDict(extra="forbid")
@@ -45,7 +44,7 @@ class AskArgs(BaseModel):
         description="A conversation: a follow-up is understood from the session's earlier "
         "questions, and what it taught is recalled. Reuse one id for one conversation.",
     )
-    filter: FilterJson | None = Field(default=None, description=FILTER_HELP)
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
 
 
 class CitationOut(BaseModel):
@@ -77,7 +76,7 @@ class SearchArgs(BaseModel):
     top_k: int | None = Field(
         default=None, ge=1, le=MAX_TOP_K, description="Passages wanted at most."
     )
-    filter: FilterJson | None = Field(default=None, description=FILTER_HELP)
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
 
 
 class Passage(BaseModel):
