@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from contracts.filters import FilterJson
 from contracts.queries import MAX_QUERY_CHARS, SESSION_ID_PATTERN
 
 DEFAULT_MODEL = "ragbus"
@@ -228,7 +227,7 @@ class ChatCompletionRequest(BaseModel):
         "as a session of the caller's (`GET /v1/sessions/{id}`); the turns of `messages` it "
         "lacks are added to it. Unset: a session of the request's own holds them.",
     )
-    filter: FilterJson | None = Field(
+    filter: dict[str, Any] | None = Field(
         default=None,
         description="ragbus's own (`extra_body`): only passages of documents whose metadata "
         'passes this filter (`{"year": {"$gte": 2020}}`; docs/usage.md, Filters).',

@@ -187,7 +187,8 @@ def error_policy(
                 reason = "failed"
                 log.exception("step_failed", subject=subject, error=error)
             body = _body_text(msg)
-            if not isinstance(exc, ValidationError) and await _request_ended(body):
+            a_step = subject.startswith(sj.CMD_PREFIX + ".")  # of a question, not a file's job
+            if a_step and not isinstance(exc, ValidationError) and await _request_ended(body):
                 # nothing waits for the step of a request that has ended (a command
                 # redelivered after its request's done, whose claims went with it): dropped,
                 # as a command found unlive before it starts, never an operator's page
