@@ -147,6 +147,7 @@ async def search_again(
         )
     )
     new_vector = moved(vector, dense)
+    where = where_of(cmd.filter)
     return (
         {
             Channel.VECTOR: await store.read(
@@ -154,16 +155,16 @@ async def search_again(
                 cmd.namespaces,
                 new_vector,
                 cmd.top_k,
-                where_of(cmd.filter),
-                heavy=not store.quick(cmd.namespaces, where_of(cmd.filter)),
+                where,
+                heavy=not store.quick(cmd.namespaces, where),
             ),
             Channel.SPARSE: await store.read(
                 store.search_sparse,
                 cmd.namespaces,
                 *terms,
                 cmd.top_k,
-                where_of(cmd.filter),
-                heavy=not store.quick(cmd.namespaces, where_of(cmd.filter)),
+                where,
+                heavy=not store.quick(cmd.namespaces, where),
             ),
         },
         pack_query(new_vector),

@@ -1,11 +1,11 @@
 """The documents a filtered request may draw on, for the stores that keep no metadata.
 
-The vector store filters its own searches (`infra.retrieval.vectors.filtering`): every chunk
-carries its document's metadata. The graph keeps entities, mentions and communities, not
+The vector store filters its own searches: every chunk carries its document's metadata
+(`infra.retrieval.vectors.filtering`). The graph keeps entities, mentions and communities, not
 metadata; the fusion's bridge reads the graph. They narrow their answers to a `Scope`: the
-`(namespace, document id)` pairs whose metadata passes the filter, read once from the vector
-store's first chunks (`VectorStore.matching_documents`). A scope is computed per command, off the
-event loop the first time a filter is decided (`VectorStore.quick`).
+`(namespace, document id)` pairs whose metadata passes the filter, asked of the vector store
+once a command (`VectorStore.matching_documents`), off the event loop the first time the store
+decides that filter (`VectorStore.quick`).
 """
 
 from __future__ import annotations

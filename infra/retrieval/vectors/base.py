@@ -206,16 +206,10 @@ class VectorStore(ABC):
             return []
         return self._search(namespaces, SPARSE, (list(indices), list(values)), top_k, where)
 
+    @abstractmethod
     def matching_documents(self, namespace: str, where: Node) -> set[str]:
-        """The ids of the namespace's documents whose metadata passes `where` (read from
-        each document's first chunk): what the stores that keep no metadata (the graph, the
-        fusion's bridge) narrow their answers by."""
-        if not self._exists(namespace):
-            return set()
-        return {
-            str(record.payload.get("document_id", ""))
-            for record in self._select(namespace, where, ("document_id",), first_chunks=True)
-        }
+        """The ids of the namespace's documents whose metadata passes `where`: what the
+        stores that keep no metadata (the graph, the fusion's bridge) narrow their answers by."""
 
     def _scores(self, chunks: Sequence[RetrievedChunk], using: str, query: Any) -> dict[str, float]:
         scores: dict[str, float] = {}
@@ -359,13 +353,6 @@ class VectorStore(ABC):
         """`query` is a dense list of floats, or `(indices, values)` for the sparse vector;
         with `ids`, only those points are scored (exactly); with `where`, only the points
         whose `META` passes it."""
-
-    @abstractmethod
-    def _select(
-        self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
-    ) -> Iterable[Record]:
-        """Every point whose `META` passes `where` (only each document's chunk 0 with
-        `first_chunks`), with the payload `fields`."""
 
     @abstractmethod
     def _retrieve(

@@ -35,7 +35,6 @@ from qdrant_edge import (
     Filter,
     HasIdCondition,
     HnswIndexConfig,
-    IsEmptyCondition,
     MatchAny,
     MatchValue,
     Memory,
@@ -46,8 +45,6 @@ from qdrant_edge import (
     Point,
     Query,
     QueryRequest,
-    RangeDateTime,
-    RangeFloat,
     ScrollRequest,
     SearchParams,
     SparseVector,
@@ -59,7 +56,7 @@ from contracts.filters import Node
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
 from infra.retrieval.vectors.documents_table import DocumentsTable
-from infra.retrieval.vectors.filtering import META, compile_filter, restored
+from infra.retrieval.vectors.filtering import META, restored
 from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
@@ -130,34 +127,6 @@ def _vector(point: StoredPoint) -> dict[str, Any]:
 
 def _with_vector(names: Sequence[str]) -> bool | list[str]:
     return list(names) if names else False
-
-
-class _EdgeFilters:
-    """`infra.retrieval.vectors.filtering.Dialect` in Edge's classes."""
-
-    def all(self, parts: list[Any]) -> Filter:
-        return Filter(must=parts)
-
-    def any(self, parts: list[Any]) -> Filter:
-        return Filter(should=parts)
-
-    def none(self, parts: list[Any]) -> Filter:
-        return Filter(must_not=parts)
-
-    def keyword(self, key: str, value: str) -> FieldCondition:
-        return FieldCondition(key=key, match=MatchValue(value))
-
-    def keywords(self, key: str, values: list[str]) -> FieldCondition:
-        return FieldCondition(key=key, match=MatchAny(values))
-
-    def number_range(self, key: str, bounds: dict[str, float]) -> FieldCondition:
-        return FieldCondition(key=key, range=RangeFloat(**bounds))
-
-    def date_range(self, key: str, bounds: dict[str, str]) -> FieldCondition:
-        return FieldCondition(key=key, range=RangeDateTime(**bounds))
-
-    def empty(self, key: str) -> IsEmptyCondition:
-        return IsEmptyCondition(key=key)
 
 
 FIRST_CHUNK = FieldCondition(key="index", match=MatchValue(0))
@@ -402,22 +371,6 @@ class EdgeVectorStore(VectorStore):
         with_payload = payload if isinstance(payload, bool) else list(payload)
         found = shard.retrieve(list(ids), with_payload, _with_vector(vectors))
         return [_record(raw) for raw in found]
-
-    def _select(
-        self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
-    ) -> Iterable[Record]:
-        shard = self._must(namespace)  # a payload scan: `matching_documents` reads the table
-        wanted = compile_filter(where, _EdgeFilters())
-        if first_chunks:
-            wanted = Filter(must=[FIRST_CHUNK, wanted])
-        offset = None
-        while True:
-            records, offset = shard.scroll(
-                ScrollRequest(offset=offset, limit=1024, filter=wanted, with_payload=list(fields))
-            )
-            yield from (_record(raw) for raw in records)
-            if offset is None:
-                return
 
     def _count(self, namespace: str) -> int:
         return int(self._must(namespace).count(CountRequest(exact=True)))

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from contracts.filters import Node
+from contracts.filters import All, AnyOf, Condition, Node, Not, rfc3339
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
-from infra.retrieval.vectors.filtering import compile_filter
+from infra.retrieval.vectors.filtering import META, keyword
 from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
@@ -38,32 +39,43 @@ def _by_document(document_id: str) -> qm.Filter:
     )
 
 
-class _QdrantFilters:
-    """`infra.retrieval.vectors.filtering.Dialect` in qdrant-client's models."""
+def _equals_any(key: str, values: tuple[Any, ...]) -> Any:
+    """A condition that holds when the field equals any of `values`: a number by a closed
+    range (so `2020` finds a stored `2020.0`: a `MatchValue` takes integers only), strings
+    and booleans (tagged, `filtering.keyword`) by one match."""
+    words = [keyword(v) for v in values if isinstance(v, str | bool)]
+    numbers = [float(v) for v in values if not isinstance(v, str | bool)]
+    parts: list[Any] = [qm.FieldCondition(key=key, range=qm.Range(gte=n, lte=n)) for n in numbers]
+    if len(words) == 1:
+        parts.append(qm.FieldCondition(key=key, match=qm.MatchValue(value=words[0])))
+    elif words:
+        parts.append(qm.FieldCondition(key=key, match=qm.MatchAny(any=words)))
+    return parts[0] if len(parts) == 1 else qm.Filter(should=parts)
 
-    def all(self, parts: list[Any]) -> qm.Filter:
-        return qm.Filter(must=parts)
 
-    def any(self, parts: list[Any]) -> qm.Filter:
-        return qm.Filter(should=parts)
+def _condition(c: Condition) -> Any:
+    key = f"{META}.{c.field}"
+    if c.op == "exists":
+        empty = qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+        return qm.Filter(must_not=[empty]) if c.value else empty
+    if c.op in ("eq", "ne", "in", "nin"):
+        found = _equals_any(key, c.value if isinstance(c.value, tuple) else (c.value,))
+        return found if c.op in ("eq", "in") else qm.Filter(must_not=[found])
+    if isinstance(c.value, datetime):
+        return qm.FieldCondition(key=key, range=qm.DatetimeRange(**{c.op: rfc3339(c.value)}))
+    return qm.FieldCondition(key=key, range=qm.Range(**{c.op: float(c.value)}))
 
-    def none(self, parts: list[Any]) -> qm.Filter:
-        return qm.Filter(must_not=parts)
 
-    def keyword(self, key: str, value: str) -> qm.FieldCondition:
-        return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
-
-    def keywords(self, key: str, values: list[str]) -> qm.FieldCondition:
-        return qm.FieldCondition(key=key, match=qm.MatchAny(any=values))
-
-    def number_range(self, key: str, bounds: dict[str, float]) -> qm.FieldCondition:
-        return qm.FieldCondition(key=key, range=qm.Range(**bounds))
-
-    def date_range(self, key: str, bounds: dict[str, str]) -> qm.FieldCondition:
-        return qm.FieldCondition(key=key, range=qm.DatetimeRange(**bounds))
-
-    def empty(self, key: str) -> qm.IsEmptyCondition:
-        return qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))
+def _compiled(node: Node) -> Any:
+    """A metadata filter (`contracts.filters`) as a payload filter on `meta`; the contract
+    tests hold its answers to `contracts.filters.matches`."""
+    if isinstance(node, All):
+        return qm.Filter(must=[_compiled(part) for part in node.parts])
+    if isinstance(node, AnyOf):
+        return qm.Filter(should=[_compiled(part) for part in node.parts])
+    if isinstance(node, Not):
+        return qm.Filter(must_not=[_compiled(node.part)])
+    return _condition(node)
 
 
 FIRST_CHUNK = qm.FieldCondition(key="index", match=qm.MatchValue(value=0))
@@ -75,7 +87,7 @@ def _filter(ids: Sequence[str] | None, where: Node | None) -> qm.Filter | None:
     if ids is not None:
         must.append(qm.HasIdCondition(has_id=list(ids)))
     if where is not None:
-        must.append(compile_filter(where, _QdrantFilters()))
+        must.append(_compiled(where))
     return qm.Filter(must=must) if must else None
 
 
@@ -237,12 +249,11 @@ class QdrantVectorStore(VectorStore):
             )
         return [_record(raw) for raw in found]
 
-    def _select(
-        self, namespace: str, where: Node, fields: Sequence[str], *, first_chunks: bool
-    ) -> Iterable[Record]:
-        wanted = compile_filter(where, _QdrantFilters())
-        if first_chunks:
-            wanted = qm.Filter(must=[FIRST_CHUNK, wanted])
+    def matching_documents(self, namespace: str, where: Node) -> set[str]:
+        if not self._exists(namespace):
+            return set()
+        wanted = qm.Filter(must=[FIRST_CHUNK, _compiled(where)])
+        found: set[str] = set()
         offset: Any = None
         while True:
             with self._lock:
@@ -251,11 +262,11 @@ class QdrantVectorStore(VectorStore):
                     scroll_filter=wanted,
                     limit=1024,
                     offset=offset,
-                    with_payload=list(fields),
+                    with_payload=["document_id"],
                 )
-            yield from (_record(raw) for raw in records)
+            found.update(str((r.payload or {}).get("document_id", "")) for r in records)
             if offset is None:
-                return
+                return found
 
     def _count(self, namespace: str) -> int:
         with self._lock:
