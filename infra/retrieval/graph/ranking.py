@@ -91,11 +91,11 @@ class ScopedView:
         self._scope = scope
         self._allowed: set[str] | None = None
 
-    async def _kept(self, chunk_ids: Iterable[str]) -> set[str]:
-        """Of `chunk_ids`, those of the scope's documents (their chunks read once a view)."""
+    async def _chunks(self) -> set[str]:
+        """The chunks of the scope's documents, read once a view."""
         if self._allowed is None:
             self._allowed = await self._view.chunks_of(self._scope.documents)
-        return self._allowed.intersection(chunk_ids)
+        return self._allowed
 
     async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
         return await self._view.match(namespaces, norms)
@@ -105,8 +105,8 @@ class ScopedView:
 
     async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
         found = await self._view.mentions(keys)
-        kept = await self._kept(cid for ids in found.values() for cid in ids)
-        return {key: [cid for cid in ids if cid in kept] for key, ids in found.items()}
+        allowed = await self._chunks()
+        return {key: [cid for cid in ids if cid in allowed] for key, ids in found.items()}
 
     async def neighbours(
         self, keys: Sequence[str], limit: int
@@ -140,13 +140,12 @@ class ScopedView:
         }
 
     async def communities(self, namespaces: Sequence[str]) -> list[Community]:
-        found = await self._view.communities(namespaces)
-        kept = await self._kept(cid for c in found for cid in c.chunk_ids)
-        return [
-            replace(c, chunk_ids=[cid for cid in c.chunk_ids if cid in kept])
-            for c in found
-            if any(cid in kept for cid in c.chunk_ids)
+        allowed = await self._chunks()
+        kept = [
+            replace(c, chunk_ids=[cid for cid in c.chunk_ids if cid in allowed])
+            for c in await self._view.communities(namespaces)
         ]
+        return [c for c in kept if c.chunk_ids]
 
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         return await self._view.chunks_of(documents)
