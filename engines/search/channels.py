@@ -48,8 +48,9 @@ _scopes: OrderedDict[str, asyncio.Future[Scope | None]] = OrderedDict()
 
 async def scope_of(resources: Resources, cmd: SearchCommand) -> Scope | None:
     """The documents a filtered command may draw on, for the graph channels and the bridge
-    (None: all). Read once per command: its channels run side by side and its fusion after
-    them, and each would otherwise scan the namespace's first chunks again."""
+    (None: all). Asked of the store once per command: its channels run side by side and its
+    fusion after them, and each would otherwise ask again (a Qdrant server scrolls its first
+    chunks each time)."""
     if cmd.filter is None:
         return None
     key = f"{cmd.request_id}/{cmd.event_id}"
