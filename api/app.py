@@ -31,6 +31,7 @@ from api import (
     routes,
     sessions,
     tools,
+    users,
     web,
 )
 from api.event_hub import EventHub
@@ -150,6 +151,7 @@ def create_app(
     app.include_router(catalogue.router)
     app.include_router(sessions.router)
     app.include_router(tools.router)
+    app.include_router(users.router)
     app.include_router(openai_chat.router)
     app.include_router(admin.router)
     app.include_router(ops.router)

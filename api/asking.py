@@ -81,7 +81,7 @@ class Door:
         self, caller: Caller, body: QueryRequest, idempotency_key: str | None = None
     ) -> tuple[QuerySubmitted, bool]:
         """`ask` once its quota is taken."""
-        idempotency = Idempotency(self.redis, self.settings.idempotency_ttl_s, caller.tenant)
+        idempotency = Idempotency(self.redis, self.settings.idempotency_ttl_s, caller.space)
         return await submit_query(
             body, caller, self.store, self.submitter, self.settings, idempotency, idempotency_key
         )

@@ -5,6 +5,12 @@
 - `tenants`: each tenant's own API key (`ragbus tenant create`); the caller is that tenant,
   and every request, event, document, namespace, job and Idempotency-Key is its own.
 
+In `token` and `tenants` modes a tenant's users (`api.users`) have keys of their own: the caller
+is then that user of its tenant (`Caller.user`), who reads only the documents it may
+(`contracts.access`) and sees only its own requests, events, sessions and jobs. The tenant's
+own key (the shared token, in `token` mode) is the tenant's administrator, and sees everything
+of the tenant.
+
 The admin API (`/v1/admin`) is behind its own key, `RAGBUS_ADMIN_TOKEN`, in every mode. The
 operator surfaces take an operator key (`RAGBUS_METRICS_TOKEN`, or the admin token): `/metrics`
 in `tenants` mode and wherever a metrics token is set (`require_metrics_key`), and
@@ -28,6 +34,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from api.deps import RedisDep, SettingsDep
+from contracts.access import Reader, session_space
 from contracts.tenancy import DEFAULT_TENANT
 from infra.logging import get_logger
 from infra.runtime.redis_client import UNAVAILABLE_ERRORS
@@ -35,6 +42,7 @@ from infra.settings import Settings
 from infra.tenancy.attempts import Attempts
 from infra.tenancy.quotas import Effective, effective
 from infra.tenancy.registry import TenantRegistry
+from infra.tenancy.users import USER_KEY_PREFIX, TenantUser, UserRegistry
 
 log = get_logger(__name__)
 
@@ -59,6 +67,29 @@ _admin_bearer = HTTPBearer(
 class Caller:
     tenant: str
     limits: Effective
+    user: TenantUser | None = None
+    """The tenant's user who called; None: the tenant's own key, its administrator."""
+
+    @property
+    def reader(self) -> Reader | None:
+        """What the caller's questions may read: None, everything of the tenant."""
+        return self.user.reader() if self.user is not None else None
+
+    @property
+    def space(self) -> str:
+        """Where the caller's sessions and memories are kept (`session_space`)."""
+        return session_space(self.tenant, self.reader)
+
+    @property
+    def user_name(self) -> str | None:
+        return self.user.user if self.user is not None else None
+
+    def owns(self, tenant: str | None, user: str | None) -> bool:
+        """Whether something of `tenant`, made by `user` (None: the tenant's key), is the
+        caller's to see: the tenant's key sees all of its tenant's, a user only its own."""
+        if tenant != self.tenant:
+            return False
+        return self.user is None or user == self.user.user
 
 
 def _unauthorized(what: str) -> HTTPException:
@@ -144,6 +175,11 @@ async def authenticate(
         raise _unauthorized(wrong)
     wrong_keys = _WrongKeys(request)
     await wrong_keys.before()
+    if offered.startswith(USER_KEY_PREFIX):
+        caller = await _user_caller(redis, settings, offered)
+        if caller is None:
+            raise await wrong_keys.failed(wrong)
+        return caller
     if mode == "token":
         if not _same(offered, settings.api_token or ""):
             raise await wrong_keys.failed(wrong)
@@ -152,6 +188,31 @@ async def authenticate(
     if tenant is None:
         raise await wrong_keys.failed(wrong)
     return Caller(tenant.tenant, effective(settings, tenant.limits))
+
+
+async def _user_caller(redis: RedisDep, settings: Settings, offered: str) -> Caller | None:
+    """The user an offered user key is, of an active tenant (in `token` mode, the default
+    tenant's users only), or None."""
+    found = await UserRegistry(redis).authenticate(offered)
+    if found is None:
+        return None
+    if settings.auth == "token":
+        if found.tenant != DEFAULT_TENANT:
+            return None
+        return Caller(DEFAULT_TENANT, effective(settings), found.user)
+    tenant = await TenantRegistry(redis).get(found.tenant)
+    if tenant is None or not tenant.active:
+        return None
+    return Caller(tenant.tenant, effective(settings, tenant.limits), found.user)
+
+
+async def require_tenant_key(caller: Annotated[Caller, Depends(authenticate)]) -> Caller:
+    """The caller, when it is the tenant's own key (its administrator); 403 for a user."""
+    if caller.user is not None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, "only the tenant's own key administers its users"
+        )
+    return caller
 
 
 async def require_admin(
@@ -214,6 +275,7 @@ async def require_reference_key(request: Request, settings: SettingsDep) -> None
 
 
 CallerDep = Annotated[Caller, Depends(authenticate)]
+TenantKeyDep = Annotated[Caller, Depends(require_tenant_key)]
 
 
 async def caller_of(request: Request) -> Caller:

@@ -9,15 +9,17 @@ the stores hold. A namespace is shown by the caller's name for it
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+import redis.asyncio as aioredis
+from fastapi import APIRouter, Depends, HTTPException, Query, status
 from fastapi.exceptions import RequestValidationError
 
-from api.auth import CallerDep, authenticate
+from api.auth import Caller, CallerDep, authenticate
 from api.deps import QuotasDep, RedisDep
 from api.routes import V1_ERRORS
 from api.schemas import DocumentEntry, DocumentList, NamespaceCount, Namespaces
+from contracts.access import DocumentAccess, may_read, without_access
 from contracts.filters import FilterError, Node, matches, parse_filter
 from contracts.queries import MAX_CALLER_NAMESPACE_CHARS, NAMESPACE_PATTERN
 from contracts.tenancy import caller_namespace, store_namespace
@@ -75,14 +77,76 @@ async def list_documents(
 ) -> DocumentList:
     where = _filter(filter)
     space = store_namespace(caller.tenant, namespace)
-    documents = await quotas.documents(caller.tenant, space, None if where else limit)
+    narrowed = where is not None or caller.user is not None
+    documents = await quotas.documents(caller.tenant, space, None if narrowed else limit)
     metadata = await DocumentMetadata(redis).read(space, [doc.document_id for doc in documents])
     entries = [
-        DocumentEntry(id=doc.document_id, bytes=doc.bytes, metadata=metadata.get(doc.document_id))
+        _entry(doc.document_id, doc.bytes, metadata.get(doc.document_id))
         for doc in documents
-        if where is None or matches(where, metadata.get(doc.document_id) or {})
+        if _listed(caller, where, metadata.get(doc.document_id))
     ]
     return DocumentList(namespace=namespace, documents=entries[:limit])
+
+
+def _listed(caller: Caller, where: Node | None, metadata: dict[str, Any] | None) -> bool:
+    """A user lists only the documents it may read, once indexed (before, their readers are
+    not known here); the tenant's key lists every one."""
+    if caller.user is not None and (metadata is None or not may_read(caller.reader, metadata)):
+        return False
+    return where is None or matches(where, without_access(metadata or {}))
+
+
+def _entry(document_id: str, size: int, metadata: dict[str, Any] | None) -> DocumentEntry:
+    return DocumentEntry(
+        id=document_id,
+        bytes=size,
+        metadata=without_access(metadata) if metadata is not None else None,
+        access=DocumentAccess.of(metadata) if metadata is not None else None,
+    )
+
+
+async def readable_ids(
+    redis: aioredis.Redis, caller: Caller, space: str, document_ids: list[str]
+) -> set[str]:
+    """Those of `document_ids` the caller may read (`_listed`'s rule, without a filter)."""
+    if caller.user is None:
+        return set(document_ids)
+    found = await DocumentMetadata(redis).read(space, document_ids)
+    return {d for d in document_ids if _listed(caller, None, found.get(d))}
+
+
+async def require_readable(
+    redis: aioredis.Redis, caller: Caller, space: str, document_id: str, namespace: str
+) -> None:
+    """404 for a user's download or deletion of a document it may not read, as for one that
+    does not exist (nor one not yet indexed: its readers are not known yet); the tenant's key
+    passes."""
+    if caller.user is None:
+        return
+    metadata = (await DocumentMetadata(redis).read(space, [document_id])).get(document_id)
+    if metadata is None or not may_read(caller.reader, metadata):
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no document {document_id!r} of yours in namespace {namespace!r}",
+        )
+
+
+async def refuse_unreadable(
+    redis: aioredis.Redis, caller: Caller, space: str, document_ids: list[str]
+) -> None:
+    """A user may not send a new version of a document it may not read (nor so learn its
+    readers): 403 naming the first such id. A new id, or one the user may read, passes."""
+    if caller.user is None or not document_ids:
+        return
+    found = await DocumentMetadata(redis).read(space, document_ids)
+    for document_id in document_ids:
+        metadata = found.get(document_id)
+        if metadata is not None and not may_read(caller.reader, metadata):
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"document id {document_id!r} is taken by a document you may not read: "
+                "choose another id",
+            )
 
 
 def _filter(raw: str | None) -> Node | None:

@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from starlette.responses import StreamingResponse
 
 from api.auth import Caller, CallerDep, authenticate
-from api.catalogue import NamespaceQuery
+from api.catalogue import NamespaceQuery, refuse_unreadable, require_readable
 from api.deps import BusDep, JetStreamDep, NatsDep, QuotasDep, RedisDep, SettingsDep
 from api.idempotency import Idempotency, IdempotencyDep, IdempotencyKey, fingerprint
 from api.jobs import answer, start_job
@@ -109,6 +109,11 @@ async def accept_batch(
         check_sizes(documents, max_payload)
     except DocumentTooLarge as exc:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from exc
+    by_space: dict[str, list[str]] = {}
+    for document in documents:
+        by_space.setdefault(document.namespace, []).append(document.id)
+    for space, ids in by_space.items():
+        await refuse_unreadable(redis, caller, space, ids)
     sizes = [DocumentSize(d.namespace, d.id, len(d.text.encode())) for d in documents]
     await charge(quotas, caller, sizes)
     return await start_job(
@@ -136,6 +141,7 @@ async def accept_files(
     and queued as one job: each file put into the object store under the caller's namespace,
     then a message per file for the parse workers."""
     space = store_namespace(caller.tenant, batch.namespace)
+    await refuse_unreadable(redis, caller, space, [f.document_id for f in batch.files])
     sizes = [DocumentSize(space, f.document_id, f.size) for f in batch.files]
     await charge(quotas, caller, sizes)
 
@@ -152,7 +158,11 @@ async def accept_files(
             )
             documents.append(
                 FileDocument(
-                    id=upload.document_id, metadata=batch.metadata, namespace=space, file=ref
+                    id=upload.document_id,
+                    metadata=batch.metadata,
+                    namespace=space,
+                    file=ref,
+                    access=batch.access,
                 )
             )
         return await publish_job(bus, documents, job_id=job_id)
@@ -324,12 +334,14 @@ async def get_original(
     caller: CallerDep,
     files: FilesDep,
     quotas: QuotasDep,
+    redis: RedisDep,
     namespace: NamespaceQuery = "default",
 ) -> Response:
     """Streamed a chunk at a time (`FileStore.open_original`); the caller's downloads at once
     are bounded at the door (`api.gate`)."""
     await take_submission(quotas, caller)
     space = store_namespace(caller.tenant, namespace)
+    await require_readable(redis, caller, space, document_id, namespace)
     original = await files.open_original(space, document_id)
     if original is None:
         raise HTTPException(
@@ -369,8 +381,10 @@ async def delete_document(
     namespace: NamespaceQuery = "default",
 ) -> IngestAccepted:
     """The deletion is a job for the ingest workers; the document's original file, if it has
-    one, is deleted here once the job is accepted."""
+    one, is deleted here once the job is accepted. A user may delete only a document it may
+    read."""
     space = store_namespace(caller.tenant, namespace)
+    await require_readable(redis, caller, space, document_id, namespace)
     accepted = answer(
         response,
         await start_job(

@@ -92,7 +92,8 @@ class Idempotency:
 
 
 async def get_idempotency(caller: CallerDep, redis: RedisDep, settings: SettingsDep) -> Idempotency:
-    return Idempotency(redis, settings.idempotency_ttl_s, caller.tenant)
+    # a user's keys are its own: another user of the tenant replaying one gets nothing of it
+    return Idempotency(redis, settings.idempotency_ttl_s, caller.space)
 
 
 IdempotencyDep = Annotated[Idempotency, Depends(get_idempotency)]

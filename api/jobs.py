@@ -76,7 +76,7 @@ async def start_job(
                 )
             return IngestAccepted.model_validate(earlier.receipt), True
     try:
-        await open_job(redis, job_id, settings.state_ttl_s, caller.tenant)
+        await open_job(redis, job_id, settings.state_ttl_s, caller.tenant, caller.user_name)
         receipt = await publish(job_id)
     except Exception as exc:
         log.exception("ingest_publish_failed", job_id=job_id)
@@ -128,7 +128,7 @@ async def get_job(job_id: JobIdPath, caller: CallerDep, redis: RedisDep) -> JobV
 
 async def _owned_job(redis: aioredis.Redis, caller: Caller, job_id: str) -> dict[str, Any]:
     job = await read_job(redis, job_id)
-    if job is None or job["tenant"] != caller.tenant:
+    if job is None or not caller.owns(job["tenant"], job.get("user")):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r}")
     return job
 

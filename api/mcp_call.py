@@ -56,7 +56,7 @@ class Call:
 
     def idempotency(self) -> Idempotency:
         return Idempotency(
-            self.state.redis, self.state.settings.idempotency_ttl_s, self.caller.tenant
+            self.state.redis, self.state.settings.idempotency_ttl_s, self.caller.space
         )
 
 

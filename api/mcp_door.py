@@ -42,6 +42,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from api.auth import Caller, caller_of
+from api.catalogue import readable_ids, require_readable
 from api.documents import get_files
 from api.mcp_call import Call, Outcome, ToolRefused, refusal, run_tool
 from api.mcp_tools import TOOLS
@@ -239,7 +240,13 @@ class McpDoor:
         seen = 0
         for space in sorted(await quotas.namespaces(caller.tenant)):
             namespace = caller_namespace(caller.tenant, space)
-            for doc in await quotas.documents(caller.tenant, space, limit=2**31):
+            documents = await quotas.documents(caller.tenant, space, limit=2**31)
+            readable = await readable_ids(
+                request.app.state.redis, caller, space, [d.document_id for d in documents]
+            )
+            for doc in documents:
+                if doc.document_id not in readable:  # a user's: only what it may read
+                    continue
                 seen += 1
                 if start < seen <= start + PAGE_SIZE:
                     listed.append(
@@ -267,6 +274,12 @@ class McpDoor:
             await take_submission(Quotas(state.redis), caller)  # as `GET /v1/documents/{id}`
         except HTTPException as exc:
             raise MCPError(types.INVALID_REQUEST, refusal(exc), {"uri": uri}) from None
+        try:
+            await require_readable(state.redis, caller, space, document_id, namespace)
+        except HTTPException:  # a user's, of a document it may not read: as a missing one
+            raise _not_found(
+                uri, f"no document {document_id!r} in namespace {namespace!r}"
+            ) from None
         files = await get_files(request, state.js, state.settings)
         original = await files.open_original(space, document_id)
         if original is not None:

@@ -29,6 +29,7 @@ from api.schemas import (
     IngestAccepted,
 )
 from api.uploads import FileOverLimit, read_file_batch
+from contracts.access import DocumentAccess
 from infra.logging import get_logger
 
 log = get_logger(__name__)
@@ -47,10 +48,10 @@ async def ingest(call: Call, args: IngestArgs) -> Outcome:
             "422: give `documents` (text) or `files` (base64), one of the two, in one call"
         )
     if args.documents is not None:
-        accepted = await _ingest_texts(call, args.documents, args.namespace)
+        accepted = await _ingest_texts(call, args.documents, args.namespace, args.access)
     else:
         assert args.files is not None
-        accepted = await _ingest_files(call, args.files, args.namespace, args.metadata)
+        accepted = await _ingest_files(call, args.files, args.namespace, args.metadata, args.access)
     text = (
         f"ingest job {accepted.job_id}: {accepted.accepted} documents queued"
         f"{f', {accepted.duplicates} unchanged' if accepted.duplicates else ''}; "
@@ -60,7 +61,7 @@ async def ingest(call: Call, args: IngestArgs) -> Outcome:
 
 
 async def _ingest_texts(
-    call: Call, documents: list[TextDocument], namespace: str
+    call: Call, documents: list[TextDocument], namespace: str, access: DocumentAccess | None
 ) -> IngestAccepted:
     """As `POST /v1/documents` with a JSON body."""
     state = call.state
@@ -73,6 +74,7 @@ async def _ingest_texts(
                     text=doc.text,
                     metadata=doc.metadata or {},
                     namespace=namespace,
+                    access=access,
                 )
                 for doc in documents
             ]
@@ -94,7 +96,11 @@ async def _ingest_texts(
 
 
 async def _ingest_files(
-    call: Call, files: list[FileDocument], namespace: str, metadata: dict[str, Any] | None
+    call: Call,
+    files: list[FileDocument],
+    namespace: str,
+    metadata: dict[str, Any] | None,
+    access: DocumentAccess | None,
 ) -> IngestAccepted:
     """As `POST /v1/documents` with a multipart body: the same quota and disk checks, each
     file as a form's file part, checked by the upload route's own `read_file_batch`, queued
@@ -121,6 +127,8 @@ async def _ingest_files(
     fields: list[tuple[str, str | UploadFile]] = [("namespace", namespace)]
     if metadata is not None:
         fields.append(("metadata", json.dumps(metadata)))
+    if access is not None:
+        fields.append(("access", access.model_dump_json()))
     for filename, content in decoded:
         # closed with the form, as an upload's spooled parts are
         spooled = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas import MAX_DOCUMENTS_PER_CALL, MAX_FILES_PER_CALL, Namespace
+from contracts.access import DocumentAccess
 from contracts.envelope import REQUEST_ID_PATTERN
 from contracts.queries import MAX_QUERY_CHARS, MAX_TOP_K, SESSION_ID_PATTERN
 
@@ -139,6 +140,11 @@ class IngestArgs(BaseModel):
     namespace: Namespace = "default"
     metadata: dict[str, Any] | None = Field(
         default=None, description="For files: a JSON object every file's document carries."
+    )
+    access: DocumentAccess | None = Field(
+        default=None,
+        description="Who of the tenant may read every document of this call: "
+        '{"groups": [...], "users": [...]}; unset: the whole tenant.',
     )
 
 

@@ -86,7 +86,7 @@ async def session_for(
         session_id = f"oai-{hashlib.sha256(json.dumps(said).encode()).hexdigest()[:32]}"
     if pairs:
         sessions = SessionStore.from_settings(door.redis, door.settings)
-        await seed(sessions, caller.tenant, session_id, pairs)
+        await seed(sessions, caller.space, session_id, pairs)
     return session_id
 
 

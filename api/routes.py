@@ -110,6 +110,7 @@ async def submit_query(
         intent=body.intent,
         top_k=body.top_k or settings.default_top_k,
         filter=body.filter,
+        reader=caller.reader,
         mode=body.mode,
         trace=mint_trace(),
     )
@@ -196,7 +197,13 @@ async def create_query(
 @router.get("/whoami", response_model=WhoAmI, summary="Who the credentials sent are")
 async def whoami(caller: CallerDep, settings: SettingsDep) -> WhoAmI:
     """A page or script checks its key here: 401 when one is needed and missing or wrong."""
-    return WhoAmI(tenant=caller.tenant, auth_mode=settings.auth)
+    reader = caller.reader
+    return WhoAmI(
+        tenant=caller.tenant,
+        auth_mode=settings.auth,
+        user=caller.user_name,
+        groups=list(reader.groups) if reader is not None else [],
+    )
 
 
 @router.get(
@@ -209,7 +216,14 @@ async def list_queries(
     store: StoreDep,
     limit: Annotated[int, Query(ge=1, le=RECENT_KEPT)] = 20,
 ) -> RecentRequests:
-    states = await store.recent(caller.tenant, limit)
+    if caller.user is None:
+        states = await store.recent(caller.tenant, limit)
+    else:  # a user's own, among the tenant's latest
+        states = [
+            state
+            for state in await store.recent(caller.tenant, RECENT_KEPT)
+            if caller.owns(state.tenant, owner_of(state))
+        ][:limit]
     return RecentRequests(
         requests=[
             RecentRequest(
@@ -282,10 +296,16 @@ def _where(request: Request, request_id: str) -> QueryAccepted:
     )
 
 
+def owner_of(state: RequestState) -> str | None:
+    """The user a request belongs to; None: the tenant's key."""
+    return state.reader.user if state.reader is not None else None
+
+
 async def owned_request(store: StateStore, caller: Caller, request_id: str) -> RequestState:
-    """The caller's request, or 404: another tenant's answers exactly as a missing one."""
+    """The caller's request, or 404: another tenant's, or another user's, answers exactly as
+    a missing one (the tenant's key sees every request of its tenant)."""
     state = await store.get(request_id)
-    if state is None or state.tenant != caller.tenant:
+    if state is None or not caller.owns(state.tenant, owner_of(state)):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no request {request_id!r}")
     return state
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from contracts.access import DocumentAccess
 from contracts.enums import Intent, RequestStatus
 from contracts.events import AnswerData, ErrorData
 from contracts.filters import MetadataFilter
@@ -163,6 +164,10 @@ class RecentRequests(BaseModel):
 class WhoAmI(BaseModel):
     tenant: str
     auth_mode: Literal["none", "token", "tenants"]
+    user: str | None = Field(
+        default=None, description="the tenant's user whose key was sent; null: the tenant's key"
+    )
+    groups: list[str] = Field(default_factory=list, description="the user's groups")
 
 
 class NamespaceCount(BaseModel):
@@ -181,6 +186,11 @@ class DocumentEntry(BaseModel):
         default=None,
         description="Its metadata as indexed (the caller's, and what a parsed file says of "
         "itself under `file`); none until it is indexed.",
+    )
+    access: DocumentAccess | None = Field(
+        default=None,
+        description="The groups and users it names as its readers; null: the whole tenant "
+        "(or not indexed yet).",
     )
 
 
@@ -263,6 +273,7 @@ class FileBatchPrint(BaseModel):
     namespace: str
     metadata: dict[str, Any]
     files: list[tuple[str, str]] = Field(description="(document id, sha256) of each file")
+    access: DocumentAccess | None = None
 
 
 class IngestAccepted(BaseModel):

@@ -1,6 +1,7 @@
 """The `/v1` conversation endpoints: a session's turns, its memories, and forgetting them.
 
-A session is the caller tenant's: another tenant's session of the same id is another
+A session is its caller's: the tenant key's are the tenant's, each user's its own
+(`contracts.access.session_space`), and another tenant's session of the same id is another
 conversation, and this one answers 404 for it. A session exists while it has a turn or, with
 session-scoped memory, something it taught (memories outlive turns: RAGBUS_MEMORY_TTL_S against
 RAGBUS_SESSION_TTL_S); every path answers 404 for one that does not (`require_session`).
@@ -110,9 +111,9 @@ async def get_session(
     """The session's turns: each question as asked, as made standalone, and its answer
     (`null` while the request runs); none when only its memories are left. 404 when the
     session is unknown (never used, expired or forgotten)."""
-    turns = await sessions.turns(caller.tenant, session_id)
+    turns = await sessions.turns(caller.space, session_id)
     if not turns:
-        await require_session(caller.tenant, session_id, sessions, memories, settings)
+        await require_session(caller.space, session_id, sessions, memories, settings)
     return SessionView(session_id=session_id, turns=turns)
 
 
@@ -130,10 +131,10 @@ async def delete_session(
     """Deletes the turns and, with session-scoped memory, everything the session taught; a
     request of the session still running does not bring its turn back. 404 when there was
     nothing to forget."""
-    turns = await sessions.forget(caller.tenant, session_id)
+    turns = await sessions.forget(caller.space, session_id)
     forgotten = 0
     if settings.memory_scope == "session":
-        scope = scope_of(caller.tenant, session_id, "session")
+        scope = scope_of(caller.space, session_id, "session")
         assert scope is not None
         forgotten = await memories.clear(scope)
         await _forget_vectors(bus, caller.tenant, scope, None)
@@ -164,8 +165,8 @@ async def list_memories(
     """The memories the session's questions recall: accepted answers and facts the user stated,
     oldest first. With RAGBUS_MEMORY_SCOPE=tenant every session of the tenant shares them.
     404 when the session is unknown."""
-    await require_session(caller.tenant, session_id, sessions, memories, settings)
-    found = await memories.list(_scope(caller.tenant, session_id, settings))
+    await require_session(caller.space, session_id, sessions, memories, settings)
+    found = await memories.list(_scope(caller.space, session_id, settings))
     return MemoryList(
         scope=settings.memory_scope,
         memories=[
@@ -196,8 +197,8 @@ async def delete_memory(
     settings: SettingsDep,
 ) -> None:
     """404 when the session is unknown, or the memory is not its scope's."""
-    await require_session(caller.tenant, session_id, sessions, memories, settings)
-    scope = _scope(caller.tenant, session_id, settings)
+    await require_session(caller.space, session_id, sessions, memories, settings)
+    scope = _scope(caller.space, session_id, settings)
     if not await memories.delete(scope, memory_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no memory {memory_id}")
     await _forget_vectors(bus, caller.tenant, scope, memory_id)

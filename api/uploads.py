@@ -30,6 +30,7 @@ from fastapi import (
 )
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
 from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.types import Message, Receive
@@ -42,6 +43,7 @@ from api.schemas import (
     FileBatchPrint,
     _namespace,
 )
+from contracts.access import DocumentAccess
 from contracts.ingest import (
     MAX_METADATA_CHARS,
     check_metadata,
@@ -49,6 +51,7 @@ from contracts.ingest import (
 )
 from infra.documents import ParseRefused
 from infra.documents.sniff import sniff_file
+from infra.errors import describe_error
 from infra.runtime.ingest_producer import (
     document_id_for,
 )
@@ -57,7 +60,7 @@ MULTIPART = "multipart/form-data"
 MULTIPART_RECEIVE = "ragbus.multipart_receive"
 """Where `FilesOrJsonRoute` keeps a multipart request's body (its ASGI `receive`) for the
 endpoint, which reads it once the caller is authenticated."""
-FORM_FIELDS = ("files", "namespace", "metadata")
+FORM_FIELDS = ("files", "namespace", "metadata", "access")
 MAX_FIELD_BYTES = 4 * MAX_METADATA_CHARS + 1024
 """A form field's bytes at most: the metadata's characters, four bytes each at worst."""
 MAX_FILENAME_CHARS = 512
@@ -209,10 +212,13 @@ class FileBatch:
     namespace: str
     metadata: dict[str, Any]
     files: list[UploadedFile]
+    access: DocumentAccess | None = None
 
     def fingerprint(self) -> str:
         files = [(f.document_id, f.sha256) for f in self.files]
-        print_ = FileBatchPrint(namespace=self.namespace, metadata=self.metadata, files=files)
+        print_ = FileBatchPrint(
+            namespace=self.namespace, metadata=self.metadata, files=files, access=self.access
+        )
         return fingerprint(print_)
 
 
@@ -248,6 +254,16 @@ def _form_metadata(raw: str | None) -> dict[str, Any]:
     except ValueError as exc:
         raise _invalid("metadata", str(exc)) from None
     return metadata
+
+
+def _form_access(raw: str | None) -> DocumentAccess | None:
+    """The `access` field: a JSON object, `{"groups": [...], "users": [...]}`."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return DocumentAccess.model_validate_json(raw)
+    except ValidationError as exc:
+        raise _invalid("access", describe_error(exc)) from None
 
 
 async def _checked_file(upload: UploadFile) -> UploadedFile:
@@ -318,13 +334,14 @@ async def read_file_batch(form: Any) -> FileBatch:
     except ValueError as exc:
         raise _invalid("namespace", str(exc)) from None
     metadata = _form_metadata(_one_field(form, "metadata"))
+    access = _form_access(_one_field(form, "access"))
     parts = form.getlist("files")
     if not parts:
         raise _invalid("files", "no file: send each as a `files` part with its file name")
     if not all(isinstance(part, UploadFile) for part in parts):
         raise _invalid("files", "every `files` part must be a file, sent with its file name")
     files = _one_version_each([await _checked_file(part) for part in parts])
-    return FileBatch(namespace=namespace, metadata=metadata, files=files)
+    return FileBatch(namespace=namespace, metadata=metadata, files=files, access=access)
 
 
 @asynccontextmanager

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.access import Reader
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent
 from contracts.envelope import Envelope
 from contracts.filters import MetadataFilter
@@ -54,6 +55,11 @@ class ClaimedContexts(BaseModel):
 class ClassifyCommand(Envelope):
     type: Literal["cmd.classify"] = "cmd.classify"
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user it is for (`contracts.access`): its session is that "
+        "user's own (`session_space`)",
+    )
     intent_override: Intent | None = None
     session_id: str | None = Field(
         default=None,
@@ -134,6 +140,11 @@ class SearchCommand(Envelope):
         default=None,
         description="the request's metadata filter (`contracts.filters`): every channel "
         "answers only with chunks of documents that pass it",
+    )
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user the request reads for (`contracts.access`): only chunks of "
+        "documents that user may read, ANDed with `filter",
     )
     claim_ranking: bool = Field(
         default=False,
@@ -231,6 +242,11 @@ class FuseCommand(Envelope, FusionParameters):
         description="the request's metadata filter: the bridge adds only chunks of documents "
         "that pass it",
     )
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user the request reads for (`contracts.access`): the "
+        "bridge adds only chunks of documents that user may read",
+    )
 
 
 class GenerateCommand(Envelope, ClaimedContexts):
@@ -282,6 +298,11 @@ class ToolCommand(Envelope):
         default=None,
         description="the request's metadata filter: the `search` tool finds only passages "
         "of documents that pass it",
+    )
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user the request reads for (`contracts.access`): the "
+        "`search` tool finds only passages of documents that user may read",
     )
     calls: list[ToolCall] = Field(
         default_factory=list,

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
+from contracts.access import ACCESS_KEY, DocumentAccess, with_access
 from contracts.envelope import Envelope
 from contracts.queries import STORE_NAMESPACE_PATTERN
 
@@ -53,7 +54,13 @@ def _depth(value: Any) -> int:
 
 def check_metadata(metadata: dict[str, Any]) -> None:
     """`ValueError` for metadata nested past `MAX_METADATA_DEPTH` or over
-    `MAX_METADATA_CHARS` as JSON (the depth first: it bounds the size check's recursion)."""
+    `MAX_METADATA_CHARS` as JSON (the depth first: it bounds the size check's recursion), or
+    holding the reserved key `_access` (a document's readers are its `access`)."""
+    if ACCESS_KEY in metadata:
+        raise ValueError(
+            f"the metadata key {ACCESS_KEY!r} is reserved: name a document's readers in its "
+            "`access` ({'groups': [...], 'users': [...]})"
+        )
     if _depth(metadata) > MAX_METADATA_DEPTH:
         raise ValueError(metadata_too_deep())
     if len(json.dumps(metadata, default=str)) > MAX_METADATA_CHARS:
@@ -126,6 +133,11 @@ class DocumentIn(BaseModel):
     file: FileRef | None = Field(
         default=None, description="the original file this text was parsed from, kept"
     )
+    access: DocumentAccess | None = Field(
+        default=None,
+        description="the groups and users of the tenant that may read it (besides the "
+        "tenant's own key); none named: every user of the tenant (`contracts.access`)",
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -152,7 +164,13 @@ class DocumentIn(BaseModel):
             digest.update(",".join(f"{p.number}:{p.start}:{p.label}" for p in self.pages).encode())
         if self.file is not None:
             digest.update(b"\x00file:" + self.file.sha256.encode())
+        if self.access is not None and self.access.principals():  # who reads it is kept too
+            digest.update(b"\x00access:" + ",".join(self.access.principals()).encode())
         return digest.hexdigest()
+
+    def stored_metadata(self) -> dict[str, Any]:
+        """Its metadata as the stores keep it: with its readers under `_access`."""
+        return with_access(self.metadata, self.access)
 
 
 class FileDocument(BaseModel):
@@ -166,6 +184,11 @@ class FileDocument(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     namespace: str = Field(default="default", pattern=STORE_NAMESPACE_PATTERN)
     file: FileRef
+    access: DocumentAccess | None = Field(
+        default=None,
+        description="the groups and users of the tenant that may read it (besides the "
+        "tenant's own key); none named: every user of the tenant (`contracts.access`)",
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -179,6 +202,8 @@ class FileDocument(BaseModel):
             digest.update(part.encode())
             digest.update(b"\x00")
         digest.update(json.dumps(self.metadata, sort_keys=True, default=str).encode())
+        if self.access is not None and self.access.principals():
+            digest.update(b"\x00access:" + ",".join(self.access.principals()).encode())
         return digest.hexdigest()
 
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
+from contracts.access import Reader
 from contracts.enums import Intent
 from contracts.envelope import Envelope
 from contracts.events import AnswerData
@@ -46,6 +47,12 @@ class QuerySubmitted(Envelope):
         default=None,
         description="only passages of documents whose metadata passes this filter "
         "(`contracts.filters`), in every channel and every research child",
+    )
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user the question reads for (`contracts.access`): only "
+        "documents that user may read, in every channel and every research child; set by the "
+        "door from the caller's key, never by a caller (none: the tenant's key, everything)",
     )
     mode: QueryMode = Field(
         default="answer",

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
+from contracts.access import Reader
 from contracts.envelope import Envelope
 from contracts.limits import MAX_PAGE_LABEL_CHARS
 from contracts.queries import MAX_QUERY_CHARS, SESSION_ID_PATTERN
@@ -78,6 +79,11 @@ class RememberTurn(Envelope):
 
     type: Literal["cmd.remember"] = "cmd.remember"
     session_id: SessionId
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user it is for (`contracts.access`): its session and "
+        "memories are that user's own (`session_space`)",
+    )
     turn: SessionTurn
     accepted: bool = Field(
         default=False,

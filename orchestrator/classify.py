@@ -32,6 +32,7 @@ def start(settings: Settings, state: RequestState, clock: Clock) -> Transition:
         query=state.query,
         intent_override=state.intent_override,
         session_id=state.session_id,
+        reader=state.reader,
         submitted_at=state.created_at.timestamp(),
     )
     state.status = RequestStatus.CLASSIFYING

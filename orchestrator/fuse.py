@@ -36,8 +36,9 @@ def start(
         claimed_results=state.claimed_results,
         carried=state.carried,
         hydrate=state.mode != "retrieve",
-        namespaces=state.namespaces if state.filter is not None else [],
+        namespaces=state.namespaces if moves.scoped(state) else [],
         filter=state.filter,
+        reader=state.reader,
     )
     state.status = RequestStatus.FUSING
     state.pending = moves.pending(

@@ -96,7 +96,13 @@ def start_tool(
     messages: list[Outgoing] | None = None,
 ) -> Transition:
     """A tool round (the tool step), sent after `messages`."""
-    cmd = ToolCommand(**moves.corr(state), query=state.question, calls=calls, filter=state.filter)
+    cmd = ToolCommand(
+        **moves.corr(state),
+        query=state.question,
+        calls=calls,
+        filter=state.filter,
+        reader=state.reader,
+    )
     state.status = RequestStatus.TOOLING
     state.tool_rounds += 1
     state.pending = moves.pending(

@@ -34,6 +34,12 @@ def has_memory(settings: Settings, state: RequestState) -> bool:
     return state.session_id is not None or settings.memory_scope == "tenant"
 
 
+def scoped(state: RequestState) -> bool:
+    """Whether the request draws on only some documents: a metadata filter, or a user's
+    access (`contracts.access`)."""
+    return state.filter is not None or state.reader is not None
+
+
 def vector_of(state: RequestState, text: str) -> str | None:
     """The request's embedding of a query text: classify's for the question, a dense
     channel's for a follow-up."""

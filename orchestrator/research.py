@@ -80,6 +80,7 @@ def on_planned(
             query=child.query,
             namespaces=state.namespaces,
             filter=state.filter,
+            reader=state.reader,
             top_k=state.top_k,
             mode="research" if research else "answer",
             parent_id=state.request_id,

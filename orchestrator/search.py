@@ -234,6 +234,7 @@ def _commands(
             query_vector=moves.vector_of(state, query) if vector_read else None,
             session_id=state.session_id,
             filter=state.filter,
+            reader=state.reader,
             # a retrieval answer shows the channels' rankings: they come back inline
             claim_ranking=state.mode != "retrieve",
             fuse=fuse,

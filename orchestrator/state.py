@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.access import Reader
 from contracts.enums import Channel, Intent, RequestStatus
 from contracts.envelope import TraceContext, utcnow
 from contracts.events import AnswerData, ErrorData
@@ -84,6 +85,10 @@ class RequestState(BaseModel):
     namespaces: list[str]
     filter: dict[str, Any] | None = Field(
         default=None, description="the request's metadata filter, canonical (`contracts.filters`)"
+    )
+    reader: Reader | None = Field(
+        default=None,
+        description="the tenant's user it reads for and belongs to (`contracts.access`)",
     )
     top_k: int
     channel_top_k: int
@@ -163,6 +168,7 @@ class RequestState(BaseModel):
             "query": self.query,
             "session_id": self.session_id,
             "filter": self.filter,
+            "user": self.reader.user if self.reader is not None else None,
             "standalone_query": self.standalone_query,
             "mode": self.mode,
             "parent_id": self.parent_id,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from contracts.access import session_space
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
 from infra.memory.sessions import SessionStore
@@ -135,6 +136,7 @@ def initial_state(submitted: QuerySubmitted, settings: Settings, now: float) -> 
         session_id=submitted.session_id,
         namespaces=submitted.namespaces,
         filter=submitted.filter,
+        reader=submitted.reader,
         top_k=submitted.top_k,
         channel_top_k=max(settings.channel_top_k, submitted.top_k),
         intent_override=submitted.intent,
@@ -210,7 +212,9 @@ class StateStore:
                 query=state.query,
                 submitted_at=state.created_at.timestamp(),
             )
-            await self.sessions.begin(state.tenant, state.session_id, turn)
+            await self.sessions.begin(
+                session_space(state.tenant, state.reader), state.session_id, turn
+            )
         return state
 
     async def recent(self, tenant: str, limit: int) -> list[RequestState]:

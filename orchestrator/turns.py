@@ -69,6 +69,7 @@ def remember_turn(state: RequestState) -> RememberTurn | None:
         attempt=state.attempt,
         trace=state.trace,
         session_id=state.session_id,
+        reader=state.reader,
         turn=finished_turn(state),
         accepted=accepted,
     )

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from contracts.access import session_space
 from contracts.commands import SearchCommand
 from contracts.enums import Channel
 from contracts.models import RetrievedChunk
@@ -136,7 +137,8 @@ async def recall(
     recalled, nor one with nothing left but the user's own questions, nor, for a request
     with a metadata filter, a remembered answer (only the facts the user stated)."""
     settings = resources.settings
-    scope = scope_of(cmd.tenant, cmd.session_id, settings.memory_scope)
+    space = session_space(cmd.tenant, cmd.reader)  # a user's memories are its own
+    scope = scope_of(space, cmd.session_id, settings.memory_scope)
     if scope is None:
         return []
     encoder = await resources.encoder()
@@ -156,7 +158,7 @@ async def recall(
     if not hits:
         return []
     whole = await vectors.store.read(vectors.texts, hits)
-    turns = await sessions.turns(cmd.tenant, cmd.session_id) if cmd.session_id else []
+    turns = await sessions.turns(space, cmd.session_id) if cmd.session_id else []
     asked = users_questions(cmd.query, cmd.request_id, turns)
     cited = []
     for chunk in whole:

@@ -51,13 +51,13 @@ async def scope_of(resources: Resources, cmd: SearchCommand) -> Scope | None:
     (None: all). Asked of the store once per command: its channels run side by side and its
     fusion after them, and each would otherwise ask again (a Qdrant server scrolls its first
     chunks each time)."""
-    if cmd.filter is None:
+    if cmd.filter is None and cmd.reader is None:
         return None
     key = f"{cmd.request_id}/{cmd.event_id}"
     found = _scopes.get(key)
     if found is None or (found.done() and found.exception() is not None):
         store = await resources.vectors()
-        found = asyncio.ensure_future(document_scope(store, cmd.namespaces, cmd.filter))
+        found = asyncio.ensure_future(document_scope(store, cmd.namespaces, cmd.filter, cmd.reader))
         _scopes[key] = found
         while len(_scopes) > SCOPES_KEPT:
             _scopes.popitem(last=False)
@@ -67,7 +67,7 @@ async def scope_of(resources: Resources, cmd: SearchCommand) -> Scope | None:
 async def search_vector(resources: Resources, cmd: SearchCommand) -> Found:
     vector, made = await _query_vector(resources, cmd)
     store = await resources.vectors()
-    where = where_of(cmd.filter)
+    where = where_of(cmd.filter, cmd.reader)
     chunks = await store.read(
         store.search_dense,
         cmd.namespaces,
@@ -87,7 +87,7 @@ async def search_sparse(resources: Resources, cmd: SearchCommand) -> Found:
     else:  # a model's forward pass
         indices, values = await asyncio.to_thread(sparse.query, cmd.query)
     store = await resources.vectors()
-    where = where_of(cmd.filter)
+    where = where_of(cmd.filter, cmd.reader)
     return Found(
         await store.read(
             store.search_sparse,
@@ -111,9 +111,16 @@ async def search_graph_local(resources: Resources, cmd: SearchCommand) -> Found:
 
 async def search_graph_global(resources: Resources, cmd: SearchCommand) -> Found:
     """Communities by query entities, and by summary embedding when the command brings the
-    query vector (the channel never loads the encoder just for this)."""
+    query vector (the channel never loads the encoder just for this).
+
+    A user's question (`cmd.reader`) never ranks by summary: a community's summary is written
+    from all of its chunks, the documents that user may not read among them, so its embedding
+    would let what those documents say choose which of the user's passages come back. The
+    user's communities are ranked by the query's entities among the chunks it may read
+    (`ScopedView` recounts them), and only those chunks come back; a summary's text never
+    leaves the graph."""
     graph = await resources.graph()
-    vector = unpack_query(cmd.query_vector)
+    vector = unpack_query(cmd.query_vector) if cmd.reader is None else None
     found = await graph.global_search(
         cmd.namespaces,
         query_entities(cmd.query),

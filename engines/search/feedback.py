@@ -147,7 +147,7 @@ async def search_again(
         )
     )
     new_vector = moved(vector, dense)
-    where = where_of(cmd.filter)
+    where = where_of(cmd.filter, cmd.reader)
     return (
         {
             Channel.VECTOR: await store.read(

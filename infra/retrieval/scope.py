@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from contracts.filters import Node, parse_filter
+from contracts.access import Reader, scoped
+from contracts.filters import Node
 
 if TYPE_CHECKING:
     from infra.retrieval.vectors.base import VectorStore
@@ -31,16 +32,21 @@ class Scope:
         return (namespace, document_id) in self.documents
 
 
-def where_of(raw: Mapping[str, Any] | None) -> Node | None:
-    """A command's filter (validated when the command was) as the tree stores take."""
-    return parse_filter(raw) if raw is not None else None
+def where_of(raw: Mapping[str, Any] | None, reader: Reader | None = None) -> Node | None:
+    """A command's filter (validated when the command was), ANDed with what its reader may
+    read (`contracts.access`), as the tree stores take; None: everything."""
+    return scoped(raw, reader)
 
 
 async def document_scope(
-    store: VectorStore, namespaces: Sequence[str], raw: Mapping[str, Any] | None
+    store: VectorStore,
+    namespaces: Sequence[str],
+    raw: Mapping[str, Any] | None,
+    reader: Reader | None = None,
 ) -> Scope | None:
-    """The documents of `namespaces` that pass the filter; None without a filter (everything)."""
-    where = where_of(raw)
+    """The documents of `namespaces` that pass the filter and that the reader may read; None
+    without either (everything)."""
+    where = where_of(raw, reader)
     if where is None:
         return None
 

@@ -136,14 +136,21 @@ class JobTracker:
 
 
 async def open_job(
-    redis: aioredis.Redis, job_id: str, ttl_s: int, tenant: str = DEFAULT_TENANT
+    redis: aioredis.Redis,
+    job_id: str,
+    ttl_s: int,
+    tenant: str = DEFAULT_TENANT,
+    user: str | None = None,
 ) -> None:
-    """Make a job known as `running`, and whose it is, before its first message is published,
-    so its status is readable at once (a worker may not have seen any of it yet)."""
+    """Make a job known as `running`, and whose it is (its tenant, and the tenant's user who
+    sent it, if one did), before its first message is published, so its status is readable
+    at once (a worker may not have seen any of it yet)."""
     key = job_key(job_id)
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hsetnx(key, "status", "running")
         pipe.hsetnx(key, "tenant", tenant)
+        if user is not None:
+            pipe.hsetnx(key, "user", user)
         pipe.expire(key, ttl_s)
         await pipe.execute()
 
@@ -158,6 +165,7 @@ async def read_job(redis: aioredis.Redis, job_id: str) -> dict[str, Any] | None:
     return {
         "job_id": job_id,
         "tenant": raw.get("tenant", DEFAULT_TENANT),
+        "user": raw.get("user"),
         "status": raw.get("status", "running"),
         "expected": int(expected) if expected is not None else None,
         **{name: int(raw.get(name, 0)) for name in COUNTERS},

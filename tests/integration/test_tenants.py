@@ -247,9 +247,9 @@ def test_lists_show_only_the_callers_own(
     assert theirs == {"namespace": "docs", "documents": []}
     mine = read(acme, "/v1/documents", namespace="docs")
     assert [d["id"] for d in mine["documents"]] == ["secret-plan"]
-    assert read(beta, "/v1/whoami") == {"tenant": "beta", "auth_mode": "tenants"}
+    assert read(beta, "/v1/whoami") == {"tenant": "beta", "auth_mode": "tenants", "user": None, "groups": []}
     as_cookie = httpx.get(f"{stack.url}/v1/whoami", cookies={"ragbus_token": acme.api_key}).json()
-    assert as_cookie == {"tenant": "acme", "auth_mode": "tenants"}
+    assert as_cookie == {"tenant": "acme", "auth_mode": "tenants", "user": None, "groups": []}
 
 
 def test_a_namespace_is_the_tenants_own(

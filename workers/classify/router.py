@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from faststream.nats import NatsRouter
 
+from contracts.access import session_space
 from contracts.commands import ClassifyCommand
 from contracts.enums import Phase, Step
 from contracts.results import ClassifyResult
@@ -49,7 +50,7 @@ def create_router(resources: Resources) -> NatsRouter:
             return None
         async with phase(bus, cmd, Phase.QUERY_REWRITE) as run:
             history = await sessions.turns(
-                cmd.tenant,
+                session_space(cmd.tenant, cmd.reader),
                 cmd.session_id,
                 before=cmd.submitted_at,
                 limit=settings.session_context_turns,

@@ -67,7 +67,9 @@ def create_router(resources: Resources) -> NatsRouter:
                 sub_results=sub_results,
                 carried=cmd.carried,
                 hydrate=cmd.hydrate,
-                scope=await document_scope(await resources.vectors(), cmd.namespaces, cmd.filter),
+                scope=await document_scope(
+                    await resources.vectors(), cmd.namespaces, cmd.filter, cmd.reader
+                ),
                 metadata=run.metadata,
             )
             fused = await fuse_rankings(resources, claims, job)

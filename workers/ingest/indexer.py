@@ -134,7 +134,8 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         catalogue = DocumentMetadata(resources.redis())
         stored = await asyncio.to_thread(vectors.document_hash, doc.namespace, doc.id)
         if stored == content_hash:
-            await catalogue.put(doc.namespace, doc.id, doc.metadata)  # one indexed before it
+            # one indexed before it: its metadata may be new
+            await catalogue.put(doc.namespace, doc.id, doc.stored_metadata())
             return IndexOutcome("unchanged")
         chunks = chunk_document(doc, settings.chunk_chars, settings.chunk_overlap_chars)
         if not chunks:
@@ -150,9 +151,9 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
             sparse,
             content_hash,
             sentences,
-            doc.metadata,
+            doc.stored_metadata(),
         )
-        await catalogue.put(doc.namespace, doc.id, doc.metadata)
+        await catalogue.put(doc.namespace, doc.id, doc.stored_metadata())
     except store_hiccups() as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     distinct = {entity.norm for found in entities for entity in found}

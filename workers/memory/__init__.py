@@ -21,6 +21,7 @@ import asyncio
 
 from faststream.nats import NatsRouter
 
+from contracts.access import session_space
 from contracts.commands import SearchCommand
 from contracts.enums import CHANNEL_PHASE, Channel, Step
 from contracts.results import SearchResult
@@ -73,10 +74,11 @@ def create_router(resources: Resources) -> NatsRouter:
         log.info("memory_forgotten", scope_hash=hash(cmd.scope), memory_id=cmd.memory_id)
 
     async def remember(cmd: RememberTurn) -> None:
-        if not await sessions.finish(cmd.tenant, cmd.session_id, cmd.turn):
+        space = session_space(cmd.tenant, cmd.reader)  # a user's sessions are its own
+        if not await sessions.finish(space, cmd.session_id, cmd.turn):
             log.info("turn_of_forgotten_session", request_id=cmd.request_id)
             return
-        scope = scope_of(cmd.tenant, cmd.session_id, settings.memory_scope)
+        scope = scope_of(space, cmd.session_id, settings.memory_scope)
         memory = memorable(cmd)
         if scope is None or memory is None:
             return
@@ -87,7 +89,7 @@ def create_router(resources: Resources) -> NatsRouter:
         added = await index.add(
             scope,
             memory,
-            forgotten_marker=forgotten_key(cmd.tenant, cmd.session_id),
+            forgotten_marker=forgotten_key(space, cmd.session_id),
             asked_at=cmd.turn.submitted_at,
         )
         if not added:

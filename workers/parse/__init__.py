@@ -141,6 +141,7 @@ def made_document(message: IngestFile, parsed: ParsedDocument) -> DocumentIn:
             metadata=_metadata(message, parsed),
             namespace=document.namespace,
             file=document.file,
+            access=document.access,
         )
     except ValidationError as exc:
         raise FileRefused(f"{document.file.filename}: {describe_error(exc)}") from None

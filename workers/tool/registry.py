@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from contracts.access import Reader
 from contracts.limits import MAX_MESSAGE_CHARS, MAX_TOOL_OUTPUT_CHARS
 from contracts.models import ToolCall, ToolOutcome
 from contracts.tenancy import DEFAULT_TENANT
@@ -49,6 +50,10 @@ read only that tenant's (the tool worker sets it from the command)."""
 calling_filter: ContextVar[dict[str, Any] | None] = ContextVar("calling_filter", default=None)
 """The metadata filter of the request whose tool call is in progress: the `search` tool
 finds only passages of documents that pass it (the tool worker sets it from the command)."""
+
+calling_reader: ContextVar[Reader | None] = ContextVar("calling_reader", default=None)
+"""The tenant's user whose request runs the tool call in progress (`contracts.access`): the
+`search` tool finds only passages of documents that user may read (None: the tenant's key)."""
 
 ToolHandler = Callable[..., Awaitable[str]]
 """Called with the validated arguments as keywords; returns the tool's output text."""

@@ -32,7 +32,13 @@ from workers.tool.calculator import register_calculator
 from workers.tool.mcp_client import McpManager
 from workers.tool.planner import plan_calls
 from workers.tool.python_tool import register_python
-from workers.tool.registry import ToolRegistry, calling_filter, calling_tenant, load_plugins
+from workers.tool.registry import (
+    ToolRegistry,
+    calling_filter,
+    calling_reader,
+    calling_tenant,
+    load_plugins,
+)
 from workers.tool.sandbox import Sandbox
 from workers.tool.sandbox_run import SandboxLimits
 from workers.tool.search_tool import register_search
@@ -144,9 +150,11 @@ def create_router(resources: Resources, registry: ToolRegistry | None = None) ->
             servers = await access.servers_for(cmd.tenant)
             tenant = calling_tenant.set(cmd.tenant)
             narrowed = calling_filter.set(cmd.filter)
+            reading = calling_reader.set(cmd.reader)
             try:
                 outcomes = await run_tools(tools, cmd, servers=servers, routes=routes)
             finally:
+                calling_reader.reset(reading)
                 calling_filter.reset(narrowed)
                 calling_tenant.reset(tenant)
             run.metadata.update(

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from contracts.access import scoped
 from contracts.filters import FilterError, parse_filter
 from contracts.tenancy import store_namespace
 from contracts.tools import SEARCH
 from infra.runtime.resources import Resources
-from workers.tool.registry import ToolError, ToolRegistry, calling_filter, calling_tenant
+from workers.tool.registry import (
+    ToolError,
+    ToolRegistry,
+    calling_filter,
+    calling_reader,
+    calling_tenant,
+)
 
 DEFAULT_TOP_K: Final = 5
 PASSAGE_CHARS: Final = 600
@@ -34,9 +41,13 @@ def register_search(registry: ToolRegistry, resources: Resources) -> None:
                 parse_filter(filter)
             except FilterError as exc:
                 raise ToolError(f"filter: {exc}") from None
-        # the call's own filter narrows the request's, never widens it
+        # the call's own filter narrows the request's, never widens it; and the request's
+        # user reads only what it may (`contracts.access`), whatever either filter says
         asked = [f for f in (calling_filter.get(), filter) if f is not None]
-        where = parse_filter(asked[0] if len(asked) == 1 else {"$and": asked}) if asked else None
+        where = scoped(
+            asked[0] if len(asked) == 1 else {"$and": asked} if asked else None,
+            calling_reader.get(),
+        )
         encoder = await resources.encoder()
         vector = [float(x) for x in (await encoder.aencode([query]))[0]]
         store = await resources.vectors()
