@@ -139,6 +139,11 @@ class QueryView(BaseModel):
     filter: dict[str, Any] | None = Field(
         default=None, description="Its metadata filter, as ragbus spells it (one canonical form)."
     )
+    user: str | None = Field(
+        default=None,
+        description="The tenant's user it was asked as (it reads what that user may); null: "
+        "the tenant's key.",
+    )
     standalone_query: str | None = Field(
         default=None, description="The follow-up made standalone from its session's turns."
     )

@@ -73,6 +73,11 @@ async def test_recent_requests_come_newest_first(http: httpx.AsyncClient, stack:
     recent = (await http.get("/v1/queries", params={"limit": 2})).json()["requests"]
     assert [r["request_id"] for r in recent] == made[::-1]
     assert {r["query"] for r in recent} == {QUESTION}
-    assert (await http.get("/v1/whoami")).json() == {"tenant": "default", "auth_mode": "none", "user": None, "groups": []}
+    assert (await http.get("/v1/whoami")).json() == {
+        "tenant": "default",
+        "auth_mode": "none",
+        "user": None,
+        "groups": [],
+    }
     for request_id in made:
         await read_events(http, f"/v1/queries/{request_id}/events")

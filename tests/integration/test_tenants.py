@@ -247,7 +247,12 @@ def test_lists_show_only_the_callers_own(
     assert theirs == {"namespace": "docs", "documents": []}
     mine = read(acme, "/v1/documents", namespace="docs")
     assert [d["id"] for d in mine["documents"]] == ["secret-plan"]
-    assert read(beta, "/v1/whoami") == {"tenant": "beta", "auth_mode": "tenants", "user": None, "groups": []}
+    assert read(beta, "/v1/whoami") == {
+        "tenant": "beta",
+        "auth_mode": "tenants",
+        "user": None,
+        "groups": [],
+    }
     as_cookie = httpx.get(f"{stack.url}/v1/whoami", cookies={"ragbus_token": acme.api_key}).json()
     assert as_cookie == {"tenant": "acme", "auth_mode": "tenants", "user": None, "groups": []}
 

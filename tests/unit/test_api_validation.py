@@ -299,7 +299,12 @@ def test_the_token_cookie_serves_reads_only(
     client.cookies.set("ragbus_token", "nope")
     assert_error(client.get("/v1/whoami"), 401)
     client.cookies.set("ragbus_token", "s3cret")
-    assert client.get("/v1/whoami").json() == {"tenant": "default", "auth_mode": "token", "user": None, "groups": []}
+    assert client.get("/v1/whoami").json() == {
+        "tenant": "default",
+        "auth_mode": "token",
+        "user": None,
+        "groups": [],
+    }
     assert_error(client.post("/v1/queries", json={"query": "What is Gatun Lake?"}), 401)
     assert bus.published == []
 

@@ -1,10 +1,12 @@
-"""The `search` tool keeps to the request's metadata filter, and its own `filter` argument only
-narrows it further: a call can never widen what its request may see."""
+"""The `search` tool keeps to the request's metadata filter and to what the request's user may
+read, and its own `filter` argument only narrows them further: a call can never widen what its
+request may see."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.access import ACCESS_KEY, DocumentAccess, Reader
 from contracts.ingest import DocumentIn
 from contracts.models import ToolCall
 from infra.retrieval.chunking import chunk_document
@@ -13,10 +15,11 @@ from infra.runtime.bus import Bus
 from infra.runtime.resources import Resources
 from infra.settings import Settings
 from tests.unit.fakes import FakeEncoder
-from workers.tool.registry import ToolRegistry, calling_filter
+from workers.tool.registry import ToolRegistry, calling_filter, calling_reader
 from workers.tool.search_tool import register_search
 
 TEAMS = {"memo-legal": "legal", "memo-finance": "finance", "memo-ops": "ops"}
+READERS = {"memo-legal": DocumentAccess(groups=["legal"]), "memo-finance": None, "memo-ops": None}
 
 
 async def _registry(tmp_path: Path) -> ToolRegistry:
@@ -32,6 +35,7 @@ async def _registry(tmp_path: Path) -> ToolRegistry:
             title=doc_id,
             text=f"The harbour memo of the {team} team about pilot boats.",
             metadata={"team": team, "year": 2020 if team != "ops" else 2024},
+            access=READERS[doc_id],
         )
         chunks = chunk_document(doc)
         store.upsert_chunks(
@@ -41,7 +45,7 @@ async def _registry(tmp_path: Path) -> ToolRegistry:
             [SparseEncoder().encode_document(c.text) for c in chunks],
             doc.content_hash(),
             None,
-            doc.metadata,
+            doc.stored_metadata(),
         )
     registry = ToolRegistry()
     register_search(registry, resources)
@@ -74,3 +78,21 @@ async def test_the_request_filter_binds_and_the_calls_own_only_narrows(tmp_path:
         assert not bad.ok and str(bad.error).startswith("filter: team: unknown operator '$x'")
     finally:
         calling_filter.reset(token)
+
+
+async def test_a_users_call_finds_only_what_that_user_may_read(tmp_path: Path) -> None:
+    registry = await _registry(tmp_path)
+    outsider = calling_reader.set(Reader(user="bob", groups=("sales",)))
+    try:
+        assert await _found(registry) == {"memo-finance", "memo-ops"}
+        # no filter of the call's own reaches past the user's access, its readers' key included
+        assert await _found(registry, filter={"team": "legal"}) == set()
+        assert await _found(registry, filter={ACCESS_KEY: {"$exists": True}}) == set()
+        assert await _found(registry, filter={"$not": {"team": "ops"}}) == {"memo-finance"}
+    finally:
+        calling_reader.reset(outsider)
+    member = calling_reader.set(Reader(user="alice", groups=("legal",)))
+    try:  # the spy: the legal memo is there for a member of the group
+        assert await _found(registry, filter={"team": "legal"}) == {"memo-legal"}
+    finally:
+        calling_reader.reset(member)
