@@ -142,6 +142,9 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
             raise DocumentRejected("the document has no text to index")
         dense, sparse, sentences = await encode_documents(encoder, sparse_model, chunks)
         entities, extractor, fallbacks = await extract_chunk_entities(resources, doc, chunks)
+        # the store that decides filters learns the new metadata (and readers) before the
+        # graph holds the new text: `VectorStore.announce`
+        await asyncio.to_thread(vectors.announce, doc.namespace, doc.id, doc.stored_metadata())
         await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
         await asyncio.to_thread(
             vectors.upsert_chunks,

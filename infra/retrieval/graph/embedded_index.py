@@ -49,6 +49,8 @@ class EmbeddedGraphIndex:
 
     def __init__(self) -> None:
         self._documents: dict[str, dict[str, Any]] = {}
+        self._held: dict[str, set[str]] = defaultdict(set)
+        """namespace -> the ids of its documents, for `within`."""
         self._chunks: dict[str, RetrievedChunk] = {}
         self._chunk_entities: dict[str, list[str]] = {}
         self._chunk_at: dict[str, tuple[str, int]] = {}
@@ -86,6 +88,7 @@ class EmbeddedGraphIndex:
         self._remove(namespace, document_id)
         document_key = f"{namespace}/{document_id}"
         self._documents[document_key] = record
+        self._held[namespace].add(document_id)
         for norm in title_norms(record["title"]):
             self._titles[(namespace, norm)].append(document_key)
         for position, (chunk, entities) in enumerate(
@@ -126,6 +129,7 @@ class EmbeddedGraphIndex:
         record = self._documents.pop(document_key, None)
         if record is None:
             return
+        self._held[namespace].discard(document_id)
         for norm in title_norms(record["title"]):
             titled = self._titles.get((namespace, norm), [])
             if document_key in titled:
@@ -226,6 +230,17 @@ class EmbeddedGraphIndex:
 
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
         return {cid: self._chunks[cid] for cid in chunk_ids if cid in self._chunks}
+
+    async def within(
+        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
+    ) -> bool:
+        for namespace in dict.fromkeys(namespaces):
+            held = self._held.get(namespace, ())
+            if len(held) > len(documents):
+                return False
+            if any((namespace, document_id) not in documents for document_id in held):
+                return False
+        return True
 
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         found: set[str] = set()

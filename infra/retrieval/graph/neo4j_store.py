@@ -209,6 +209,11 @@ class Neo4jGraphStore:
         )
         return {row["chunk_id"]: _chunk(row) for row in rows}
 
+    async def within(
+        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
+    ) -> bool:
+        return False  # asking would cost a query a command: the scoped view's way instead
+
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         rows = await self._run(
             "UNWIND $docs AS d MATCH (c:Chunk {namespace: d[0], document_id: d[1]}) "

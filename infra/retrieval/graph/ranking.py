@@ -69,6 +69,13 @@ class GraphView(Protocol):
         """The chunk ids of the `(namespace, document id)` documents the graph knows."""
         ...
 
+    async def within(
+        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
+    ) -> bool:
+        """Whether every document the graph keeps in `namespaces` is one of `documents` (a
+        scope that leaves none of them out); False where it cannot tell cheaply."""
+        ...
+
     async def chunk_entities(
         self, chunk_ids: Sequence[str]
     ) -> dict[str, list[tuple[str, str]]]: ...
@@ -86,10 +93,21 @@ class ScopedView:
     community offers only them. An entity's IDF stays the namespace's: a statistic that
     ranks, never a passage that is shown."""
 
-    def __init__(self, view: GraphView, scope: Scope) -> None:
+    def __init__(self, view: GraphView, scope: Scope, namespaces: Sequence[str]) -> None:
         self._view = view
         self._scope = scope
+        self._namespaces = namespaces
         self._allowed: set[str] | None = None
+        self._whole: bool | None = None
+
+    async def _leaves_none_out(self) -> bool:
+        """Whether the scope holds every document the graph keeps in the request's namespaces
+        (a user who may read them all, a filter every document passes): the view is then the
+        graph's own, and only `fetch_chunks` still checks each chunk's document, against one
+        written since. Asked once a view."""
+        if self._whole is None:
+            self._whole = await self._view.within(self._namespaces, self._scope.documents)
+        return self._whole
 
     async def _chunks(self) -> set[str]:
         """The chunks of the scope's documents, read once a view."""
@@ -105,6 +123,8 @@ class ScopedView:
 
     async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
         found = await self._view.mentions(keys)
+        if await self._leaves_none_out():
+            return found
         allowed = await self._chunks()
         return {key: [cid for cid in ids if cid in allowed] for key, ids in found.items()}
 
@@ -113,6 +133,8 @@ class ScopedView:
     ) -> dict[str, list[tuple[str, int, int]]]:
         """The graph's neighbours of each key, counted again over the key's chunks inside the
         scope (its first `WALK_SCAN`): a relation seen only in other documents is not one."""
+        if await self._leaves_none_out():
+            return await self._view.neighbours(keys, limit)
         related = await self._view.neighbours(keys, limit * SCOPED_NEIGHBOURS)
         mentioned = await self.mentions(keys)
         sample = {key: ids[:WALK_SCAN] for key, ids in mentioned.items()}
@@ -140,6 +162,8 @@ class ScopedView:
         }
 
     async def communities(self, namespaces: Sequence[str]) -> list[Community]:
+        if await self._leaves_none_out():
+            return await self._view.communities(namespaces)
         allowed = await self._chunks()
         kept = [
             replace(c, chunk_ids=[cid for cid in c.chunk_ids if cid in allowed])
@@ -150,10 +174,15 @@ class ScopedView:
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         return await self._view.chunks_of(documents)
 
+    async def within(
+        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
+    ) -> bool:
+        return await self._view.within(namespaces, documents)
 
-def scoped(view: GraphView, scope: Scope | None) -> GraphView:
-    """`view` itself without a scope, else a `ScopedView` of it."""
-    return view if scope is None else ScopedView(view, scope)
+
+def scoped(view: GraphView, scope: Scope | None, namespaces: Sequence[str]) -> GraphView:
+    """`view` itself without a scope, else a `ScopedView` of it over `namespaces`."""
+    return view if scope is None else ScopedView(view, scope, namespaces)
 
 
 def ranked(scores: dict[str, float], hits: Counter[str], top_k: int) -> list[str]:
@@ -208,7 +237,7 @@ async def rank_local(
     only through a RELATES_TO neighbour of a matched entity add a discounted score.
     With a `scope`, only the chunks of its documents (`ScopedView`).
     """
-    view = scoped(view, scope)
+    view = scoped(view, scope, namespaces)
     hits = await view.match(namespaces, norms)
     if not hits:
         return []
@@ -355,7 +384,7 @@ async def rank_global(
     of its summary embedding with the query, when both exist; its best chunks follow, a
     community's first chunks before another's later ones.
     """
-    view = scoped(view, scope)
+    view = scoped(view, scope, namespaces)
     communities = {c.key: c for c in await view.communities(namespaces)}
     if not communities:
         return []

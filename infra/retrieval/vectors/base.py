@@ -119,6 +119,16 @@ class VectorStore(ABC):
                 self._delete_ids(namespace, stale)
             self._document_written(namespace, document_id, metadata or {})
 
+    def announce(self, namespace: str, document_id: str, metadata: Mapping[str, Any]) -> None:
+        """A document is about to be written with this metadata: decide filters by it from
+        now on. The indexer calls it before the document's text reaches the graph, whose
+        passages are narrowed by what this store decides (`infra.retrieval.scope`): a version
+        sent with narrower readers (`contracts.access`) is never shown through the graph to
+        someone its old readers let in, in the moment before its chunks are written here."""
+        with self._write_lock:
+            if self._exists(namespace):
+                self._announced(namespace, document_id, metadata)
+
     def write_points(self, namespace: str, points: Sequence[StoredPoint]) -> None:
         """Write prepared points as they are (a migration keeps ids, payloads and vectors)."""
         with self._write_lock:
@@ -310,6 +320,10 @@ class VectorStore(ABC):
     def _document_removed(self, namespace: str, document_id: str) -> None:
         """A document is being deleted."""
         return
+
+    def _announced(self, namespace: str, document_id: str, metadata: Mapping[str, Any]) -> None:
+        """`announce`'s work: what the backend decides filters by takes the new metadata."""
+        self._document_written(namespace, document_id, metadata)
 
     def _namespace_dropped(self, namespace: str) -> None:
         """A namespace's collection was dropped."""

@@ -52,7 +52,7 @@ from qdrant_edge import (
     VectorStorageDatatype,
 )
 
-from contracts.filters import Node
+from contracts.filters import Node, matches
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
 from infra.retrieval.vectors.documents_table import DocumentsTable
@@ -147,6 +147,15 @@ def _filter(ids: Sequence[str] | None, documents: Any = None) -> Filter | None:
     if documents is not None:
         must.append(documents)
     return Filter(must=must) if must else None
+
+
+def _passing(hits: list[Hit], where: Node) -> list[Hit]:
+    """The hits whose own payload passes `where`. The documents table chose them by document
+    id, as it stood when it decided the filter; a document written since (its chunks land a
+    moment before the table learns its metadata, and a search may hold a decision made before
+    either) is judged here by the metadata its chunk carries, so no chunk outside a filter, or
+    outside what a user may read (`contracts.access`), is ever returned."""
+    return [hit for hit in hits if matches(where, restored(hit.payload.get(META) or {}))]
 
 
 def _record(raw: Any) -> Record:
@@ -339,6 +348,8 @@ class EdgeVectorStore(VectorStore):
         if documents is NOTHING:
             return []
         among = _filter(ids, documents)
+        if where is not None:  # each hit is checked against its own payload (`_passing`)
+            fields = [*fields, META]
         if using == SPARSE:  # an inverted index: exact as it is
             request = QueryRequest(
                 limit=limit,
@@ -358,7 +369,8 @@ class EdgeVectorStore(VectorStore):
                 params=EXACT if small else APPROXIMATE,
                 filter=among,
             )
-        return [Hit(str(p.id), p.score, p.payload or {}) for p in shard.query(request)]
+        hits = [Hit(str(p.id), p.score, p.payload or {}) for p in shard.query(request)]
+        return hits if where is None else _passing(hits, where)
 
     def _retrieve(
         self,

@@ -9,7 +9,7 @@ not thread-safe, so every call here holds one lock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,7 @@ from qdrant_client import models as qm
 from contracts.filters import All, AnyOf, Condition, Node, Not, rfc3339
 from infra.logging import get_logger
 from infra.retrieval.vectors.base import VectorStore
-from infra.retrieval.vectors.filtering import META, keyword
+from infra.retrieval.vectors.filtering import META, filterable, keyword
 from infra.retrieval.vectors.points import (
     DENSE,
     SENTENCES,
@@ -193,6 +193,16 @@ class QdrantVectorStore(VectorStore):
         with self._lock:
             self._client.delete(
                 self.collection_name(namespace), points_selector=qm.PointIdsList(points=list(ids))
+            )
+
+    def _announced(self, namespace: str, document_id: str, metadata: Mapping[str, Any]) -> None:
+        """The server filters each point by its own `meta`: the document's chunks written
+        before take the new metadata now (a no-op for a new document)."""
+        with self._lock:
+            self._client.set_payload(
+                self.collection_name(namespace),
+                payload={META: filterable(metadata)},
+                points=_by_document(document_id),
             )
 
     def _delete_document_by_filter(self, namespace: str, document_id: str) -> int:
