@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from contracts.access import Reader, scoped
@@ -30,6 +31,14 @@ class Scope:
 
     def allows(self, namespace: str, document_id: str) -> bool:
         return (namespace, document_id) in self.documents
+
+    @cached_property
+    def by_namespace(self) -> dict[str, frozenset[str]]:
+        """The document ids of each namespace: what a graph compares its own with (`within`)."""
+        found: dict[str, set[str]] = {}
+        for namespace, document_id in self.documents:
+            found.setdefault(namespace, set()).add(document_id)
+        return {namespace: frozenset(ids) for namespace, ids in found.items()}
 
 
 def where_of(raw: Mapping[str, Any] | None, reader: Reader | None = None) -> Node | None:

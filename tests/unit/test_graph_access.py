@@ -115,10 +115,10 @@ async def test_a_scope_that_leaves_nothing_out_ranks_as_the_graph_itself(
     everything = Scope(frozenset((SPACE, doc) for doc in DOCS))
     query = [e.norm for e in extract_entities("LDL cholesterol and bone density")]
     whole = await rank_local(graph, [SPACE], query, 8)
-    assert whole and await graph.within([SPACE], everything.documents)
+    assert whole and await graph.within([SPACE], everything)
     assert await rank_local(graph, [SPACE], query, 8, everything) == whole
     narrowed = Scope(frozenset({(SPACE, "statin"), (SPACE, "heart")}))
-    assert not await graph.within([SPACE], narrowed.documents)
+    assert not await graph.within([SPACE], narrowed)
     assert set(_docs(await rank_local(graph, [SPACE], query, 8, narrowed))) <= {"statin", "heart"}
 
 

@@ -26,6 +26,7 @@ from infra.retrieval.graph.model import (
     generic_df,
 )
 from infra.retrieval.graph.ranking import match_weight
+from infra.retrieval.scope import Scope
 
 
 @dataclass
@@ -231,16 +232,13 @@ class EmbeddedGraphIndex:
     async def fetch_chunks(self, chunk_ids: Sequence[str]) -> dict[str, RetrievedChunk]:
         return {cid: self._chunks[cid] for cid in chunk_ids if cid in self._chunks}
 
-    async def within(
-        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
-    ) -> bool:
-        for namespace in dict.fromkeys(namespaces):
-            held = self._held.get(namespace, ())
-            if len(held) > len(documents):
-                return False
-            if any((namespace, document_id) not in documents for document_id in held):
-                return False
-        return True
+    async def within(self, namespaces: Sequence[str], scope: Scope) -> bool:
+        allowed = scope.by_namespace
+        empty: frozenset[str] = frozenset()
+        return all(
+            self._held.get(namespace, empty) <= allowed.get(namespace, empty)
+            for namespace in dict.fromkeys(namespaces)
+        )
 
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         found: set[str] = set()

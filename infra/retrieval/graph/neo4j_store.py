@@ -209,9 +209,7 @@ class Neo4jGraphStore:
         )
         return {row["chunk_id"]: _chunk(row) for row in rows}
 
-    async def within(
-        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
-    ) -> bool:
+    async def within(self, namespaces: Sequence[str], scope: Scope) -> bool:
         return False  # asking would cost a query a command: the scoped view's way instead
 
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:

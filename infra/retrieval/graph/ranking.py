@@ -69,10 +69,8 @@ class GraphView(Protocol):
         """The chunk ids of the `(namespace, document id)` documents the graph knows."""
         ...
 
-    async def within(
-        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
-    ) -> bool:
-        """Whether every document the graph keeps in `namespaces` is one of `documents` (a
+    async def within(self, namespaces: Sequence[str], scope: Scope) -> bool:
+        """Whether every document the graph keeps in `namespaces` is one of the scope's (a
         scope that leaves none of them out); False where it cannot tell cheaply."""
         ...
 
@@ -106,7 +104,7 @@ class ScopedView:
         graph's own, and only `fetch_chunks` still checks each chunk's document, against one
         written since. Asked once a view."""
         if self._whole is None:
-            self._whole = await self._view.within(self._namespaces, self._scope.documents)
+            self._whole = await self._view.within(self._namespaces, self._scope)
         return self._whole
 
     async def _chunks(self) -> set[str]:
@@ -174,10 +172,8 @@ class ScopedView:
     async def chunks_of(self, documents: Iterable[tuple[str, str]]) -> set[str]:
         return await self._view.chunks_of(documents)
 
-    async def within(
-        self, namespaces: Sequence[str], documents: frozenset[tuple[str, str]]
-    ) -> bool:
-        return await self._view.within(namespaces, documents)
+    async def within(self, namespaces: Sequence[str], scope: Scope) -> bool:
+        return await self._view.within(namespaces, scope)
 
 
 def scoped(view: GraphView, scope: Scope | None, namespaces: Sequence[str]) -> GraphView:
