@@ -289,6 +289,33 @@ def test_deleting_a_document_deletes_only_the_callers(
     assert "secret-plan" in cited_documents(view)
 
 
+def test_a_tenants_users_are_its_own(
+    stack: TenantStack, acme: Tenant, beta: Tenant, acme_secret: dict[str, Any]
+) -> None:
+    """A user acme's key makes is acme's: it reads acme's documents, is no user of beta's,
+    administers no one, and sees nothing of beta's; beta's key finds no such user."""
+    made = httpx.post(
+        f"{stack.url}/v1/users", json={"user": "ann", "groups": ["plans"]}, headers=acme.headers
+    )
+    assert made.status_code == 201, made.text
+    ann = {"Authorization": f"Bearer {made.json()['api_key']}"}
+    me = httpx.get(f"{stack.url}/v1/whoami", headers=ann).json()
+    assert me == {"tenant": "acme", "auth_mode": "tenants", "user": "ann", "groups": ["plans"]}
+    listed = httpx.get(f"{stack.url}/v1/documents", params={"namespace": "docs"}, headers=ann)
+    assert [d["id"] for d in listed.json()["documents"]] == ["secret-plan"]  # tenant-wide
+    assert httpx.get(f"{stack.url}/v1/users/ann", headers=beta.headers).status_code == 404
+    assert httpx.get(f"{stack.url}/v1/users", headers=beta.headers).json() == []
+    assert httpx.get(f"{stack.url}/v1/users", headers=ann).status_code == 403
+    rid = acme_secret["request_id"]  # the tenant key's request: not a user's to see
+    assert httpx.get(f"{stack.url}/v1/queries/{rid}", headers=ann).status_code == 404
+    assert (
+        httpx.get(
+            f"{stack.url}/v1/documents", params={"namespace": "docs"}, headers=beta.headers
+        ).json()["documents"]
+        == []
+    )
+
+
 def test_idempotency_keys_are_per_tenant(stack: TenantStack, acme: Tenant, beta: Tenant) -> None:
     key = {"Idempotency-Key": "the-same-key-for-both"}
     ids = []
