@@ -24,7 +24,7 @@ log = get_logger(__name__)
 router = APIRouter(
     prefix="/v1/users",
     tags=["users"],
-    responses={code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 422, 429)},
+    responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 422, 429, 503)},
 )
 
 UserPath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN, description="The user's name.")]
