@@ -32,6 +32,7 @@ from cli import (
     serve,
     specs,
     tenants,
+    users,
     vectors,
 )
 
@@ -58,6 +59,7 @@ bench_filters.register(app)  # bench-filters
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config
+users.register(app)  # user create|list|groups|revoke|rotate-key
 mcp.register(app)  # mcp
 
 

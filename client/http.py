@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Self
@@ -255,3 +255,24 @@ class RagbusClient:
 
     async def job(self, job_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/ingest/{job_id}")
+
+    # -- a tenant's users, with the tenant's own key (`/v1/users`) --
+
+    async def users(self) -> list[dict[str, Any]]:
+        response = await self._http.get("/v1/users")
+        await _raise_for_error(response)
+        found: list[dict[str, Any]] = response.json()
+        return found
+
+    async def create_user(self, user: str, groups: Sequence[str] = ()) -> dict[str, Any]:
+        """The user, and its `api_key`: shown this once."""
+        return await self._json("POST", "/v1/users", json={"user": user, "groups": list(groups)})
+
+    async def set_user_groups(self, user: str, groups: Sequence[str]) -> dict[str, Any]:
+        return await self._json("PATCH", f"/v1/users/{user}", json={"groups": list(groups)})
+
+    async def revoke_user(self, user: str) -> dict[str, Any]:
+        return await self._json("DELETE", f"/v1/users/{user}")
+
+    async def rotate_user_key(self, user: str) -> dict[str, Any]:
+        return await self._json("POST", f"/v1/users/{user}/key")

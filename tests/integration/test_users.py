@@ -15,7 +15,10 @@ attacks it); a user has no NATS credentials.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -418,3 +421,48 @@ async def test_groups_and_revocation_take_effect_at_once(users: Users) -> None:
         again = await admin.post("/v1/users", json={"user": "carol"})
         assert again.status_code == 409  # a revoked user's name is never given again
         assert (await admin.post("/v1/users/carol/key")).status_code == 404
+
+
+async def _cli(users: Users, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cli", *args, "--api", users.url, "--token", TOKEN]
+    return await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=120
+    )
+
+
+async def test_the_cli_administers_users_and_a_users_key_asks_as_that_user(
+    users: Users,
+) -> None:
+    made = await _cli(users, "user", "create", "dave", "--group", "legal", "--json")
+    assert made.returncode == 0, made.stderr
+    dave = json.loads(made.stdout)
+    assert dave["groups"] == ["legal"] and dave["api_key"].startswith("rbu_")
+    listed = await _cli(users, "user", "list")
+    assert "dave: legal; active" in listed.stdout, listed.stdout
+    changed = await _cli(users, "user", "groups", "dave", "--group", "sales", "--json")
+    assert json.loads(changed.stdout)["groups"] == ["sales"]
+    asked = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "ask",
+            QUESTION,
+            "--namespace",
+            SPACE,
+            "--api",
+            users.url,
+            "--token",
+            dave["api_key"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert not _leaks(asked.stdout)
+    revoked = await _cli(users, "user", "revoke", "dave")
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout
+    refused = await _cli(users, "user", "rotate-key", "dave")
+    assert refused.returncode != 0 and "no active user" in refused.stderr
