@@ -466,3 +466,32 @@ async def test_the_cli_administers_users_and_a_users_key_asks_as_that_user(
     assert revoked.returncode == 0 and "revoked" in revoked.stdout
     refused = await _cli(users, "user", "rotate-key", "dave")
     assert refused.returncode != 0 and "no active user" in refused.stderr
+
+
+async def test_mcp_ingest_names_the_readers_of_what_it_sends(users: Users) -> None:
+    async def mcp(who: str, tool: str, arguments: dict[str, Any]) -> Any:
+        headers = {"Authorization": f"Bearer {users.keys[who]}"}
+        async with (
+            create_mcp_http_client(headers=headers) as client_http,
+            Client(streamable_http_client(f"{users.url}/mcp", http_client=client_http)) as client,
+        ):
+            done = await client.call_tool(tool, arguments)
+            assert not done.is_error, done
+            return done.structured_content or {}
+
+    sent = await mcp(
+        "alice",
+        "ingest",
+        {
+            "documents": [{"text": _text("alice-note"), "document_id": "mcp-note"}],
+            "namespace": "mcp-space",
+            "access": {"users": ["alice"]},
+        },
+    )
+    async with users.client("alice") as alice:
+        await _job_done(alice, sent["job_id"])
+    question = {"query": QUESTION, "namespaces": ["mcp-space"], "top_k": 4}
+    assert {p["document_id"] for p in (await mcp("alice", "search", question))["passages"]} == {
+        "mcp-note"
+    }
+    assert (await mcp("bob", "search", question))["passages"] == []
