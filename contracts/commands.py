@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.access import Reader
+from contracts.access import Reader, unset
 from contracts.enums import DOCUMENT_CHANNELS, Channel, Intent
 from contracts.envelope import Envelope
 from contracts.filters import MetadataFilter
@@ -57,6 +57,7 @@ class ClassifyCommand(Envelope):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     reader: Reader | None = Field(
         default=None,
+        exclude_if=unset,
         description="the tenant's user it is for (`contracts.access`): its session is that "
         "user's own (`session_space`)",
     )
@@ -143,6 +144,7 @@ class SearchCommand(Envelope):
     )
     reader: Reader | None = Field(
         default=None,
+        exclude_if=unset,
         description="the tenant's user the request reads for (`contracts.access`): only chunks of "
         "documents that user may read, ANDed with `filter",
     )
@@ -244,6 +246,7 @@ class FuseCommand(Envelope, FusionParameters):
     )
     reader: Reader | None = Field(
         default=None,
+        exclude_if=unset,
         description="the tenant's user the request reads for (`contracts.access`): the "
         "bridge adds only chunks of documents that user may read",
     )
@@ -301,6 +304,7 @@ class ToolCommand(Envelope):
     )
     reader: Reader | None = Field(
         default=None,
+        exclude_if=unset,
         description="the tenant's user the request reads for (`contracts.access`): the "
         "`search` tool finds only passages of documents that user may read",
     )

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from contracts.access import ACCESS_KEY, DocumentAccess, with_access
+from contracts.access import ACCESS_KEY, DocumentAccess, unset, with_access
 from contracts.envelope import Envelope
 from contracts.queries import STORE_NAMESPACE_PATTERN
 
@@ -135,6 +135,7 @@ class DocumentIn(BaseModel):
     )
     access: DocumentAccess | None = Field(
         default=None,
+        exclude_if=unset,
         description="the groups and users of the tenant that may read it (besides the "
         "tenant's own key); none named: every user of the tenant (`contracts.access`)",
     )
@@ -186,6 +187,7 @@ class FileDocument(BaseModel):
     file: FileRef
     access: DocumentAccess | None = Field(
         default=None,
+        exclude_if=unset,
         description="the groups and users of the tenant that may read it (besides the "
         "tenant's own key); none named: every user of the tenant (`contracts.access`)",
     )

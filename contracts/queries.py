@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from contracts.access import Reader
+from contracts.access import Reader, unset
 from contracts.enums import Intent
 from contracts.envelope import Envelope
 from contracts.events import AnswerData
@@ -50,6 +50,7 @@ class QuerySubmitted(Envelope):
     )
     reader: Reader | None = Field(
         default=None,
+        exclude_if=unset,
         description="the tenant's user the question reads for (`contracts.access`): only "
         "documents that user may read, in every channel and every research child; set by the "
         "door from the caller's key, never by a caller (none: the tenant's key, everything)",

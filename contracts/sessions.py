@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
-from contracts.access import Reader
+from contracts.access import Reader, unset
 from contracts.envelope import Envelope
 from contracts.limits import MAX_PAGE_LABEL_CHARS
 from contracts.queries import MAX_QUERY_CHARS, SESSION_ID_PATTERN
@@ -81,6 +81,7 @@ class RememberTurn(Envelope):
     session_id: SessionId
     reader: Reader | None = Field(
         default=None,
+        exclude_if=unset,
         description="the tenant's user it is for (`contracts.access`): its session and "
         "memories are that user's own (`session_space`)",
     )

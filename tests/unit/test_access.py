@@ -3,6 +3,8 @@ reader a user's question carries, and the filter they make together with a quest
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -108,3 +110,22 @@ def test_each_user_keeps_sessions_apart_from_the_tenants_and_each_others() -> No
     }
     assert len(spaces) == 4
     assert session_space("acme", None) == "acme"
+
+
+def test_a_message_without_a_reader_or_readers_carries_neither() -> None:
+    """So a worker of the release before users, whose models forbid unknown fields, takes
+    every message that needs neither through a rolling upgrade."""
+    from contracts.commands import SearchCommand
+    from contracts.enums import Channel
+    from contracts.queries import QuerySubmitted
+
+    plain = QuerySubmitted(request_id="r", query="q")
+    assert "reader" not in json.loads(plain.model_dump_json())
+    theirs = QuerySubmitted(request_id="r", query="q", reader=Reader(user="bob"))
+    assert json.loads(theirs.model_dump_json())["reader"] == {"user": "bob", "groups": []}
+    assert QuerySubmitted.model_validate_json(theirs.model_dump_json()).reader == theirs.reader
+    search = SearchCommand(
+        request_id="r", channel=Channel.VECTOR, query="q", namespaces=["d"], top_k=1
+    )
+    assert "reader" not in json.loads(search.model_dump_json())
+    assert "access" not in json.loads(DocumentIn(id="d", text="t").model_dump_json())

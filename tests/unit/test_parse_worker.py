@@ -121,7 +121,7 @@ def test_a_file_message_carries_its_reference_never_its_bytes() -> None:
     message = IngestFile(request_id="j", event_id=document.content_hash(), document=document)
     body = json.loads(message.model_dump_json())
     assert body["document"]["file"]["name"] == "default/report.pdf"
-    assert set(body["document"]) == {"id", "title", "metadata", "namespace", "file", "access"}
+    assert set(body["document"]) == {"id", "title", "metadata", "namespace", "file"}
     changed = document.model_copy(update={"file": ref().model_copy(update={"sha256": "b" * 64})})
     assert changed.content_hash() != document.content_hash(), "another upload, another version"
 
