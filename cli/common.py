@@ -63,6 +63,25 @@ def store_namespace(value: str | None) -> str | None:
     return value
 
 
+def access_option(value: str | None) -> str | None:
+    """An `--access` (JSON: `{"groups": [...], "users": [...]}`), checked before anything is
+    sent; the same JSON back."""
+    from pydantic import ValidationError
+
+    from contracts.access import DocumentAccess
+
+    if value is None:
+        return None
+    try:
+        DocumentAccess.model_validate_json(value)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'access'}: {e['msg']}" for e in exc.errors()
+        )
+        raise typer.BadParameter(f"--access: {problems}") from None
+    return value
+
+
 def filter_option(value: str | None) -> dict[str, Any] | None:
     """A `--filter` (JSON), checked here so that a bad one is told before anything is sent:
     where it is wrong, as the API would say it (`contracts.filters`)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,6 +13,7 @@ from cli.common import (
     INTERRUPTED,
     Failure,
     Verbose,
+    access_option,
     console,
     errors,
     interactive_logging,
@@ -38,6 +39,14 @@ def ingest(
         str | None, typer.Option(help="Put every document here.", callback=store_namespace)
     ] = None,
     job_id: Annotated[str | None, typer.Option(help="Job id (default: a new one).")] = None,
+    access: Annotated[
+        str | None,
+        typer.Option(
+            help='Who of the tenant may read every document: \'{"groups": ["legal"], '
+            '"users": ["alice"]}\' (docs/usage.md, Users and document access); unset: all.',
+            callback=access_option,
+        ),
+    ] = None,
     timeout: Annotated[
         float,
         typer.Option(
@@ -60,6 +69,7 @@ def ingest(
     document was indexed (or unchanged); 3 when some failed or files were skipped; 1 when
     the job could not be run or did not finish; 130 on Ctrl-C."""
     from cli.ingest_job import describe, ingest_and_follow
+    from contracts.access import DocumentAccess
     from contracts.envelope import new_request_id
     from infra.runtime.ingest_producer import (
         KINDS_READ,
@@ -83,11 +93,12 @@ def ingest(
     _list(f"skipped {_count(len(missed), 'file')}:", missed)
     links = [(s.name, s.reason) for s in skipped if s.read_elsewhere]
     _list(f"not followed {_count(len(links), 'link')} (read under their own paths):", links)
-    if namespace:
+    changes: dict[str, Any] = {"namespace": namespace} if namespace else {}
+    if access:
+        changes["access"] = DocumentAccess.model_validate_json(access)
+    if changes:
         sources = [
-            replace(s, namespace=namespace)
-            if isinstance(s, LocalFile)
-            else s.model_copy(update={"namespace": namespace})
+            replace(s, **changes) if isinstance(s, LocalFile) else s.model_copy(update=changes)
             for s in sources
         ]
     if not sources:

@@ -24,6 +24,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from contracts import subjects as sj
+from contracts.access import DocumentAccess
 from contracts.envelope import Envelope, new_request_id
 from contracts.ingest import (
     DOCUMENT_ID_PATTERN,
@@ -77,6 +78,7 @@ class LocalFile:
     id: str
     namespace: str = "default"
     metadata: dict[str, Any] = field(default_factory=dict)
+    access: DocumentAccess | None = None
 
     @property
     def size(self) -> int:
@@ -164,7 +166,9 @@ async def upload_file(store: FileStore, file: LocalFile) -> FileDocument:
     except OSError as exc:
         raise FileUnreadable(f"{file.path} changed since it was found ({why(exc)})") from exc
     ref = await store.put(file.namespace, file.id, data, file.path.name, file.media_type)
-    return FileDocument(id=file.id, metadata=file.metadata, namespace=file.namespace, file=ref)
+    return FileDocument(
+        id=file.id, metadata=file.metadata, namespace=file.namespace, file=ref, access=file.access
+    )
 
 
 @dataclass(frozen=True)

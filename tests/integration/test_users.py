@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,6 +32,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from contracts.filters import matches, parse_filter
 from launcher.layout import WORKER_KINDS
+from tests.environment import child_environment
 from tests.integration.conftest import own_services, running, serving_api
 from tests.integration.polling import until
 from tests.integration.sse import SseEvent, read_events
@@ -495,3 +497,38 @@ async def test_mcp_ingest_names_the_readers_of_what_it_sends(users: Users) -> No
         "mcp-note"
     }
     assert (await mcp("bob", "search", question))["passages"] == []
+
+
+async def test_ragbus_ingest_names_the_readers_of_a_folder(
+    users: Users, services: Any, tmp_path: Path
+) -> None:
+    """The operator's `ragbus ingest --access`: a folder's files and texts for `legal` only."""
+    folder = tmp_path / "board"
+    folder.mkdir()
+    (folder / "minutes.md").write_text(
+        "# Minutes\n\nPilot boats guide ships into Kestrel Harbour at night; the board met."
+    )
+    (folder / "notes.txt").write_text("Kestrel Harbour pilots' board notes: dredging at dawn.")
+    env = child_environment()
+    env.update(
+        RAGBUS_NATS_URL=services.nats_url,
+        RAGBUS_REDIS_URL=services.redis_url,
+        RAGBUS_DATA_DIR=str(services.data_dir),
+        RAGBUS_START_SERVICES="false",
+    )
+    command = [sys.executable, "-m", "cli", "ingest", str(folder), "--namespace", "board"]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*command, "--access", '{"groups": ["legal"]}'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    question = {"namespaces": ["board"], "top_k": 4}
+    async with users.client("alice") as alice, users.client("bob") as bob:
+        found, _ = _documents((await _retrieved(alice, QUESTION, **question))[0])
+        assert found == {"minutes.md", "notes.txt"}
+        found, _ = _documents((await _retrieved(bob, QUESTION, **question))[0])
+        assert found == set()
