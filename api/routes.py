@@ -115,9 +115,14 @@ async def submit_query(
         trace=mint_trace(),
     )
     structlog.contextvars.bind_contextvars(request_id=request_id, trace_id=submitted.trace.trace_id)
-    trace.get_current_span().set_attributes(
-        {"ragbus.request_id": request_id, "ragbus.replayed": replayed}
-    )
+    attributes: dict[str, str | bool] = {
+        "ragbus.request_id": request_id,
+        "ragbus.replayed": replayed,
+    }
+    if caller.user_name is not None:  # whose question, in the trace and the door's log lines
+        attributes["ragbus.user"] = caller.user_name
+        structlog.contextvars.bind_contextvars(user=caller.user_name)
+    trace.get_current_span().set_attributes(attributes)
     fresh = True
     try:
         await submitter.record(store, submitted)
