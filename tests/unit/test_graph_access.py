@@ -192,3 +192,41 @@ def test_narrower_readers_announced_before_the_write_hold_at_once(vectors: Vecto
     vectors.announce(SPACE, "open-1", narrowed)
     assert "open-1" not in vectors.matching_documents(SPACE, where)
     assert _found(vectors, where) == {"open-2"}
+
+
+@pytest.fixture(params=["edge", "qdrant-local"])
+def both(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    """A store of each backend: an open document, one for group legal, one for alice."""
+    from qdrant_client import QdrantClient
+
+    from infra.retrieval.vectors.qdrant import QdrantVectorStore
+
+    if request.param == "edge":
+        store: VectorStore = open_vector_store(Settings(data_dir=tmp_path), DIM)
+    else:
+        store = QdrantVectorStore(QdrantClient(path=str(tmp_path / "local")), DIM)
+    _points(store, "open", None, through_the_table=True)
+    _points(store, "legal", DocumentAccess(groups=["legal"]), through_the_table=True)
+    _points(store, "alices", DocumentAccess(users=["alice"]), through_the_table=True)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("reader", "expected"),
+    [
+        (Reader(user="bob", groups=("sales",)), {"open"}),
+        (Reader(user="alice"), {"open", "alices"}),
+        (Reader(user="carol", groups=("legal",)), {"open", "legal"}),
+        (Reader(user="legal"), {"open"}),
+    ],
+)
+def test_each_backend_keeps_a_user_to_what_it_may_read(
+    both: VectorStore, reader: Reader, expected: set[str]
+) -> None:
+    where = readable_by(reader)
+    assert _found(both, where) == expected
+    assert both.matching_documents(SPACE, where) == expected
+    narrowed = DocumentIn(id="open", text="x", access=DocumentAccess(groups=["board"]))
+    both.announce(SPACE, "open", narrowed.stored_metadata())  # as the indexer does, first
+    assert _found(both, where) == expected - {"open"}
