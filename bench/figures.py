@@ -305,6 +305,20 @@ def _filter_cost(r: Report) -> str:
     return text
 
 
+def _user_cost(r: Report) -> str:
+    final = r["query_user_vs_tenant_key"]["final"]
+    ratio, user = final["ratio_user_to_tenant"], final["mean"]["user"]
+    tenant_key = r["query_tenant_key"]["ratio_new_to_base"]
+    return (
+        f"a user who may read every document, against the tenant's key: q/s "
+        f"{ratio['throughput_qps']:.2f}×, p95 {ratio['p95_ms']:.2f}×, CPU a request "
+        f"{ratio['server_cpu_ms_per_request']:.2f}× (mean of 3 alternated rounds; the user "
+        f"{_n(user['throughput_qps'])} q/s, p95 {_ms(user['p95_ms'])}); the tenant key's load "
+        f"against the main before users: q/s {tenant_key['throughput_qps']:.2f}×, p95 "
+        f"{tenant_key['p95_ms']:.2f}×"
+    )
+
+
 @dataclass(frozen=True)
 class Row:
     what: str
@@ -319,6 +333,7 @@ ROWS = (
     Row("the doors against `/v1/chat`, c = 8", "bench-doors.json", _doors),
     Row("metadata filters: every channel kept to the filter", "bench-filters.json", _filters),
     Row("a filter keeping 10 % of the documents, c = 8", "bench-filter-cost.json", _filter_cost),
+    Row("a user's questions, c = 8", "bench-issue56-users.json", _user_cost),
     Row("scale, 10k → 300k chunks", "scale.json", _scale),
     Row("ingestion", "ingest.json", _ingest),
     Row(
