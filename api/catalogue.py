@@ -93,7 +93,7 @@ def _listed(caller: Caller, where: Node | None, metadata: dict[str, Any] | None)
     not known here); the tenant's key lists every one."""
     if caller.user is not None and (metadata is None or not may_read(caller.reader, metadata)):
         return False
-    return where is None or matches(where, without_access(metadata or {}))
+    return where is None or matches(where, metadata or {})  # as the channels match it
 
 
 def _entry(document_id: str, size: int, metadata: dict[str, Any] | None) -> DocumentEntry:
