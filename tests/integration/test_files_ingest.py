@@ -41,10 +41,9 @@ from infra.runtime.topology import (
     declare_topology,
     parse_lane_consumer,
 )
-from infra.settings import Settings
 from infra.tenancy.quotas import effective
 from launcher.runtime import Runtime
-from tests.environment import child_environment
+from tests.environment import stack_environment
 from tests.integration.conftest import own_services, running, serving, stack_settings
 from tests.integration.polling import until
 from tests.integration.sse import read_events
@@ -333,17 +332,6 @@ async def test_a_parser_that_hangs_or_crashes_dead_letters_its_file_and_the_work
 # -- ragbus ingest DIR ----------------------------------------------------------------------
 
 
-def cli_env(settings: Settings) -> dict[str, str]:
-    env = child_environment()
-    env.update(
-        RAGBUS_NATS_URL=settings.nats_url,
-        RAGBUS_REDIS_URL=settings.redis_url,
-        RAGBUS_DATA_DIR=str(settings.data_dir),
-        RAGBUS_START_SERVICES="false",
-    )
-    return env
-
-
 async def test_ragbus_ingest_a_folder_tree_of_files(stack: Runtime, tmp_path: Path) -> None:
     root = tmp_path / "reports"
     (root / "q3").mkdir(parents=True)
@@ -364,7 +352,7 @@ async def test_ragbus_ingest_a_folder_tree_of_files(stack: Runtime, tmp_path: Pa
         "--timeout",
         "180",
         cwd=ROOT,
-        env=cli_env(stack.settings),
+        env=stack_environment(stack.settings),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

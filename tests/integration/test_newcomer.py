@@ -23,7 +23,7 @@ from infra.runtime.readiness import role_key
 from infra.runtime.redis_client import connect_redis
 from infra.runtime.services import LocalService
 from infra.settings import Settings
-from tests.environment import child_environment
+from tests.environment import stack_environment
 from tests.integration.conftest import own_services, serving, stack_settings
 
 pytestmark = pytest.mark.integration
@@ -31,18 +31,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 QUICK_S = 5.0
 """Where nothing would answer, the command says so within this, beyond the CLI's start."""
-
-
-def cli_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = child_environment()
-    env.update(
-        RAGBUS_NATS_URL=settings.nats_url,
-        RAGBUS_REDIS_URL=settings.redis_url,
-        RAGBUS_DATA_DIR=str(settings.data_dir),
-        RAGBUS_START_SERVICES="false",
-        **extra,
-    )
-    return env
 
 
 async def ragbus(env: dict[str, str], *args: str, timeout: float = 60) -> tuple[int, str, str]:
@@ -101,7 +89,7 @@ async def token_api(
 
 async def test_ask_with_a_wrong_token(token_api: tuple[Settings, str]) -> None:
     settings, url = token_api
-    env = cli_env(settings, RAGBUS_API_TOKEN="a-wrong-token")
+    env = stack_environment(settings, RAGBUS_API_TOKEN="a-wrong-token")
     code, _, err = await ragbus(env, "ask", "--api", url, "How long is the canal?")
     one_sentence(code, err, f"the API at {url} refused the token", "--token", "RAGBUS_API_TOKEN")
     assert "a-wrong-token" not in err
@@ -109,7 +97,9 @@ async def test_ask_with_a_wrong_token(token_api: tuple[Settings, str]) -> None:
 
 async def test_ask_without_a_token(token_api: tuple[Settings, str]) -> None:
     settings, url = token_api
-    code, _, err = await ragbus(cli_env(settings), "ask", "--api", url, "How long is the canal?")
+    code, _, err = await ragbus(
+        stack_environment(settings), "ask", "--api", url, "How long is the canal?"
+    )
     one_sentence(code, err, f"the API at {url} asks for a token and none was sent", "--token")
 
 
@@ -117,7 +107,13 @@ async def test_ask_an_unknown_namespace(api_url: str, settings: Settings) -> Non
     """The API takes any well-formed namespace and searches it: one nobody ingested into
     answers "not found" with every channel empty, which the CLI tells as a mistake."""
     code, out, err = await ragbus(
-        cli_env(settings), "ask", "--api", api_url, "--namespace", "no-such-space", "Canal?"
+        stack_environment(settings),
+        "ask",
+        "--api",
+        api_url,
+        "--namespace",
+        "no-such-space",
+        "Canal?",
     )
     one_sentence(
         code, err, "no documents are indexed in the namespace 'no-such-space'", "ragbus ingest"
@@ -131,7 +127,7 @@ async def test_ingest_with_no_ingest_worker(tmp_path: Path) -> None:
     with own_services(tmp_path / "services") as settings:
         start = await startup_s()
         started = time.monotonic()
-        code, _, err = await ragbus(cli_env(settings), "ingest", str(tmp_path / "docs"))
+        code, _, err = await ragbus(stack_environment(settings), "ingest", str(tmp_path / "docs"))
         took = time.monotonic() - started
         one_sentence(code, err, f"no ingest worker is running for {settings.nats_url}", "ragbus up")
         assert took < start + QUICK_S
@@ -162,7 +158,7 @@ async def test_ctrl_c_during_ingestion(tmp_path: Path) -> None:
             "--job-id",
             "job-interrupted-1",
             cwd=ROOT,
-            env=cli_env(settings),
+            env=stack_environment(settings),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

@@ -32,7 +32,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from contracts.filters import matches, parse_filter
 from launcher.layout import WORKER_KINDS
-from tests.environment import child_environment
+from tests.environment import stack_environment
 from tests.integration.conftest import own_services, running, serving_api
 from tests.integration.polling import until
 from tests.integration.sse import SseEvent, read_events
@@ -509,13 +509,7 @@ async def test_ragbus_ingest_names_the_readers_of_a_folder(
         "# Minutes\n\nPilot boats guide ships into Kestrel Harbour at night; the board met."
     )
     (folder / "notes.txt").write_text("Kestrel Harbour pilots' board notes: dredging at dawn.")
-    env = child_environment()
-    env.update(
-        RAGBUS_NATS_URL=services.nats_url,
-        RAGBUS_REDIS_URL=services.redis_url,
-        RAGBUS_DATA_DIR=str(services.data_dir),
-        RAGBUS_START_SERVICES="false",
-    )
+    env = stack_environment(services)
     command = [sys.executable, "-m", "cli", "ingest", str(folder), "--namespace", "board"]
     done = await asyncio.to_thread(
         subprocess.run,
