@@ -12,10 +12,10 @@ from pathlib import Path
 
 from infra.runtime.ingest_jobs import read_job
 from launcher.runtime import Runtime
+from tests.environment import stack_environment
 from tests.integration.test_files_ingest import (
     HTML,
     ROOT,
-    cli_env,
     docx_bytes,
     namespace,
     pdf_bytes,
@@ -71,7 +71,7 @@ async def test_ingest_names_each_failed_or_skipped_file_and_exits_3(
         "--timeout",
         "180",
         cwd=ROOT,
-        env=cli_env(stack.settings),
+        env=stack_environment(stack.settings),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
