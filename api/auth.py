@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
@@ -70,9 +71,10 @@ class Caller:
     user: TenantUser | None = None
     """The tenant's user who called; None: the tenant's own key, its administrator."""
 
-    @property
+    @cached_property
     def reader(self) -> Reader | None:
-        """What the caller's questions may read: None, everything of the tenant."""
+        """What the caller's questions may read: None, everything of the tenant (made once
+        a caller: the catalogue asks it of every document it lists)."""
         return self.user.reader() if self.user is not None else None
 
     @property

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import structlog
 import typer
@@ -24,6 +24,9 @@ from rich.console import Console
 from bench.provenance import run_record
 from infra.logging import configure_logging
 from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from contracts.access import DocumentAccess
 
 console = Console()
 errors = Console(stderr=True)
@@ -63,9 +66,9 @@ def store_namespace(value: str | None) -> str | None:
     return value
 
 
-def access_option(value: str | None) -> str | None:
+def access_option(value: str | None) -> DocumentAccess | None:
     """An `--access` (JSON: `{"groups": [...], "users": [...]}`), checked before anything is
-    sent; the same JSON back."""
+    sent, as `filter_option` checks a `--filter`."""
     from pydantic import ValidationError
 
     from contracts.access import DocumentAccess
@@ -73,13 +76,12 @@ def access_option(value: str | None) -> str | None:
     if value is None:
         return None
     try:
-        DocumentAccess.model_validate_json(value)
+        return DocumentAccess.model_validate_json(value)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'access'}: {e['msg']}" for e in exc.errors()
         )
         raise typer.BadParameter(f"--access: {problems}") from None
-    return value
 
 
 def filter_option(value: str | None) -> dict[str, Any] | None:

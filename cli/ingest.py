@@ -44,7 +44,6 @@ def ingest(
         typer.Option(
             help='Who of the tenant may read every document: \'{"groups": ["legal"], '
             '"users": ["alice"]}\' (docs/usage.md, Users and document access); unset: all.',
-            callback=access_option,
         ),
     ] = None,
     timeout: Annotated[
@@ -69,7 +68,6 @@ def ingest(
     document was indexed (or unchanged); 3 when some failed or files were skipped; 1 when
     the job could not be run or did not finish; 130 on Ctrl-C."""
     from cli.ingest_job import describe, ingest_and_follow
-    from contracts.access import DocumentAccess
     from contracts.envelope import new_request_id
     from infra.runtime.ingest_producer import (
         KINDS_READ,
@@ -82,6 +80,7 @@ def ingest(
     )
     from infra.runtime.ingest_tree import Skipped
 
+    readers = access_option(access)  # told before anything is read or sent
     settings = Settings()
     interactive_logging(settings, verbose)
     skipped: list[Skipped] = []
@@ -94,8 +93,8 @@ def ingest(
     links = [(s.name, s.reason) for s in skipped if s.read_elsewhere]
     _list(f"not followed {_count(len(links), 'link')} (read under their own paths):", links)
     changes: dict[str, Any] = {"namespace": namespace} if namespace else {}
-    if access:
-        changes["access"] = DocumentAccess.model_validate_json(access)
+    if readers is not None:
+        changes["access"] = readers
     if changes:
         sources = [
             replace(s, **changes) if isinstance(s, LocalFile) else s.model_copy(update=changes)

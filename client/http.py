@@ -155,6 +155,11 @@ class RagbusClient:
         await self._http.aclose()
 
     async def _json(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        found: dict[str, Any] = await self._answer(method, url, **kwargs)
+        return found
+
+    async def _answer(self, method: str, url: str, **kwargs: Any) -> Any:
+        """The JSON an API call answers (an object, or a list), or its `ApiError`."""
         try:
             response = await self._http.request(method, url, **kwargs)
         except (httpx.RemoteProtocolError, httpx.ReadError):
@@ -259,9 +264,7 @@ class RagbusClient:
     # -- a tenant's users, with the tenant's own key (`/v1/users`) --
 
     async def users(self) -> list[dict[str, Any]]:
-        response = await self._http.get("/v1/users")
-        await _raise_for_error(response)
-        found: list[dict[str, Any]] = response.json()
+        found: list[dict[str, Any]] = await self._answer("GET", "/v1/users")
         return found
 
     async def create_user(self, user: str, groups: Sequence[str] = ()) -> dict[str, Any]:

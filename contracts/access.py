@@ -17,7 +17,8 @@ the one the caller sent, and its bounds stay the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -43,7 +44,8 @@ def unset(value: object) -> bool:
     return value is None
 
 
-def _unique(names: list[str]) -> list[str]:
+def unique_names(names: Iterable[str]) -> list[str]:
+    """Names each once, sorted: how a document's readers and a user's groups are kept."""
     return sorted(set(names))
 
 
@@ -59,11 +61,18 @@ class DocumentAccess(BaseModel):
     @field_validator("groups", "users")
     @classmethod
     def _sorted(cls, names: list[str]) -> list[str]:
-        return _unique(names)
+        return unique_names(names)
 
     def principals(self) -> list[str]:
         """What `_access` keeps: `group:<name>`, then `user:<name>`, each once."""
         return [f"group:{g}" for g in self.groups] + [f"user:{u}" for u in self.users]
+
+    @staticmethod
+    def identity(access: DocumentAccess | None) -> bytes:
+        """What a document's readers add to its content hash: nothing when it names none (so
+        a tenant-wide document's hash is what it was before readers existed)."""
+        principals = access.principals() if access is not None else []
+        return b"\x00access:" + ",".join(principals).encode() if principals else b""
 
     @classmethod
     def of(cls, metadata: Mapping[str, Any]) -> DocumentAccess | None:
@@ -103,16 +112,19 @@ class Reader(BaseModel):
     @field_validator("groups")
     @classmethod
     def _sorted_groups(cls, groups: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(sorted(set(groups)))
+        return tuple(unique_names(groups))
 
     def principals(self) -> tuple[str, ...]:
         return (f"user:{self.user}", *(f"group:{g}" for g in self.groups))
 
 
+@lru_cache(maxsize=1024)
 def readable_by(reader: Reader) -> Node:
     """The documents `reader` may read, as a filter tree: those that name no readers, and
     those that name the user or one of the user's groups. Built directly (never parsed), so a
-    question's own filter keeps the whole of its bounds (`contracts.filters`)."""
+    question's own filter keeps the whole of its bounds (`contracts.filters`). One tree a
+    reader (a `Reader` is frozen): every channel, and the catalogue's check of each document,
+    share it."""
     return AnyOf(
         (
             Condition(ACCESS_KEY, "exists", False),

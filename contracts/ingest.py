@@ -165,8 +165,7 @@ class DocumentIn(BaseModel):
             digest.update(",".join(f"{p.number}:{p.start}:{p.label}" for p in self.pages).encode())
         if self.file is not None:
             digest.update(b"\x00file:" + self.file.sha256.encode())
-        if self.access is not None and self.access.principals():  # who reads it is kept too
-            digest.update(b"\x00access:" + ",".join(self.access.principals()).encode())
+        digest.update(DocumentAccess.identity(self.access))  # who reads it is kept too
         return digest.hexdigest()
 
     def stored_metadata(self) -> dict[str, Any]:
@@ -204,8 +203,7 @@ class FileDocument(BaseModel):
             digest.update(part.encode())
             digest.update(b"\x00")
         digest.update(json.dumps(self.metadata, sort_keys=True, default=str).encode())
-        if self.access is not None and self.access.principals():
-            digest.update(b"\x00access:" + ",".join(self.access.principals()).encode())
+        digest.update(DocumentAccess.identity(self.access))
         return digest.hexdigest()
 
 

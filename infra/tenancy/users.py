@@ -20,7 +20,7 @@ from typing import Final
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.access import MAX_USER_GROUPS, PrincipalName, Reader
+from contracts.access import MAX_USER_GROUPS, PrincipalName, Reader, unique_names
 from contracts.envelope import utcnow
 from infra.tenancy.registry import key_hash
 
@@ -76,10 +76,6 @@ def new_user_key() -> str:
     return USER_KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def _groups(groups: list[str]) -> list[str]:
-    return sorted(set(groups))
-
-
 class UserRegistry:
     """One tenant's users (`tenant`), and the key lookup every request makes (`authenticate`)."""
 
@@ -92,7 +88,7 @@ class UserRegistry:
         if await self.redis.hlen(users_key(tenant)) >= MAX_USERS_PER_TENANT:
             raise UserError(f"a tenant has at most {MAX_USERS_PER_TENANT:,} users")
         api_key = new_user_key()
-        user = TenantUser(user=name, groups=_groups(groups), key_hashes=[key_hash(api_key)])
+        user = TenantUser(user=name, groups=unique_names(groups), key_hashes=[key_hash(api_key)])
         if not await self.redis.hsetnx(users_key(tenant), name, user.model_dump_json()):
             raise UserError(f"user {name!r} exists (revoked users keep their name)")
         await self.redis.hset(USER_KEYS_KEY, key_hash(api_key), f"{tenant}/{name}")
@@ -123,7 +119,7 @@ class UserRegistry:
                 try:
                     await pipe.watch(key)
                     user = await self._active(tenant, name)
-                    user.groups = _groups(groups)
+                    user.groups = unique_names(groups)
                     pipe.multi()
                     pipe.hset(key, name, user.model_dump_json())
                     await pipe.execute()
@@ -163,12 +159,13 @@ class UserRegistry:
         """The active user this key belongs to, with its tenant, or None."""
         if not api_key.startswith(USER_KEY_PREFIX):
             return None
-        found = await self.redis.hget(USER_KEYS_KEY, key_hash(api_key))
+        hashed = key_hash(api_key)
+        found = await self.redis.hget(USER_KEYS_KEY, hashed)
         if found is None:
             return None
         owner = found.decode() if isinstance(found, bytes) else str(found)
         tenant, _, name = owner.partition("/")
         user = await self.get(tenant, name)
-        if user is None or not user.active or key_hash(api_key) not in user.key_hashes:
+        if user is None or not user.active or hashed not in user.key_hashes:
             return None
         return UserKey(tenant=tenant, user=user)

@@ -131,11 +131,12 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         vectors = await resources.vectors()
         graph = await resources.graph()
         content_hash = doc.content_hash()
+        metadata = doc.stored_metadata()  # with its readers (`contracts.access`)
         catalogue = DocumentMetadata(resources.redis())
         stored = await asyncio.to_thread(vectors.document_hash, doc.namespace, doc.id)
         if stored == content_hash:
             # one indexed before it: its metadata may be new
-            await catalogue.put(doc.namespace, doc.id, doc.stored_metadata())
+            await catalogue.put(doc.namespace, doc.id, metadata)
             return IndexOutcome("unchanged")
         chunks = chunk_document(doc, settings.chunk_chars, settings.chunk_overlap_chars)
         if not chunks:
@@ -144,7 +145,7 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
         entities, extractor, fallbacks = await extract_chunk_entities(resources, doc, chunks)
         # the store that decides filters learns the new metadata (and readers) before the
         # graph holds the new text: `VectorStore.announce`
-        await asyncio.to_thread(vectors.announce, doc.namespace, doc.id, doc.stored_metadata())
+        await asyncio.to_thread(vectors.announce, doc.namespace, doc.id, metadata)
         await graph.upsert_document(doc.namespace, doc.id, doc.title, chunks, entities)
         await asyncio.to_thread(
             vectors.upsert_chunks,
@@ -154,9 +155,9 @@ async def index_document(resources: Resources, doc: DocumentIn) -> IndexOutcome:
             sparse,
             content_hash,
             sentences,
-            doc.stored_metadata(),
+            metadata,
         )
-        await catalogue.put(doc.namespace, doc.id, doc.stored_metadata())
+        await catalogue.put(doc.namespace, doc.id, metadata)
     except store_hiccups() as exc:
         raise TransientError(f"{type(exc).__name__}: {exc}") from exc
     distinct = {entity.norm for found in entities for entity in found}
