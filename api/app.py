@@ -30,6 +30,7 @@ from api import (
     reference,
     routes,
     sessions,
+    sources,
     tools,
     users,
     web,
@@ -152,6 +153,7 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(tools.router)
     app.include_router(users.router)
+    app.include_router(sources.router)
     app.include_router(openai_chat.router)
     app.include_router(admin.router)
     app.include_router(ops.router)

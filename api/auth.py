@@ -212,7 +212,8 @@ async def require_tenant_key(caller: Annotated[Caller, Depends(authenticate)]) -
     """The caller, when it is the tenant's own key (its administrator); 403 for a user."""
     if caller.user is not None:
         raise HTTPException(
-            status.HTTP_403_FORBIDDEN, "only the tenant's own key administers its users"
+            status.HTTP_403_FORBIDDEN,
+            "only the tenant's own key administers the tenant: its users and its sources",
         )
     return caller
 

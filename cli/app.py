@@ -30,6 +30,7 @@ from cli import (
     intent,
     mcp,
     serve,
+    sources,
     specs,
     tenants,
     users,
@@ -60,6 +61,7 @@ evaluate.register_benches(app)  # bench-conversations, bench-research, bench-cri
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config
 users.register(app)  # user create|list|groups|revoke|rotate-key
+sources.register(app)  # source add|list|sync|remove
 mcp.register(app)  # mcp
 
 

@@ -78,6 +78,7 @@ def create(
     max_documents: Annotated[int | None, typer.Option(help="Documents kept.")] = None,
     max_namespaces: Annotated[int | None, typer.Option(help="Namespaces filled.")] = None,
     max_bytes: Annotated[int | None, typer.Option(help="Document bytes kept.")] = None,
+    max_sources: Annotated[int | None, typer.Option(help="Sources kept in sync.")] = None,
     creds_out: Annotated[
         Path | None,
         typer.Option("--creds-out", help="Also write its NATS credentials here (mode 0600)."),
@@ -93,6 +94,7 @@ def create(
         documents=max_documents,
         namespaces=max_namespaces,
         bytes=max_bytes,
+        sources=max_sources,
     )
     made: NewTenant = _run(lambda redis, settings: _tenants().create(redis, settings, name, limits))
     if creds_out is not None and made.nats_creds:

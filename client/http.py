@@ -279,3 +279,27 @@ class RagbusClient:
 
     async def rotate_user_key(self, user: str) -> dict[str, Any]:
         return await self._json("POST", f"/v1/users/{user}/key")
+
+    # -- a tenant's sources kept in sync, with the tenant's own key (`/v1/sources`) --
+
+    async def sources(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = await self._answer("GET", "/v1/sources")
+        return found
+
+    async def source(self, name: str) -> dict[str, Any]:
+        """The source, with its `last_sync`."""
+        return await self._json("GET", f"/v1/sources/{name}")
+
+    async def create_source(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """`{source, job_id, status_url, events_url}`: its first sync, already queued."""
+        return await self._json("POST", "/v1/sources", json=dict(spec))
+
+    async def sync_source(self, name: str) -> dict[str, Any]:
+        return await self._json("POST", f"/v1/sources/{name}/sync")
+
+    async def remove_source(self, name: str, keep_documents: bool = False) -> dict[str, Any] | None:
+        """The job that deletes its documents; None when they are kept."""
+        params = {"keep_documents": "true"} if keep_documents else None
+        response = await self._http.delete(f"/v1/sources/{name}", params=params)
+        await _raise_for_error(response)
+        return None if response.status_code == 204 else dict(response.json())

@@ -21,10 +21,12 @@ from infra.config.mcp import McpSettings
 from infra.config.retrieval import RetrievalSettings
 from infra.config.saga import SagaSettings
 from infra.config.services import ServiceSettings
+from infra.config.sources import SourceSettings
 
 
 class Settings(
     McpSettings,
+    SourceSettings,
     GenerationSettings,
     FileSettings,
     RetrievalSettings,

@@ -32,9 +32,12 @@ WORKER_KINDS: tuple[str, ...] = (
     "ingest",
     "memory",
     "parse",
+    "sources",
 )
 """`parse` makes uploaded files into documents for `ingest`; it owns no store (it is not in
-`STORE_OWNERS`), and `ragbus up` runs it in its worker child, off the API's process."""
+`STORE_OWNERS`), and `ragbus up` runs it in its worker child, off the API's process.
+`sources` keeps the tenants' sources in sync (`workers.sources`): it reads folders and
+publishes ingest jobs, and owns no store either."""
 
 
 STORE_READERS = frozenset({"search", "fuse", "tool"})

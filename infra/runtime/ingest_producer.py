@@ -114,22 +114,33 @@ class DocumentTooLarge(ValueError):
         )
 
 
-def _message(job_id: str, document: JobItem) -> tuple[Envelope, bytes]:
+def job_message(
+    job_id: str, document: JobItem, event_id: str | None = None
+) -> tuple[Envelope, bytes]:
+    """A job's message for one document and its body: its `event_id` is the document's
+    content hash unless one is given (a source's sync gives each operation its own)."""
     message: Envelope
+    event_id = event_id or document.content_hash()
     if isinstance(document, FileDocument):
-        message = IngestFile(request_id=job_id, event_id=document.content_hash(), document=document)
+        message = IngestFile(request_id=job_id, event_id=event_id, document=document)
     else:
-        message = IngestDocument(
-            request_id=job_id, event_id=document.content_hash(), document=document
-        )
+        message = IngestDocument(request_id=job_id, event_id=event_id, document=document)
     return message, message.model_dump_json().encode()
+
+
+def job_subject(job_id: str, document: JobItem) -> str:
+    """Where a job's document goes: a file to its tenant's parse lane, text to the ingest
+    workers."""
+    if isinstance(document, FileDocument):
+        return sj.ingest_parse_subject(job_id, tenant_of(document.namespace))
+    return sj.ingest_docs_subject(job_id)
 
 
 def check_sizes(documents: Iterable[JobItem], max_payload: int, job_id: str = "x") -> None:
     """Raise `DocumentTooLarge` for the first document that the server would refuse: a batch
     is refused whole before any of it is published."""
     for document in documents:
-        size = len(_message(job_id, document)[1]) + HEADER_ALLOWANCE
+        size = len(job_message(job_id, document)[1]) + HEADER_ALLOWANCE
         if size > max_payload:
             raise DocumentTooLarge(document.id, size, max_payload)
 
@@ -194,16 +205,13 @@ async def publish_job(
     subject = sj.ingest_docs_subject(job_id)
     accepted = duplicates = files = 0
     for sent, document in enumerate(documents, start=1):
-        message, body = _message(job_id, document)
+        message, body = job_message(job_id, document)
         if max_payload is not None and len(body) + HEADER_ALLOWANCE > max_payload:
             raise DocumentTooLarge(document.id, len(body) + HEADER_ALLOWANCE, max_payload)
         is_file = isinstance(document, FileDocument)
         files += is_file
         ack = await bus.publish_raw(
-            body,
-            sj.ingest_parse_subject(job_id, tenant_of(document.namespace)) if is_file else subject,
-            sj.STREAM_INGEST,
-            message.event_id,
+            body, job_subject(job_id, document), sj.STREAM_INGEST, message.event_id
         )
         if ack is not None and ack.duplicate:
             duplicates += 1
@@ -236,7 +244,7 @@ async def publish_deletion(
     return JobReceipt(job_id=job_id, accepted=1, duplicates=0)
 
 
-def _title_of(text: str, fallback: str) -> str:
+def title_of(text: str, fallback: str) -> str:
     for line in text.splitlines():
         if line.startswith("# "):
             return line[2:].strip() or fallback
@@ -262,7 +270,7 @@ def _source(path: Path, name: str, skipped: list[Skipped]) -> Source | None:
             if not text.strip():
                 _skip(skipped, name, "empty" if not text else "no text (white space only)")
                 return None
-            return DocumentIn(id=doc_id, title=_title_of(text, PurePath(name).stem), text=text)
+            return DocumentIn(id=doc_id, title=title_of(text, PurePath(name).stem), text=text)
         if not regular_size(path):
             _skip(skipped, name, "empty")
             return None

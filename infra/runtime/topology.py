@@ -135,6 +135,10 @@ def parse_lane_consumer(tenant: str) -> ConsumerSpec:
     )
 
 
+SOURCES_WORKER = ConsumerSpec("worker-sources", sj.STREAM_CMD, sj.SOURCES_SUBJECT, pull=True)
+"""Syncs of sources (`workers.sources`): a pull consumer, as a sync may run for minutes (the
+error policy's heartbeat keeps it from being redelivered while its worker lives)."""
+
 ORCHESTRATOR_ADVISORIES = ConsumerSpec(
     "orchestrator-advisories", sj.STREAM_ADVISORIES, sj.MAX_DELIVERIES_ADVISORIES
 )
@@ -147,6 +151,7 @@ def all_consumers() -> list[ConsumerSpec]:
         ORCHESTRATOR_ADVISORIES,
         INGEST_WORKER,
         PARSE_WORKER,
+        SOURCES_WORKER,
     ]
     for step in Step:
         if step is Step.SEARCH:

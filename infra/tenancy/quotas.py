@@ -111,6 +111,7 @@ class Effective:
     documents: int
     namespaces: int
     bytes: int
+    sources: int
 
 
 def effective(settings: Settings, own: Limits | None = None) -> Effective:
@@ -123,6 +124,7 @@ def effective(settings: Settings, own: Limits | None = None) -> Effective:
         documents=own.documents if own.documents is not None else settings.quota_documents,
         namespaces=own.namespaces if own.namespaces is not None else settings.quota_namespaces,
         bytes=own.bytes if own.bytes is not None else settings.quota_bytes,
+        sources=own.sources if own.sources is not None else settings.quota_sources,
     )
 
 

@@ -49,6 +49,7 @@ class Limits(BaseModel):
     documents: int | None = Field(default=None, ge=0)
     namespaces: int | None = Field(default=None, ge=0)
     bytes: int | None = Field(default=None, ge=0)
+    sources: int | None = Field(default=None, ge=0)
 
 
 LEGACY_FIELDS: Final = frozenset({"nats_user", "nats_password_bcrypt"})

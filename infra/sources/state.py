@@ -1,0 +1,151 @@
+"""What each source's syncs have seen, in JetStream KV (`RAG_SOURCES`), so that any replica of
+the sources worker can continue a sync another began.
+
+Keys, under `<tenant>.<source>` (both are KV key tokens: lowercase, digits and `-`):
+- `….f.<sha256 of the path, 40 hex>`: one per path the source has (`Seen`): its version (what
+  a stat says of it), size, the SHA-256 of its bytes, the document id it is indexed under,
+  and, while a sync is under way, the operation that sync owes it (`Pending`);
+- `….run`: the last sync (`contracts.sources.SyncRun`).
+
+A sync writes every operation it owes as a pending mark before it publishes any of them, and
+clears each mark once its message is on the bus: a sync that is killed is resumed from the
+marks, with the same job and the same event ids, so the broker and the job's count drop what
+was already sent, and nothing is indexed twice (`infra.sources.sync`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Iterable
+from typing import Literal
+
+import nats.js.errors
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+from pydantic import BaseModel
+
+from contracts import subjects as sj
+from contracts.sources import SyncRun
+from infra.logging import get_logger
+from infra.settings import Settings
+
+log = get_logger(__name__)
+
+WRITES_AT_ONCE = 64
+"""KV writes in flight at once while a sync marks or clears its operations."""
+
+
+class Pending(BaseModel):
+    """An operation a sync owes a path: `put` (index its bytes now) or `delete`."""
+
+    job_id: str
+    op: Literal["put", "delete"]
+    event_id: str
+
+
+class Seen(BaseModel):
+    """One path of a source, as its last completed sync left it (and what is pending)."""
+
+    path: str
+    version: str = ""
+    size: int = 0
+    sha256: str = ""
+    """Empty for a path never indexed yet (only a pending put)."""
+    document_id: str = ""
+    pending: Pending | None = None
+
+
+def _prefix(tenant: str, source: str) -> str:
+    return f"{tenant}.{source}"
+
+
+def path_key(tenant: str, source: str, path: str) -> str:
+    return f"{_prefix(tenant, source)}.f.{hashlib.sha256(path.encode()).hexdigest()[:40]}"
+
+
+def bucket_config(settings: Settings) -> api.KeyValueConfig:
+    tags = settings.placement_tags
+    return api.KeyValueConfig(
+        bucket=sj.SOURCES_BUCKET,
+        description="ragbus: what each source's syncs have seen",
+        history=1,
+        storage=api.StorageType.FILE,
+        replicas=settings.stream_replicas,
+        placement=api.Placement(tags=tags) if tags else None,
+    )
+
+
+async def sources_bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
+    """`RAG_SOURCES`, made when missing (by whichever process asks first)."""
+    try:
+        return await js.key_value(sj.SOURCES_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        pass
+    try:
+        return await js.create_key_value(bucket_config(settings))
+    except nats.js.errors.BadRequestError:  # made meanwhile, by another process
+        return await js.key_value(sj.SOURCES_BUCKET)
+
+
+class SourceState:
+    """One source's entries and last run in the bucket."""
+
+    def __init__(self, kv: KeyValue, tenant: str, source: str) -> None:
+        self.kv, self.tenant, self.source = kv, tenant, source
+        self._run_key = f"{_prefix(tenant, source)}.run"
+
+    async def seen(self) -> dict[str, Seen]:
+        """Every path the source has, by path: read in one pass of an ordered consumer."""
+        found: dict[str, Seen] = {}
+        watcher = await self.kv.watch(
+            f"{_prefix(self.tenant, self.source)}.f.*", ignore_deletes=True
+        )
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                if entry.value:
+                    seen = Seen.model_validate_json(entry.value)
+                    found[seen.path] = seen
+        finally:
+            await watcher.stop()
+        return found
+
+    async def put(self, seen: Seen) -> None:
+        await self.kv.put(
+            path_key(self.tenant, self.source, seen.path), seen.model_dump_json().encode()
+        )
+
+    async def drop(self, path: str) -> None:
+        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+            await self.kv.purge(path_key(self.tenant, self.source, path))
+
+    async def put_all(self, entries: Iterable[Seen]) -> None:
+        """Write many entries, `WRITES_AT_ONCE` in flight at a time."""
+        batch: list[Seen] = []
+        for seen in entries:
+            batch.append(seen)
+            if len(batch) == WRITES_AT_ONCE:
+                await asyncio.gather(*(self.put(s) for s in batch))
+                batch = []
+        if batch:
+            await asyncio.gather(*(self.put(s) for s in batch))
+
+    async def run(self) -> SyncRun | None:
+        try:
+            entry = await self.kv.get(self._run_key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return SyncRun.model_validate_json(entry.value) if entry.value else None
+
+    async def set_run(self, run: SyncRun) -> None:
+        await self.kv.put(self._run_key, run.model_dump_json().encode())
+
+    async def forget(self) -> None:
+        """Every key of the source (it was removed, and its documents deleted)."""
+        for path in list(await self.seen()):
+            await self.drop(path)
+        with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+            await self.kv.purge(self._run_key)

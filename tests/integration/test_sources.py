@@ -1,0 +1,329 @@
+"""Sources kept in sync, on a real stack (its own nats-server and redis-server) over a real
+folder: a first sync, a re-sync that sends nothing, a touched file, a changed one, a move, a
+deletion (0 orphans, counted in every store), real file events under `watch`, a sync killed
+halfway and resumed, and a source removed with its documents."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from contracts.sources import SyncSource
+from launcher.layout import WORKER_KINDS
+from launcher.runtime import Runtime
+from tests.integration.conftest import own_services, running, serving_api
+from tests.integration.polling import until
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Stack:
+    url: str
+    runtime: Runtime
+    root: Path
+
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    base = tmp_path_factory.mktemp("sources")
+    (base / "roots").mkdir()
+    with own_services(
+        base,
+        source_roots=[base / "roots"],
+        source_watch_debounce_s=0.05,
+        source_min_every_s=1.0,
+    ) as settings:
+        yield settings
+
+
+@pytest.fixture(scope="module")
+async def stack(services: Any) -> AsyncIterator[Stack]:
+    async with (
+        running(services, orchestrator=True, workers=WORKER_KINDS) as runtime,
+        serving_api(runtime) as url,
+    ):
+        yield Stack(url, runtime, Path(services.source_roots[0]))
+
+
+def _page(marker: str) -> str:
+    return (
+        f"<html><head><title>Tide tables {marker}</title></head><body><article>"
+        f"<h1>Tide tables</h1><p>The harbour's tide tables, reference {marker}, list high "
+        "and low water for every day of the season, and the pilots read them each morning "
+        "before the first ship comes in.</p></article></body></html>"
+    )
+
+
+def _note(marker: str) -> str:
+    return (
+        f"# Mooring rules\n\nEvery boat moored in the marina shows its permit {marker} on the "
+        "port side. Moorings are checked at dawn by the harbour master.\n"
+    )
+
+
+async def _job(http: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
+    async def read() -> dict[str, Any]:
+        answer = await http.get(f"/v1/ingest/{job_id}")
+        return answer.json() if answer.status_code == 200 else {"status": "unknown"}
+
+    done = await until(
+        read, timeout=120, satisfied=lambda j: j["status"] in ("completed", "failed")
+    )
+    assert done["status"] == "completed", done
+    return done
+
+
+async def _sync(http: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    answer = await http.post(f"/v1/sources/{name}/sync")
+    assert answer.status_code == 202, answer.text
+    return await _job(http, answer.json()["job_id"])
+
+
+async def _last_sync(http: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    source = (await http.get(f"/v1/sources/{name}")).json()
+    return dict(source["last_sync"]["counts"])
+
+
+async def _hash(stack: Stack, namespace: str, document_id: str) -> str | None:
+    assert stack.runtime.resources is not None
+    vectors = await stack.runtime.resources.vectors()
+    return await asyncio.to_thread(vectors.document_hash, namespace, document_id)
+
+
+async def _leftovers(stack: Stack, namespace: str, ids: list[str]) -> dict[str, int]:
+    from infra.runtime.files import FileStore
+    from infra.sources.audit import leftovers
+
+    resources = stack.runtime.resources
+    assert resources is not None and stack.runtime.broker is not None
+    js = stack.runtime.broker.connection.jetstream()
+    return await leftovers(
+        namespace,
+        ids,
+        vectors=await resources.vectors(),
+        graph=await resources.graph(),
+        files=FileStore(js, resources.settings, 5.0),
+        redis=resources.redis(),
+    )
+
+
+async def test_a_folder_kept_in_sync(stack: Stack) -> None:
+    folder = stack.root / "handbook"
+    (folder / "rules").mkdir(parents=True)
+    (folder / "rules" / "mooring.md").write_text(_note("MR-1001"))
+    (folder / "tides.html").write_text(_page("TD-2001"))
+    (folder / "drafts").mkdir()
+    (folder / "drafts" / "draft.md").write_text(_note("DR-3001"))
+    async with stack.http() as http:
+        made = await http.post(
+            "/v1/sources",
+            json={
+                "name": "handbook",
+                "location": str(folder),
+                "namespace": "harbour",
+                "exclude": ["drafts/*"],
+                "metadata": {"team": "port"},
+            },
+        )
+        assert made.status_code == 201, made.text
+        first = await _job(http, made.json()["job_id"])
+        assert (first["documents_done"], first["documents_failed"]) == (2, 0), first
+        mooring, tides = "handbook:rules__mooring.md", "handbook:tides.html"
+        assert await _hash(stack, "harbour", mooring) and await _hash(stack, "harbour", tides)
+        assert await _hash(stack, "harbour", "handbook:drafts__draft.md") is None  # excluded
+        listed = (await http.get("/v1/documents", params={"namespace": "harbour"})).json()
+        metadata = {d["id"]: d["metadata"] for d in listed["documents"]}
+        assert metadata[mooring]["_source"] == "handbook"
+        assert metadata[mooring]["team"] == "port"
+
+        # nothing changed: a listing, nothing sent
+        again = await _sync(http, "handbook")
+        assert again["expected"] == 0, again
+        assert (await _last_sync(http, "handbook"))["listed"] == 2
+
+        # a new stat, the same bytes: read and hashed, never sent
+        before = await _hash(stack, "harbour", mooring)
+        stamp = (folder / "rules" / "mooring.md").stat().st_mtime + 30
+        os.utime(folder / "rules" / "mooring.md", (stamp, stamp))
+        touched = await _sync(http, "handbook")
+        assert (touched["documents_unchanged"], touched["documents_done"]) == (1, 0), touched
+        assert (await _last_sync(http, "handbook"))["touched"] == 1
+        assert await _hash(stack, "harbour", mooring) == before
+
+        # changed: replaced under its id
+        (folder / "rules" / "mooring.md").write_text(_note("MR-1002"))
+        changed = await _sync(http, "handbook")
+        assert changed["documents_done"] == 1, changed
+        assert await _hash(stack, "harbour", mooring) not in (None, before)
+
+        # moved: the same bytes under a new path keep their document, nothing re-parsed
+        tides_hash = await _hash(stack, "harbour", tides)
+        (folder / "archive").mkdir()
+        shutil.move(folder / "tides.html", folder / "archive" / "tides.html")
+        moved = await _sync(http, "handbook")
+        assert (moved["documents_done"], moved["documents_unchanged"]) == (0, 2), moved
+        assert (await _last_sync(http, "handbook"))["moved"] == 1
+        assert await _hash(stack, "harbour", tides) == tides_hash
+        original = await http.get(f"/v1/documents/{tides}", params={"namespace": "harbour"})
+        assert original.status_code == 200
+
+        # deleted: nothing of it left in any store
+        (folder / "archive" / "tides.html").unlink()
+        gone = await _sync(http, "handbook")
+        assert gone["documents_done"] == 1, gone
+        assert await _leftovers(stack, "harbour", [tides]) == {
+            "vector_points": 0,
+            "graph_chunks": 0,
+            "originals": 0,
+            "catalogue_entries": 0,
+            "quota_entries": 0,
+        }
+
+        # removed with its documents: the job deletes them, then the source goes
+        removed = await http.delete("/v1/sources/handbook")
+        assert removed.status_code == 202, removed.text
+        await _job(http, removed.json()["job_id"])
+        assert (await http.get("/v1/sources/handbook")).status_code == 404
+        left = await _leftovers(stack, "harbour", [mooring, tides])
+        assert set(left.values()) == {0}, left
+
+
+async def test_watch_follows_file_events(stack: Stack) -> None:
+    folder = stack.root / "live"
+    folder.mkdir()
+    (folder / "first.md").write_text(_note("LV-0001"))
+    async with stack.http() as http:
+        made = await http.post(
+            "/v1/sources",
+            json={"name": "live", "location": str(folder), "namespace": "live", "watch": True},
+        )
+        assert made.status_code == 201, made.text
+        await _job(http, made.json()["job_id"])
+
+        async def indexed(document_id: str) -> str | None:
+            return await _hash(stack, "live", document_id)
+
+        # written: indexed without anyone asking (the OS's file event)
+        await asyncio.sleep(0.5)  # the watcher starts on the scheduler's next tick
+        (folder / "second.md").write_text(_note("LV-0002"))
+        assert await until(lambda: indexed("live:second.md"), timeout=30)
+        old = await indexed("live:first.md")
+        (folder / "first.md").write_text(_note("LV-0003"))
+        assert await until(
+            lambda: indexed("live:first.md"), timeout=30, satisfied=lambda h: h not in (None, old)
+        )
+        (folder / "second.md").unlink()
+        assert (
+            await until(
+                lambda: indexed("live:second.md"), timeout=30, satisfied=lambda h: h is None
+            )
+            is None
+        )
+        assert (
+            await http.delete("/v1/sources/live", params={"keep_documents": True})
+        ).status_code == 204
+        assert await indexed("live:first.md")  # kept
+
+
+class _Killed(Exception):
+    """What stands for a sync's process dying halfway (raised from its reader)."""
+
+
+async def test_a_killed_sync_resumes_and_indexes_once(stack: Stack) -> None:
+    from infra.runtime.ingest_jobs import read_job
+    from infra.sources import sync as sync_module
+    from infra.sources.kinds import FolderReader
+    from infra.sources.registry import SourceRegistry
+
+    folder = stack.root / "bulk"
+    folder.mkdir()
+    for n in range(24):
+        (folder / f"note-{n:02d}.md").write_text(_note(f"BK-{n:04d}"))
+    resources = stack.runtime.resources
+    assert resources is not None and stack.runtime.broker is not None
+    async with stack.http() as http:
+        made = await http.post(
+            "/v1/sources",
+            json={"name": "bulk", "location": str(folder), "namespace": "bulk"},
+        )
+        assert made.status_code == 201, made.text
+        await _job(http, made.json()["job_id"])
+        for n in range(24):  # every file changes; the next sync dies after 10 reads
+            (folder / f"note-{n:02d}.md").write_text(_note(f"BK-{n + 100:04d}"))
+        reads = 0
+        real_read = FolderReader.read
+
+        def dying_read(self: FolderReader, path: str) -> bytes:
+            nonlocal reads
+            reads += 1
+            if reads > 10:
+                raise _Killed(path)
+            return real_read(self, path)
+
+        syncer = sync_module.SourceSyncer(
+            resources.bus,
+            resources.redis(),
+            stack.runtime.broker.connection,
+            resources.settings.model_copy(update={"source_sync_concurrency": 1}),
+        )
+        command = SyncSource(request_id="sync-killed-halfway", tenant="default", source="bulk")
+        FolderReader.read = dying_read  # type: ignore[method-assign]
+        try:
+            with pytest.raises(_Killed):
+                await syncer.handle(command)
+        finally:
+            FolderReader.read = real_read  # type: ignore[method-assign]
+        run = (await http.get("/v1/sources/bulk")).json()["last_sync"]
+        assert run["status"] == "publishing"  # its marks are in KV
+        # the command comes again (JetStream redelivers what was never acknowledged)
+        await syncer.handle(command)
+        job = await _job(http, command.request_id)
+        assert job["expected"] == 24
+        assert job["documents_done"] + job["documents_unchanged"] == 24, job
+        assert job["documents_failed"] == 0
+        record = await read_job(resources.redis(), command.request_id)
+        assert record is not None and not record["errors"]
+        assert await SourceRegistry(resources.redis()).get("default", "bulk") is not None
+        for n in (0, 23):
+            assert await _hash(stack, "bulk", f"bulk:note-{n:02d}.md")
+
+
+async def test_sources_are_refused_outside_the_roots(stack: Stack, tmp_path: Path) -> None:
+    async with stack.http() as http:
+        outside = await http.post(
+            "/v1/sources", json={"name": "etc", "location": "/etc", "namespace": "x"}
+        )
+        assert outside.status_code == 422
+        assert "RAGBUS_SOURCE_ROOTS" in outside.text or "not under" in outside.text
+        escape = await http.post(
+            "/v1/sources",
+            json={"name": "up", "location": str(stack.root / ".." / ".."), "namespace": "x"},
+        )
+        assert escape.status_code == 422
+        relative = await http.post(
+            "/v1/sources", json={"name": "rel", "location": "docs", "namespace": "x"}
+        )
+        assert relative.status_code == 422
+        link = stack.root / "link-out"
+        link.symlink_to(tmp_path)
+        via_link = await http.post(
+            "/v1/sources", json={"name": "link", "location": str(link), "namespace": "x"}
+        )
+        assert via_link.status_code == 422
+        too_often = await http.post(
+            "/v1/sources",
+            json={"name": "fast", "location": str(stack.root), "namespace": "x", "every_s": 0.5},
+        )
+        assert too_often.status_code == 422
