@@ -4,6 +4,7 @@ by a sources worker on the bus, as an ingest job (`workers.sources`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
@@ -20,6 +21,7 @@ from infra.runtime.bus import Bus
 from infra.runtime.ingest_jobs import open_job
 from infra.settings import Settings
 from infra.sources.kinds import SourceRefused, allowed_folder
+from infra.sources.network import HostRefused, check_url
 from infra.sources.registry import SourceError, SourceRegistry
 from infra.sources.schedule import request_sync
 from infra.sources.state import SourceState, sources_bucket
@@ -89,6 +91,19 @@ async def _sync(
     )
 
 
+def _checked_location(body: SourceSpec, tenant: str, settings: Settings) -> str:
+    """Where the source is, once it is known to be a place the tenant's sources may read (the
+    sources workers check it again before each sync)."""
+    private = settings.source_private_hosts or ()
+    if body.kind == "folder":
+        return str(allowed_folder(body.location, tenant, settings.source_roots or ()))
+    if body.kind == "web":
+        check_url(body.location, private)
+    elif body.s3 is not None and body.s3.endpoint_url:
+        check_url(body.s3.endpoint_url, private)
+    return body.location
+
+
 async def _found(redis: RedisDep, caller: Caller, name: str) -> SourceRecord:
     record = await SourceRegistry(redis).get(caller.tenant, name)
     if record is None:
@@ -113,8 +128,8 @@ async def create_source(
     mode under `<root>/<tenant>/`); `every_s` may be no shorter than
     `RAGBUS_SOURCE_MIN_EVERY_S`. A tenant keeps at most its `sources` limit of sources."""
     try:
-        location = str(allowed_folder(body.location, caller.tenant, settings.source_roots or ()))
-    except SourceRefused as exc:
+        location = await asyncio.to_thread(_checked_location, body, caller.tenant, settings)
+    except (SourceRefused, HostRefused) as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     if body.every_s is not None and body.every_s < settings.source_min_every_s:
         raise HTTPException(

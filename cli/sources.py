@@ -71,7 +71,8 @@ def _ended(job: dict[str, Any]) -> None:
     console.print(
         f"job {job['job_id']} {job['status']}: {job.get('documents_done', 0)} indexed or "
         f"deleted, {job.get('documents_unchanged', 0)} unchanged, "
-        f"{job.get('documents_failed', 0)} failed"
+        f"{job.get('documents_failed', 0)} failed",
+        soft_wrap=True,
     )
     for name, reason in sorted((job.get("errors") or {}).items()):
         console.print(f"  {name}: {reason}", soft_wrap=True, markup=False, highlight=False)
@@ -80,7 +81,7 @@ def _ended(job: dict[str, Any]) -> None:
 
 
 def _queued(answer: dict[str, Any], what: str, wait: bool, api: str, token: str | None) -> None:
-    console.print(f"{what}: job {answer['job_id']} ({answer['status_url']})")
+    console.print(f"{what}: job {answer['job_id']} ({answer['status_url']})", soft_wrap=True)
     if wait:
         _ended(_call(api, token, lambda c: _follow(c, answer["job_id"])))
 

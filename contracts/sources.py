@@ -12,7 +12,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializationInfo,
+    StringConstraints,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from contracts.access import DocumentAccess, unset
 from contracts.envelope import Envelope, utcnow
@@ -32,9 +42,56 @@ MIN_EVERY_S: Final = 1.0
 `RAGBUS_SOURCE_MIN_EVERY_S`)."""
 MAX_EVERY_S: Final = 30 * 86_400.0
 
-SourceKind = Literal["folder"]
-"""What a source reads: `folder`, a folder tree on the machines the sources workers run on
-(under a root the operator allowed: `RAGBUS_SOURCE_ROOTS`)."""
+SourceKind = Literal["folder", "web", "s3"]
+"""What a source reads:
+- `folder`, a folder tree on the machines the sources workers run on (under a root the
+  operator allowed: `RAGBUS_SOURCE_ROOTS`);
+- `web`, a web site: the pages its sitemap lists (a sitemap's URL, or the site's, whose
+  robots.txt or /sitemap.xml names it), else those found by crawling within its host;
+  robots.txt is honoured;
+- `s3`, an S3-compatible bucket (`s3://bucket/prefix`), AWS's or another's (`s3.endpoint_url`)."""
+MAX_WEB_PAGES: Final = 100_000
+KEEP_SECRETS: Final = "keep_secrets"
+
+
+class S3Options(BaseModel):
+    """How to reach an S3-compatible bucket. Without keys, the sources workers' own AWS
+    credentials (environment, instance role) are used; `anonymous` for a public bucket."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint_url: str | None = Field(
+        default=None, max_length=MAX_LOCATION_CHARS, description="null: AWS S3 itself"
+    )
+    region: str | None = Field(default=None, max_length=64)
+    access_key_id: str | None = Field(default=None, max_length=256)
+    secret_access_key: SecretStr | None = Field(
+        default=None, max_length=256, description="kept, never shown back"
+    )
+    anonymous: bool = False
+
+    @field_serializer("secret_access_key", when_used="json")
+    def _masked(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
+        """Masked in every answer; kept whole only where ragbus stores the source
+        (`SourceRecord.stored_json`)."""
+        if value is None:
+            return None
+        keep = bool((info.context or {}).get(KEEP_SECRETS))
+        return value.get_secret_value() if keep else "**********"
+
+
+class WebOptions(BaseModel):
+    """How far a web site is read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_pages: int = Field(
+        default=1_000, ge=1, le=MAX_WEB_PAGES, description="pages listed at most per sync"
+    )
+    crawl: bool = Field(
+        default=True,
+        description="without a sitemap, find the pages by following links within the host",
+    )
 
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATTERN_CHARS)]
 
@@ -49,7 +106,8 @@ class SourceSpec(BaseModel):
     location: str = Field(
         min_length=1,
         max_length=MAX_LOCATION_CHARS,
-        description="folder: an absolute path under one of the operator's RAGBUS_SOURCE_ROOTS",
+        description="folder: an absolute path under one of the operator's RAGBUS_SOURCE_ROOTS; "
+        "web: an http(s) URL (a site, or its sitemap); s3: `s3://bucket/prefix`",
     )
     namespace: str = Field(
         default="default", pattern=NAMESPACE_PATTERN, max_length=MAX_CALLER_NAMESPACE_CHARS
@@ -78,6 +136,8 @@ class SourceSpec(BaseModel):
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="stamped on every document of the source"
     )
+    s3: S3Options | None = Field(default=None, description="s3 only: how to reach the bucket")
+    web: WebOptions | None = Field(default=None, description="web only: how far to read")
     access: DocumentAccess | None = Field(
         default=None,
         exclude_if=unset,
@@ -92,6 +152,20 @@ class SourceSpec(BaseModel):
             raise ValueError(f"the metadata key {SOURCE_KEY!r} is reserved: it names the source")
         return metadata
 
+    @model_validator(mode="after")
+    def _kind_fits(self) -> SourceSpec:
+        if self.watch and self.kind != "folder":
+            raise ValueError("only a folder can be watched: give a web site or a bucket every_s")
+        if self.s3 is not None and self.kind != "s3":
+            raise ValueError("`s3` options are for sources of kind s3")
+        if self.web is not None and self.kind != "web":
+            raise ValueError("`web` options are for sources of kind web")
+        if self.kind == "web" and not self.location.startswith(("http://", "https://")):
+            raise ValueError("a web source's location is an http(s) URL")
+        if self.kind == "s3" and not self.location.startswith("s3://"):
+            raise ValueError("an s3 source's location is s3://bucket/prefix")
+        return self
+
 
 class SourceRecord(SourceSpec):
     """A source as ragbus keeps it: the spec, whose it is and where its documents go."""
@@ -102,6 +176,10 @@ class SourceRecord(SourceSpec):
     removing: bool = Field(
         default=False, description="removed, its documents being deleted: it syncs no more"
     )
+
+    def stored_json(self) -> str:
+        """The record as the registry keeps it: its secrets whole."""
+        return self.model_dump_json(context={KEEP_SECRETS: True})
 
     def stamped(self, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The metadata each of its documents carries: the source's, and its name."""

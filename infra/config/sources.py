@@ -22,6 +22,12 @@ class SourceSettings(BaseModel):
         "list); none: folder sources are refused. In `tenants` mode a tenant's folders must be "
         "under `<root>/<tenant>/`. Links out of a source's folder are never followed.",
     )
+    source_private_hosts: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="Hosts (`name` or `name:port`) that web and S3 sources may reach although "
+        "they resolve to private, loopback or link-local addresses (an intranet wiki, a local "
+        "S3 server), comma-separated; unset: public hosts only.",
+    )
     source_min_every_s: float = Field(
         60.0,
         ge=MIN_EVERY_S,
@@ -43,7 +49,7 @@ class SourceSettings(BaseModel):
     )
     quota_sources: int = Field(20, ge=0, description="Sources a tenant may keep; 0 = no limit.")
 
-    @field_validator("source_roots", mode="before")
+    @field_validator("source_roots", "source_private_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         """`RAGBUS_SOURCE_ROOTS=/srv/docs,/mnt/share`, as well as a JSON list."""

@@ -13,13 +13,17 @@ import mimetypes
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from contracts.sources import SourceRecord
 from contracts.tenancy import DEFAULT_TENANT
 from infra.runtime.ingest_producer import FILE_SUFFIXES, TEXT_SUFFIXES
 from infra.runtime.ingest_tree import Skipped, read_regular, walk_tree
+
+ALWAYS_READ = "unknown:"
+"""The version of a path whose listing says nothing of its bytes (a page without validators):
+it is read every sync, and sent only when its bytes changed."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class SourceReader(Protocol):
         ...
 
     def media_type(self, path: str) -> str: ...
+
+    def filename(self, path: str) -> str:
+        """The name a path's file is stored and parsed under."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class SourceRefused(ValueError):
@@ -125,9 +135,8 @@ class FolderReader:
     def media_type(self, path: str) -> str:
         return mimetypes.guess_type(path)[0] or ""
 
+    def filename(self, path: str) -> str:
+        return PurePosixPath(path).name
 
-def reader_for(record: SourceRecord, roots: Sequence[Path]) -> SourceReader:
-    """The reader of a source's kind."""
-    if record.kind == "folder":
-        return FolderReader.of(record, roots)
-    raise SourceRefused(f"no reader for sources of kind {record.kind!r}")
+    def close(self) -> None:
+        pass

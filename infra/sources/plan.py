@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from contracts.sources import SourceRecord
 from infra.runtime.ingest_producer import document_id_for
-from infra.sources.kinds import Listed
+from infra.sources.kinds import ALWAYS_READ, Listed
 from infra.sources.state import Pending, Seen
 
 
@@ -40,7 +40,12 @@ def plan(listing: Iterable[Listed], seen: dict[str, Seen], kept: Iterable[str] =
         result.listed += 1
         present.add(listed.path)
         before = seen.get(listed.path)
-        if before is None or not before.sha256 or before.version != listed.version:
+        if (
+            before is None
+            or not before.sha256
+            or before.version != listed.version
+            or listed.version == ALWAYS_READ
+        ):
             result.puts.append(listed)
     result.deletes = [s for path, s in sorted(seen.items()) if path not in present and s.sha256]
     return result

@@ -46,7 +46,7 @@ class SourceRegistry:
         member = f"{record.tenant}/{record.name}"
         outcome = await self._create(
             keys=[sources_key(record.tenant), ALL_SOURCES_KEY],
-            args=[record.name, record.model_dump_json(), limit, member],
+            args=[record.name, record.stored_json(), limit, member],
         )
         outcome = outcome.decode() if isinstance(outcome, bytes) else str(outcome)
         if outcome == "exists":
@@ -82,7 +82,7 @@ class SourceRegistry:
                         update={"removing": True}
                     )
                     pipe.multi()
-                    pipe.hset(key, name, record.model_dump_json())
+                    pipe.hset(key, name, record.stored_json())
                     await pipe.execute()
                     return record
                 except aioredis.WatchError:

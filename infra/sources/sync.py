@@ -56,8 +56,10 @@ from infra.runtime.ingest_producer import (
 )
 from infra.runtime.ingest_tree import Skipped
 from infra.settings import Settings
-from infra.sources.kinds import Listed, SourceReader, SourceRefused, reader_for
+from infra.sources.kinds import Listed, SourceReader, SourceRefused
+from infra.sources.network import HostRefused
 from infra.sources.plan import document_id, event_id, marked, plan
+from infra.sources.readers import reader_for
 from infra.sources.registry import SourceRegistry
 from infra.sources.state import Pending, Seen, SourceState, sources_bucket
 from infra.tenancy.quotas import DocumentSize, Effective, QuotaExceeded, Quotas, effective
@@ -198,9 +200,9 @@ class SourceSyncer:
         await open_job(self.redis, job_id, self.settings.state_ttl_s, record.tenant)
         skipped: list[Skipped] = []
         try:
-            reader = reader_for(record, self.settings.source_roots or ())
+            reader = reader_for(record, self.settings)
             listing = await asyncio.to_thread(lambda: list(reader.listing(skipped)))
-        except (SourceRefused, OSError) as exc:
+        except (SourceRefused, HostRefused, OSError) as exc:
             await self._failed_run(state, run, f"{type(exc).__name__}: {exc}")
             return
         for missed in skipped:
@@ -245,8 +247,11 @@ class SourceSyncer:
             async with slots:
                 await (self._put(job, entry) if op == "put" else self._delete(job, entry))
 
-        await asyncio.gather(*(bounded(entry, "put") for entry in puts))
-        await asyncio.gather(*(bounded(entry, "delete") for entry in deletes))
+        try:
+            await asyncio.gather(*(bounded(entry, "put") for entry in puts))
+            await asyncio.gather(*(bounded(entry, "delete") for entry in deletes))
+        finally:
+            await asyncio.to_thread(reader.close)
         run.status, run.published_at, run.counts = "published", utcnow(), job.counts
         await state.set_run(run)
         log.info(
@@ -355,7 +360,11 @@ class SourceSyncer:
                 "taken (RAGBUS_MAX_FILE_BYTES)"
             )
         ref = await self.files.put(
-            record.store_namespace, doc_id, data, name.name, job.reader.media_type(path)
+            record.store_namespace,
+            doc_id,
+            data,
+            job.reader.filename(path),
+            job.reader.media_type(path),
         )
         return FileDocument(file=ref, **common)
 
@@ -452,6 +461,12 @@ class _NoReader:
 
     def media_type(self, path: str) -> str:
         return ""
+
+    def filename(self, path: str) -> str:
+        return path
+
+    def close(self) -> None:
+        pass
 
 
 def _stale(seen: dict[str, Seen], marking: set[str]) -> list[Seen]:

@@ -6,8 +6,10 @@ halfway and resumed, and a source removed with its documents."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with own_services(
         base,
         source_roots=[base / "roots"],
+        source_private_hosts=["127.0.0.1"],
         source_watch_debounce_s=0.05,
         source_min_every_s=1.0,
     ) as settings:
@@ -327,3 +330,249 @@ async def test_sources_are_refused_outside_the_roots(stack: Stack, tmp_path: Pat
             json={"name": "fast", "location": str(stack.root), "namespace": "x", "every_s": 0.5},
         )
         assert too_often.status_code == 422
+
+
+async def test_the_cli_adds_lists_syncs_and_removes(stack: Stack) -> None:
+    from tests.environment import child_environment
+
+    folder = stack.root / "cli-notes"
+    folder.mkdir()
+    (folder / "one.md").write_text(_note("CL-0001"))
+    env = child_environment()
+
+    async def ragbus(*args: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cli",
+            "source",
+            *args,
+            "--api",
+            stack.url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+        )
+        out, _ = await process.communicate()
+        return process.returncode or 0, out.decode()
+
+    code, out = await ragbus(
+        "add",
+        "cli-notes",
+        str(folder),
+        "--namespace",
+        "cli",
+        "--metadata",
+        '{"kind": "note"}',
+        "--wait",
+    )
+    assert code == 0, out
+    assert "completed: 1 indexed" in out
+    (folder / "two.md").write_text(_note("CL-0002"))
+    code, out = await ragbus("sync", "cli-notes")
+    assert code == 0, out
+    assert "completed: 1 indexed or deleted, 0 unchanged" in out
+    code, out = await ragbus("list")
+    assert code == 0 and "cli-notes:" in out and "2 listed" in out and "1 added" in out, out
+    code, out = await ragbus("list", "--json")
+    assert json.loads(out)[0]["metadata"] == {"kind": "note"}
+    code, out = await ragbus("add", "cli-notes", str(folder))
+    assert code != 0 and "exists" in out, out
+    code, out = await ragbus("remove", "cli-notes", "--wait")
+    assert code == 0 and "completed: 2 indexed or deleted" in out, out
+    assert await _hash(stack, "cli", "cli-notes:one.md") is None
+
+
+class _Site:
+    """A web site on a local HTTP server whose pages a test changes: path -> (status,
+    headers, body); `/robots.txt` and `/sitemap.xml` included."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.pages: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.requests: list[tuple[str, str]] = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, body: bool) -> None:
+                site.requests.append((self.command, self.path))
+                status, headers, data = site.pages.get(self.path, (404, {}, b"not here"))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._answer(True)
+
+            def do_HEAD(self) -> None:
+                self._answer(False)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def page(self, path: str, marker: str, etag: str) -> None:
+        headers = {"Content-Type": "text/html; charset=utf-8", "ETag": f'"{etag}"'}
+        self.pages[path] = (200, headers, _page(marker).encode())
+
+    def sitemap(self, *paths: str) -> None:
+        urls = "".join(f"<url><loc>{self.url}{path}</loc></url>" for path in paths)
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
+        )
+        self.pages["/sitemap.xml"] = (200, {"Content-Type": "application/xml"}, body.encode())
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_web_site_kept_in_sync(stack: Stack) -> None:
+    site = _Site()
+    try:
+        site.pages["/robots.txt"] = (200, {}, b"User-agent: *\nDisallow: /private/\n")
+        site.page("/tides", "WB-1001", "t1")
+        site.page("/moorings.html", "WB-2001", "m1")
+        site.page("/old-fees", "WB-3001", "f1")
+        site.page("/private/secret.html", "WB-9999", "s1")
+        site.sitemap("/tides", "/moorings.html", "/old-fees", "/private/secret.html")
+        async with stack.http() as http:
+            made = await http.post(
+                "/v1/sources",
+                json={"name": "port-site", "kind": "web", "location": site.url, "namespace": "web"},
+            )
+            assert made.status_code == 201, made.text
+            first = await _job(http, made.json()["job_id"])
+            assert first["documents_done"] == 3, first  # robots.txt keeps /private/ out
+            assert await _hash(stack, "web", "port-site:tides")
+            assert await _hash(stack, "web", "port-site:private__secret.html") is None
+            assert ("GET", "/private/secret.html") not in site.requests
+
+            # unchanged: HEAD requests only, never a page's body
+            site.requests.clear()
+            again = await _sync(http, "port-site")
+            assert again["expected"] == 0, again
+            assert not [
+                r
+                for r in site.requests
+                if r[0] == "GET" and r[1] not in ("/robots.txt", "/sitemap.xml")
+            ]
+
+            # a page changes, one vanishes, one redirects to a new address
+            site.page("/tides", "WB-1002", "t2")
+            site.pages["/moorings.html"] = (404, {}, b"gone")
+            site.sitemap("/tides", "/old-fees", "/fees")
+            site.pages["/old-fees"] = (301, {"Location": "/fees"}, b"")
+            site.page("/fees", "WB-3002", "f2")
+            changed = await _sync(http, "port-site")
+            assert changed["documents_failed"] == 0, changed
+            counts = await _last_sync(http, "port-site")
+            assert (counts["changed"], counts["deleted"]) == (1, 2), counts
+            assert counts["added"] == 1, counts
+            assert await _hash(stack, "web", "port-site:moorings.html") is None
+            assert await _hash(stack, "web", "port-site:old-fees") is None
+            assert await _hash(stack, "web", "port-site:fees")
+
+            # a site on a private address the operator did not name is refused
+            refused = await http.post(
+                "/v1/sources",
+                json={
+                    "name": "meta",
+                    "kind": "web",
+                    "location": "http://169.254.169.254/",
+                    "namespace": "web",
+                },
+            )
+            assert refused.status_code == 422 and "RAGBUS_SOURCE_PRIVATE_HOSTS" in refused.text
+            removed = await http.delete("/v1/sources/port-site")
+            await _job(http, removed.json()["job_id"])
+    finally:
+        site.close()
+
+
+@pytest.fixture(scope="module")
+def bucket_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3-compatible server, on a free port: it runs from PyPI on these machines (no
+    MinIO here), answers the S3 API botocore speaks, ETags included."""
+    import subprocess
+    import time
+
+    from infra.runtime.services import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_a_bucket_kept_in_sync(stack: Stack, bucket_server: str) -> None:
+    import s3fs
+
+    keys = {"access_key_id": "testing", "secret_access_key": "testing-secret"}
+    fs = s3fs.S3FileSystem(
+        key=keys["access_key_id"],
+        secret=keys["secret_access_key"],
+        endpoint_url=bucket_server,
+        skip_instance_cache=True,
+        use_listings_cache=False,
+    )
+    fs.mkdir("port-docs")
+    fs.pipe_file("port-docs/handbook/rules.md", _note("S3-0001").encode())
+    fs.pipe_file("port-docs/handbook/tides.html", _page("S3-0002").encode())
+    fs.pipe_file("port-docs/other/skip.md", _note("S3-0003").encode())
+    async with stack.http() as http:
+        made = await http.post(
+            "/v1/sources",
+            json={
+                "name": "bucket",
+                "kind": "s3",
+                "location": "s3://port-docs/handbook",
+                "namespace": "s3",
+                "s3": {"endpoint_url": bucket_server, "region": "us-east-1", **keys},
+            },
+        )
+        assert made.status_code == 201, made.text
+        first = await _job(http, made.json()["job_id"])
+        assert first["documents_done"] == 2, first
+        shown = (await http.get("/v1/sources/bucket")).json()
+        assert shown["s3"]["secret_access_key"] == "**********"
+        assert await _hash(stack, "s3", "bucket:rules.md")
+        again = await _sync(http, "bucket")
+        assert again["expected"] == 0, again
+        fs.pipe_file("port-docs/handbook/rules.md", _note("S3-0004").encode())
+        fs.rm("port-docs/handbook/tides.html")
+        changed = await _sync(http, "bucket")
+        assert changed["documents_done"] == 2, changed
+        assert await _leftovers(stack, "s3", ["bucket:tides.html"]) == {
+            "vector_points": 0,
+            "graph_chunks": 0,
+            "originals": 0,
+            "catalogue_entries": 0,
+            "quota_entries": 0,
+        }
