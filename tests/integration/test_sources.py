@@ -375,7 +375,8 @@ async def test_the_cli_adds_lists_syncs_and_removes(stack: Stack) -> None:
     code, out = await ragbus("list")
     assert code == 0 and "cli-notes:" in out and "2 listed" in out and "1 added" in out, out
     code, out = await ragbus("list", "--json")
-    assert json.loads(out)[0]["metadata"] == {"kind": "note"}
+    shown = {source["name"]: source for source in json.loads(out)}
+    assert shown["cli-notes"]["metadata"] == {"kind": "note"}
     code, out = await ragbus("add", "cli-notes", str(folder))
     assert code != 0 and "exists" in out, out
     code, out = await ragbus("remove", "cli-notes", "--wait")
