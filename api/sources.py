@@ -8,13 +8,21 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Caller, TenantKeyDep
 from api.deps import BusDep, JetStreamDep, RedisDep, SettingsDep
 from api.jobs import job_events_url, job_status_url
 from api.schemas import ErrorResponse
-from contracts.sources import SOURCE_NAME_PATTERN, SourceRecord, SourceSpec, SyncReason, SyncRun
+from contracts.sources import (
+    MAX_EVERY_S,
+    MIN_EVERY_S,
+    SOURCE_NAME_PATTERN,
+    SourceRecord,
+    SourceSpec,
+    SyncReason,
+    SyncRun,
+)
 from contracts.tenancy import store_namespace
 from infra.logging import get_logger
 from infra.runtime.bus import Bus
@@ -170,6 +178,52 @@ async def get_source(
     settings: SettingsDep,
 ) -> SourceView:
     return await _view(await _found(redis, caller, source), js, settings)
+
+
+class SourceSchedule(BaseModel):
+    """A source's schedule, changed: the fields sent replace the source's (`every_s: null`
+    ends its schedule). What it reads and where its documents go are fixed: a source that
+    should read otherwise is removed and declared again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every_s: float | None = Field(default=None, ge=MIN_EVERY_S, le=MAX_EVERY_S)
+    watch: bool | None = None
+
+
+@router.patch(
+    "/{source}",
+    response_model=SourceView,
+    summary="Change a source's schedule (`every_s`, `watch`); it holds from the next tick",
+)
+async def set_schedule(
+    source: SourcePath,
+    body: SourceSchedule,
+    caller: TenantKeyDep,
+    redis: RedisDep,
+    js: JetStreamDep,
+    settings: SettingsDep,
+) -> SourceView:
+    changes = {name: getattr(body, name) for name in body.model_fields_set}
+    every = changes.get("every_s")
+    if every is not None and every < settings.source_min_every_s:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"every_s is at least {settings.source_min_every_s:g} here (RAGBUS_SOURCE_MIN_EVERY_S)",
+        )
+    if changes.get("watch") is None:
+        changes.pop("watch", None)
+    record = await _found(redis, caller, source)
+    if changes.get("watch") and record.kind != "folder":
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "only a folder can be watched: give it every_s"
+        )
+    try:
+        changed = await SourceRegistry(redis).update(caller.tenant, source, changes)
+    except SourceError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    log.info("source_schedule_set", tenant=caller.tenant, source=source, **changes)
+    return await _view(changed, js, settings)
 
 
 @router.post(

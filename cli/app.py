@@ -23,6 +23,7 @@ from cli import (
     bench_encoder,
     bench_filters,
     bench_scale,
+    bench_sync,
     chaos,
     demo,
     evaluate,
@@ -57,6 +58,7 @@ bench_encoder.register(app)  # bench-encoder
 bench_documents.register(app)  # bench-documents
 bench_doors.register(app)  # bench-doors
 bench_filters.register(app)  # bench-filters
+bench_sync.register(app)  # bench-sync
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config

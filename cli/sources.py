@@ -174,6 +174,37 @@ def list_sources(as_json: AsJson = False, api: ApiUrl = DEFAULT_API, token: Toke
             )
 
 
+@source_app.command("set")
+def set_schedule(
+    name: Annotated[str, typer.Argument(help="The source's name.")],
+    every: Annotated[
+        float | None, typer.Option(help="Sync every this many seconds.", min=1)
+    ] = None,
+    no_schedule: Annotated[
+        bool, typer.Option("--no-schedule", help="End its schedule (`every`).")
+    ] = False,
+    watch: Annotated[
+        bool | None,
+        typer.Option("--watch/--no-watch", help="Follow the folder's changes, or stop."),
+    ] = None,
+    api: ApiUrl = DEFAULT_API,
+    token: Token = None,
+) -> None:
+    """Change a source's schedule; it holds from the scheduler's next tick."""
+    schedule: dict[str, Any] = {}
+    if every is not None or no_schedule:
+        schedule["every_s"] = None if no_schedule else every
+    if watch is not None:
+        schedule["watch"] = watch
+    if not schedule:
+        raise Failure("nothing to change: give --every, --no-schedule or --watch/--no-watch", 2)
+    source = _call(api, token, lambda c: c.set_source_schedule(name, **schedule))
+    how = ["watched"] if source.get("watch") else []
+    if source.get("every_s"):
+        how.append(f"every {source['every_s']:g} s")
+    console.print(f"source {name}: {', '.join(how) or 'on demand'}")
+
+
 @source_app.command("sync")
 def sync(
     name: Annotated[str, typer.Argument(help="The source's name.")],

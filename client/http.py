@@ -294,6 +294,10 @@ class RagbusClient:
         """`{source, job_id, status_url, events_url}`: its first sync, already queued."""
         return await self._json("POST", "/v1/sources", json=dict(spec))
 
+    async def set_source_schedule(self, name: str, **schedule: Any) -> dict[str, Any]:
+        """`every_s` (None ends the schedule) and `watch`, as given; the source as it is now."""
+        return await self._json("PATCH", f"/v1/sources/{name}", json=schedule)
+
     async def sync_source(self, name: str) -> dict[str, Any]:
         return await self._json("POST", f"/v1/sources/{name}/sync")
 

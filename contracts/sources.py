@@ -93,6 +93,7 @@ class WebOptions(BaseModel):
         description="without a sitemap, find the pages by following links within the host",
     )
 
+
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATTERN_CHARS)]
 
 

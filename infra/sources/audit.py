@@ -34,16 +34,18 @@ async def leftovers(
     namespace: str,
     document_ids: Collection[str],
     *,
-    vectors: VectorStore,
-    graph: GraphStore,
+    vectors: VectorStore | None,
+    graph: GraphStore | None,
     files: FileStore,
     redis: aioredis.Redis,
 ) -> dict[str, int]:
-    """What each store still holds of `document_ids` in the store namespace `namespace`."""
+    """What each store still holds of `document_ids` in the store namespace `namespace`
+    (the vector and graph stores where given: a process that does not own the embedded ones
+    counts them once their owner has stopped)."""
     ids = set(document_ids)
-    counts: dict[str, Any] = {
-        "vector_points": await asyncio.to_thread(_points_of, vectors, namespace, ids),
-    }
+    counts: dict[str, Any] = {}
+    if vectors is not None:
+        counts["vector_points"] = await asyncio.to_thread(_points_of, vectors, namespace, ids)
     chunks_of = getattr(graph, "chunks_of", None)  # the embedded graph's own index
     if chunks_of is not None:
         counts["graph_chunks"] = len(await chunks_of([(namespace, i) for i in sorted(ids)]))

@@ -69,18 +69,25 @@ class SourceRegistry:
 
     async def mark_removing(self, tenant: str, name: str) -> SourceRecord | None:
         """The source, marked as being removed (it syncs no more); None when there is none."""
+        try:
+            return await self.update(tenant, name, {"removing": True})
+        except SourceError:
+            return None
+
+    async def update(self, tenant: str, name: str, changes: dict[str, object]) -> SourceRecord:
+        """The source with `changes` made (atomically); `SourceError` when there is none, or
+        it is being removed."""
         key = sources_key(tenant)
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     await pipe.watch(key)
                     raw = await pipe.hget(key, name)
-                    if not raw:
+                    found = SourceRecord.model_validate_json(raw) if raw else None
+                    if found is None or found.removing:
                         await pipe.reset()
-                        return None
-                    record = SourceRecord.model_validate_json(raw).model_copy(
-                        update={"removing": True}
-                    )
+                        raise SourceError(f"no source {name!r}")
+                    record = SourceRecord.model_validate({**found.model_dump(), **changes})
                     pipe.multi()
                     pipe.hset(key, name, record.stored_json())
                     await pipe.execute()

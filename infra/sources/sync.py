@@ -19,7 +19,8 @@ An operation that sends nothing is counted in the job here: a path whose bytes d
 a path that cannot be read or is over a limit (`failed`, with the reason).
 
 One sync of a source runs at a time: a Redis lock, renewed while the sync runs. A sync asked
-for meanwhile sets the source's `again` flag, and the running one syncs once more when it ends.
+for meanwhile waits (its job id in the source's `again` key), and runs, under its own job, as
+soon as the running one ends; a third asked for while one already waits is folded into it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from nats.aio.client import Client as NATS
 from pydantic import ValidationError
 
 from contracts import subjects as sj
-from contracts.envelope import new_request_id, utcnow
+from contracts.envelope import utcnow
 from contracts.ingest import DocumentIn, FileDocument, IngestDeletion, IngestJobSealed
 from contracts.sources import SourceRecord, SyncCounts, SyncReason, SyncRun, SyncSource
 from contracts.tenancy import DEFAULT_TENANT
@@ -55,6 +56,7 @@ from infra.runtime.ingest_producer import (
     title_of,
 )
 from infra.runtime.ingest_tree import Skipped
+from infra.runtime.step_context import current_deliveries
 from infra.settings import Settings
 from infra.sources.kinds import Listed, SourceReader, SourceRefused
 from infra.sources.network import HostRefused
@@ -71,6 +73,8 @@ LOCK_TTL_S = 15.0
 """A sync's lock outlives a killed holder by at most this; the holder renews it every third."""
 LOCK_WAIT_S = LOCK_TTL_S + 5.0
 """How long a redelivered sync waits for a dead holder's lock to lapse."""
+JOB_WAIT_S = 86_400
+"""How long a sync waiting for the running one is remembered (a day: far past any sync)."""
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -128,8 +132,7 @@ class SourceSyncer:
         state = SourceState(kv, command.tenant, command.source)
         async with self._lock(command.tenant, command.source) as held:
             if not held:
-                await self.redis.set(again_key(command.tenant, command.source), 1)
-                log.info("source_sync_coalesced", source=command.source, tenant=command.tenant)
+                await self._coalesce(command)
                 return
             job_id, reason = command.request_id, command.reason
             while True:
@@ -140,9 +143,23 @@ class SourceSyncer:
                     await self._removed(record, state, job_id)
                     return
                 await self.sync(record, state, job_id, reason)
-                if not await self.redis.getdel(again_key(command.tenant, command.source)):
+                waiting = await self.redis.getdel(again_key(command.tenant, command.source))
+                if not waiting:
                     return
-                job_id, reason = new_request_id(), "watch"
+                job_id = waiting.decode() if isinstance(waiting, bytes) else str(waiting)
+                reason = "watch"
+
+    async def _coalesce(self, command: SyncSource) -> None:
+        """A sync asked for while another of the source runs: it runs, under its own job, as
+        soon as that one ends. One already waiting takes this one in: this job ends at once,
+        empty, and the waiting one (which starts later) syncs what this one would have."""
+        key = again_key(command.tenant, command.source)
+        if await self.redis.set(key, command.request_id, nx=True, ex=JOB_WAIT_S):
+            log.info("source_sync_waiting", source=command.source, job_id=command.request_id)
+            return
+        await open_job(self.redis, command.request_id, self.settings.state_ttl_s, command.tenant)
+        await self._seal(command.request_id, 0)
+        log.info("source_sync_folded", source=command.source, job_id=command.request_id)
 
     @contextlib.asynccontextmanager
     async def _lock(self, tenant: str, source: str) -> AsyncIterator[bool]:
@@ -150,7 +167,9 @@ class SourceSyncer:
         False when a live sync holds it."""
         key, token = lock_key(tenant, source), secrets.token_hex(16)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + LOCK_WAIT_S
+        # a first delivery finds a live holder: it waits its turn (`_coalesce`) at once; a
+        # redelivery may find the lock of its own killed first try, which lapses in seconds
+        deadline = loop.time() + (LOCK_WAIT_S if current_deliveries() > 1 else 0.0)
         while not await self.redis.set(key, token, nx=True, px=int(LOCK_TTL_S * 1000)):
             if loop.time() > deadline:
                 yield False
