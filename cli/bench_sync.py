@@ -19,8 +19,14 @@ def register(app: typer.Typer) -> None:
 
 
 def bench_sync(
-    corpus: Annotated[
-        Path, typer.Argument(exists=True, dir_okay=False, help="A BEIR corpus.jsonl.")
+    corpora: Annotated[
+        list[Path],
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            help="BEIR corpus.jsonl files; where they hold fewer rows than --files, rows are "
+            "taken again with their sentences in another order.",
+        ),
     ],
     files: Annotated[int, typer.Option(min=100, help="Files written (one a document).")] = 10_000,
     work: Annotated[
@@ -34,7 +40,7 @@ def bench_sync(
         "results/bench-sync.json"
     ),
 ) -> None:
-    """Write N files of mixed kinds (Markdown, text, HTML, Word) from a BEIR corpus, start a
+    """Write N files of mixed kinds (Markdown, text, HTML, Word) from BEIR corpora, start a
     stack of its own, and measure: `ragbus ingest` of the folder; a source's first sync of
     the same folder (its speed against the ingest's: goal ≥ 0.9×); a re-sync with 1 % of the
     files changed (goal ≤ 5 % of the first sync's time); under `watch`, how long after a
@@ -45,7 +51,7 @@ def bench_sync(
 
     interactive_logging(Settings(), verbose=False)
     work.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(run_bench_sync(corpus, files, work.resolve(), seed, writes, console))
+    report = asyncio.run(run_bench_sync(corpora, files, work.resolve(), seed, writes, console))
     console.print_json(json.dumps(report))
     summary(report, console)
     save_json(report, out)

@@ -90,8 +90,16 @@ def _queued(answer: dict[str, Any], what: str, wait: bool, api: str, token: str 
 def add(
     name: Annotated[str, typer.Argument(help="1-48 lowercase letters, digits or inner '-'.")],
     location: Annotated[
-        Path, typer.Argument(help="The folder (under one of the operator's RAGBUS_SOURCE_ROOTS).")
+        str,
+        typer.Argument(
+            help="A folder (under one of the operator's RAGBUS_SOURCE_ROOTS), a web site's "
+            "URL (or its sitemap's), or s3://bucket/prefix."
+        ),
     ],
+    kind: Annotated[
+        str | None,
+        typer.Option(help="folder, web or s3 (default: from the location)."),
+    ] = None,
     namespace: Annotated[str, typer.Option(help="Where its documents go.")] = "default",
     every: Annotated[
         float | None, typer.Option(help="Sync every this many seconds (a schedule).", min=1)
@@ -114,16 +122,29 @@ def add(
         str | None,
         typer.Option(help='Who of the tenant may read its documents: \'{"groups": ["legal"]}\'.'),
     ] = None,
+    s3: Annotated[
+        str | None,
+        typer.Option(
+            help='s3: JSON, {"endpoint_url": ..., "region": ..., "access_key_id": ..., '
+            '"secret_access_key": ...} or {"anonymous": true}.'
+        ),
+    ] = None,
+    max_pages: Annotated[
+        int | None, typer.Option(help="web: pages listed at most per sync.", min=1)
+    ] = None,
     wait: Wait = False,
     api: ApiUrl = DEFAULT_API,
     token: Token = None,
 ) -> None:
     """Declare a source; its first sync starts at once."""
     readers = access_option(access)
+    kind = kind or _kind_of(location)
+    if kind == "folder":
+        location = str(Path(location).absolute())
     spec: dict[str, Any] = {
         "name": name,
-        "kind": "folder",
-        "location": str(location.absolute()),
+        "kind": kind,
+        "location": location,
         "namespace": namespace,
         "watch": watch,
         "include": include or [],
@@ -138,8 +159,23 @@ def add(
             raise Failure(f"--metadata is not JSON: {exc}", 2) from exc
     if readers is not None:
         spec["access"] = readers.model_dump(exclude_defaults=True)
+    if s3 is not None:
+        try:
+            spec["s3"] = json.loads(s3)
+        except ValueError as exc:
+            raise Failure(f"--s3 is not JSON: {exc}", 2) from exc
+    if max_pages is not None:
+        spec["web"] = {"max_pages": max_pages}
     answer = _call(api, token, lambda c: c.create_source(spec))
     _queued(answer, f"source {name} added; its first sync", wait, api, token)
+
+
+def _kind_of(location: str) -> str:
+    if location.startswith(("http://", "https://")):
+        return "web"
+    if location.startswith("s3://"):
+        return "s3"
+    return "folder"
 
 
 @source_app.command("list")
