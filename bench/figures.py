@@ -327,6 +327,20 @@ class Row:
     figure: Callable[[Report], str]
 
 
+def _sync(r: Report) -> str:
+    first, resync, watch = r["first_sync"], r["resync_1pct"], r["watch"]
+    orphans = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in r["orphans"].items())
+    return (
+        f"{r['files']:,} files (Markdown, text, HTML, Word): the first sync in "
+        f"{first['seconds']:,.0f} s, {r['first_sync_speed_vs_ingest']:.2f}× the speed of "
+        f"`ragbus ingest` on them ({r['ingest']['seconds']:,.0f} s); a re-sync with 1 % changed "
+        f"in {resync['seconds']:.1f} s, {resync['fraction_of_first_sync']:.1%} of the first; "
+        f"under `watch` a write searchable in p50 {watch['p50_s']:.2f} s, p95 "
+        f"{watch['p95_s']:.2f} s ({watch['writes']} writes); after "
+        f"{r['deleted']['files']} deletions: {orphans}"
+    )
+
+
 ROWS = (
     Row("the whole stack, c = 8", "bench.json", _whole_stack),
     Row("the broker path alone (instant engines), c = 8", "bus.json", _bus),
@@ -336,6 +350,7 @@ ROWS = (
     Row("a user's questions, c = 8", "bench-issue56-users.json", _user_cost),
     Row("scale, 10k → 300k chunks", "scale.json", _scale),
     Row("ingestion", "ingest.json", _ingest),
+    Row("a folder source kept in sync", "bench-sync.json", _sync),
     Row(
         "the encoder on a GPU: ingestion's encoder work and a query",
         "encoder-devices-h200.json",

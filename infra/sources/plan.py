@@ -24,6 +24,8 @@ from infra.sources.state import Pending, Seen
 class Plan:
     puts: list[Listed] = field(default_factory=list)
     deletes: list[Seen] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+    """Paths gone that made no document (they failed): their entries are dropped."""
     listed: int = 0
 
     @property
@@ -40,6 +42,8 @@ def plan(listing: Iterable[Listed], seen: dict[str, Seen], kept: Iterable[str] =
         result.listed += 1
         present.add(listed.path)
         before = seen.get(listed.path)
+        if before is not None and before.failed and before.version == listed.version:
+            continue  # it failed as it is: tried again once it changes
         if (
             before is None
             or not before.sha256
@@ -47,7 +51,9 @@ def plan(listing: Iterable[Listed], seen: dict[str, Seen], kept: Iterable[str] =
             or listed.version == ALWAYS_READ
         ):
             result.puts.append(listed)
-    result.deletes = [s for path, s in sorted(seen.items()) if path not in present and s.sha256]
+    gone = [s for path, s in sorted(seen.items()) if path not in present]
+    result.deletes = [s for s in gone if s.sha256]
+    result.forgotten = [s.path for s in gone if not s.sha256 and s.pending is None]
     return result
 
 

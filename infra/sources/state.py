@@ -54,6 +54,9 @@ class Seen(BaseModel):
     sha256: str = ""
     """Empty for a path never indexed yet (only a pending put)."""
     document_id: str = ""
+    failed: str = ""
+    """Why this version of the path made no document (empty, too large): not tried again
+    until the path changes."""
     pending: Pending | None = None
 
 

@@ -247,8 +247,9 @@ class SourceSyncer:
             owed = marked(decided, seen, job_id)
             marking = {entry.path for entry in owed}
             await state.put_all([*owed, *_stale(seen, marking)])
-            for path, entry in list(seen.items()):  # marked by a killed plan, never indexed
-                if entry.pending is not None and not entry.sha256 and path not in marking:
+            for path, entry in list(seen.items()):
+                unmarked = entry.pending is not None and path not in marking  # a killed plan's
+                if path in decided.forgotten or (unmarked and not entry.sha256):
                     await state.drop(path)
                     del seen[path]
             for entry in owed:
@@ -321,7 +322,7 @@ class SourceSyncer:
             await self._fail(job, before, mark.event_id, f"cannot be read: {exc}")
             return
         sha = hashlib.sha256(data).hexdigest()
-        now = Seen(path=path, version=listed.version, size=len(data), sha256=sha)
+        now = Seen(path=path, version=listed.version, size=len(data), sha256=sha, failed="")
         if before.sha256 == sha:  # a new stat, the same bytes
             job.counts.touched += 1
             await job.state.put(now.model_copy(update={"document_id": before.document_id}))
@@ -334,20 +335,19 @@ class SourceSyncer:
             return
         doc_id = before.document_id or document_id(job.record, path, job.taken)
         if doc_id is None:
-            await self._fail(job, before, mark.event_id, "its path makes no document id")
+            reason = "its path makes no document id"
+            await self._fail(job, before, mark.event_id, reason, listed.version)
             return
         job.taken.add(doc_id)
         try:
             document = await self._document(job, path, doc_id, data)
-            await self._charge(job, document, len(data))
-            message, body = job_message(job.job_id, document, mark.event_id)
-            if len(body) + HEADER_ALLOWANCE > self.nc.max_payload:
-                raise ValueError(
-                    f"{len(body):,} bytes as a message, over the NATS server's max_payload"
-                )
-        except (ValueError, ValidationError, QuotaExceeded) as exc:
+        except (ValueError, ValidationError) as exc:  # the file itself: until it changes
+            await self._fail(job, before, mark.event_id, _reason(exc), listed.version)
+            return
+        except QuotaExceeded as exc:  # tried again at the next sync
             await self._fail(job, before, mark.event_id, _reason(exc))
             return
+        message, body = job_message(job.job_id, document, mark.event_id)
         await self.bus.publish_raw(
             body, job_subject(job.job_id, document), sj.STREAM_INGEST, message.event_id
         )
@@ -358,6 +358,9 @@ class SourceSyncer:
             job.counts.added += 1
 
     async def _document(self, job: _Run, path: str, doc_id: str, data: bytes) -> JobItem:
+        """The path's document, checked, charged against the tenant's quota, and (a file)
+        stored as its original: `ValueError` for a file that cannot be one, `QuotaExceeded`
+        past the tenant's limits; nothing is stored for either."""
         record = job.record
         name = PurePosixPath(path)
         common = {
@@ -370,7 +373,10 @@ class SourceSyncer:
             text = data.decode("utf-8", errors="replace")
             if not text.strip():
                 raise ValueError("no text (empty, or white space only)")
-            return DocumentIn(title=title_of(text, name.stem), text=text, **common)
+            document = DocumentIn(title=title_of(text, name.stem), text=text, **common)
+            self._fits(job_message(job.job_id, document)[1])
+            await self._charge(job, document.namespace, doc_id, len(text.encode()))
+            return document
         if not data:
             raise ValueError("empty")
         if len(data) > self.settings.max_file_bytes:
@@ -378,6 +384,7 @@ class SourceSyncer:
                 f"{len(data):,} bytes; files of at most {self.settings.max_file_bytes:,} are "
                 "taken (RAGBUS_MAX_FILE_BYTES)"
             )
+        await self._charge(job, record.store_namespace, doc_id, len(data))
         ref = await self.files.put(
             record.store_namespace,
             doc_id,
@@ -387,19 +394,29 @@ class SourceSyncer:
         )
         return FileDocument(file=ref, **common)
 
-    async def _charge(self, job: _Run, document: JobItem, size: int) -> None:
-        if isinstance(document, DocumentIn):
-            size = len(document.text.encode())
+    def _fits(self, body: bytes) -> None:
+        if len(body) + HEADER_ALLOWANCE > self.nc.max_payload:
+            raise ValueError(
+                f"{len(body):,} bytes as a message, over the NATS server's max_payload"
+            )
+
+    async def _charge(self, job: _Run, namespace: str, doc_id: str, size: int) -> None:
         await self.quotas.accept_documents(
-            job.record.tenant, [DocumentSize(document.namespace, document.id, size)], job.limits
+            job.record.tenant, [DocumentSize(namespace, doc_id, size)], job.limits
         )
 
-    async def _fail(self, job: _Run, before: Seen, event: str, reason: str) -> None:
-        """An operation that could not be sent: counted failed, the path left as it was (a
-        new path forgotten), so the next sync tries it again."""
+    async def _fail(
+        self, job: _Run, before: Seen, event: str, reason: str, version: str | None = None
+    ) -> None:
+        """An operation that could not be sent: counted failed, the path's document left as
+        it was. With the `version` it failed at (a file that cannot be a document: empty,
+        too large), the path is not tried again until it changes; without (it could not be
+        read, the tenant was at its quota), the next sync tries it again."""
         job.counts.skipped += 1
         log.warning("source_path_failed", source=job.record.name, path=before.path, reason=reason)
-        if before.sha256:
+        if version is not None:
+            await job.state.put(before.model_copy(update={"version": version, "failed": reason}))
+        elif before.sha256:
             await job.state.put(before)
         else:
             await job.state.drop(before.path)

@@ -86,8 +86,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantStack]:
     nats_port, api_port = free_port(), free_port()
     # the reference MCP server (tools/mcp, `make mcp-peers`), sandboxed: tenants use its
     # tools only where they are allowed (`test_a_tenant_uses_only_the_mcp_servers_...`)
+    (root / "sources").mkdir()
     env = tenants_env(
-        root, api_port, nats_port, ADMIN, LOG_LEVEL="INFO", MCP_SERVERS=json.dumps(MCP_SERVERS)
+        root,
+        api_port,
+        nats_port,
+        ADMIN,
+        LOG_LEVEL="INFO",
+        MCP_SERVERS=json.dumps(MCP_SERVERS),
+        SOURCE_ROOTS=str(root / "sources"),
     )
     log = root / "up.log"
     url = f"http://127.0.0.1:{api_port}"
@@ -314,6 +321,54 @@ def test_a_tenants_users_are_its_own(
         ).json()["documents"]
         == []
     )
+
+
+def test_a_tenants_sources_are_its_own(stack: TenantStack, acme: Tenant, beta: Tenant) -> None:
+    """acme's source reads acme's folder into acme's namespace; beta neither sees, syncs,
+    changes nor removes it, follows none of its jobs, and cannot point a source of its own at
+    acme's folder (nor at the root above both); acme's users administer no source."""
+    roots = Path(stack.env["RAGBUS_SOURCE_ROOTS"])
+    folder = roots / "acme" / "manuals"
+    folder.mkdir(parents=True)
+    (folder / "winch.md").write_text("# Winch\n\nThe winch manual of acme, reference WM-4471.\n")
+    (roots / "beta").mkdir()
+    made = httpx.post(
+        f"{stack.url}/v1/sources",
+        json={"name": "manuals", "location": str(folder), "namespace": "docs"},
+        headers=acme.headers,
+    )
+    assert made.status_code == 201, made.text
+    job_id = made.json()["job_id"]
+    wait_job(stack, acme, job_id)
+    assert httpx.get(f"{stack.url}/v1/sources", headers=beta.headers).json() == []
+    for method, path, body in (
+        ("GET", "/v1/sources/manuals", None),
+        ("POST", "/v1/sources/manuals/sync", None),
+        ("PATCH", "/v1/sources/manuals", {"every_s": 3600}),
+        ("DELETE", "/v1/sources/manuals", None),
+        ("GET", f"/v1/ingest/{job_id}", None),
+    ):
+        answer = httpx.request(method, f"{stack.url}{path}", json=body, headers=beta.headers)
+        assert answer.status_code == 404, (method, path, answer.text)
+    for location in (str(folder), str(roots), str(roots / "beta" / ".." / "acme")):
+        refused = httpx.post(
+            f"{stack.url}/v1/sources",
+            json={"name": "grab", "location": location, "namespace": "docs"},
+            headers=beta.headers,
+        )
+        assert refused.status_code == 422, (location, refused.text)
+    listed = httpx.get(
+        f"{stack.url}/v1/documents", params={"namespace": "docs"}, headers=beta.headers
+    )
+    assert "manuals:winch.md" not in [d["id"] for d in listed.json()["documents"]]
+    mine = httpx.get(
+        f"{stack.url}/v1/documents", params={"namespace": "docs"}, headers=acme.headers
+    )
+    assert "manuals:winch.md" in [d["id"] for d in mine.json()["documents"]]
+    user = httpx.post(f"{stack.url}/v1/users", json={"user": "sam"}, headers=acme.headers)
+    sam = {"Authorization": f"Bearer {user.json()['api_key']}"}
+    assert httpx.get(f"{stack.url}/v1/sources", headers=sam).status_code == 403
+    assert httpx.post(f"{stack.url}/v1/sources/manuals/sync", headers=sam).status_code == 403
 
 
 def test_idempotency_keys_are_per_tenant(stack: TenantStack, acme: Tenant, beta: Tenant) -> None:
