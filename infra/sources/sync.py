@@ -314,6 +314,11 @@ class SourceSyncer:
         mark, path = entry.pending, entry.path
         listed = job.listed.get(path)
         before = entry.model_copy(update={"pending": None})
+        limit = self.settings.max_file_bytes
+        if listed is not None and listed.size > limit:  # never read into memory
+            reason = f"{listed.size:,} bytes; files of at most {limit:,} are taken"
+            await self._fail(job, before, mark.event_id, reason, listed.version)
+            return
         try:
             if listed is None:
                 raise OSError(f"{path} is gone")

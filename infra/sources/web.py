@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,9 @@ from infra.sources.network import HostRefused, check_url
 
 USER_AGENT = "ragbus-sources/1 (+https://github.com/ragbus)"
 TIMEOUT_S = 20.0
+"""Connecting, and each read of a response (httpx's timeouts)."""
+REQUEST_DEADLINE_S = 120.0
+"""A whole body: a site that drips one slower is refused."""
 MAX_REDIRECTS = 5
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024
 """What the sitemaps protocol allows one sitemap file (uncompressed)."""
@@ -82,26 +86,43 @@ class WebReader:
 
     # -- requests --
 
-    def _request(self, method: str, url: str) -> tuple[str, httpx.Response]:
-        """The response at the end of `url`'s redirects within the host, and its URL."""
+    def _request(self, method: str, url: str, limit: int = 0) -> tuple[str, httpx.Response, bytes]:
+        """The response at the end of `url`'s redirects within the host, its URL, and its
+        body (at most `limit` bytes, read within `REQUEST_DEADLINE_S`: a site that sends more,
+        or drips it slower, is refused)."""
         for _ in range(MAX_REDIRECTS + 1):
             check_url(url, self.allowed)
-            response = self.client.request(method, url)
-            if response.is_redirect and response.headers.get("location"):
-                target = urldefrag(urljoin(url, response.headers["location"]))[0]
-                if not self._ours(target):
-                    raise OSError(f"{url} redirects out of the site, to {target}")
-                url = target
-                continue
-            return url, response
+            with self.client.stream(method, url) as response:
+                if response.is_redirect and response.headers.get("location"):
+                    target = urldefrag(urljoin(url, response.headers["location"]))[0]
+                    if not self._ours(target):
+                        raise OSError(f"{url} redirects out of the site, to {target}")
+                    url = target
+                    continue
+                return url, response, self._body(url, response, limit)
         raise OSError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
+    @staticmethod
+    def _body(url: str, response: httpx.Response, limit: int) -> bytes:
+        if limit <= 0:
+            return b""
+        declared = int(response.headers.get("content-length") or 0)
+        if declared > limit:
+            raise OSError(f"{url}: {declared:,} bytes, over {limit:,}")
+        deadline = time.monotonic() + REQUEST_DEADLINE_S
+        parts: list[bytes] = []
+        size = 0
+        for part in response.iter_bytes():
+            size += len(part)
+            if size > limit:
+                raise OSError(f"{url}: over {limit:,} bytes")
+            if time.monotonic() > deadline:
+                raise OSError(f"{url}: not read within {REQUEST_DEADLINE_S:g} s")
+            parts.append(part)
+        return b"".join(parts)
+
     def _get(self, url: str, limit: int) -> tuple[str, httpx.Response, bytes]:
-        final, response = self._request("GET", url)
-        body = response.content
-        if len(body) > limit:
-            raise OSError(f"{final}: {len(body):,} bytes, over {limit:,}")
-        return final, response, body
+        return self._request("GET", url, limit)
 
     def _ours(self, url: str) -> bool:
         parts = urlsplit(url)
@@ -221,7 +242,7 @@ class WebReader:
     def _head(self, url: str, skipped: list[Skipped]) -> Listed | None:
         path = self.path_of(url)
         try:
-            final, response = self._request("HEAD", url)
+            final, response, _ = self._request("HEAD", url)
         except (httpx.HTTPError, OSError) as exc:
             skipped.append(Skipped(path, f"cannot be reached ({exc})"))
             return None

@@ -47,6 +47,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         source_private_hosts=["127.0.0.1"],
         source_watch_debounce_s=0.05,
         source_min_every_s=1.0,
+        max_file_bytes=1_000_000,
     ) as settings:
         yield settings
 
@@ -577,3 +578,65 @@ async def test_a_bucket_kept_in_sync(stack: Stack, bucket_server: str) -> None:
             "catalogue_entries": 0,
             "quota_entries": 0,
         }
+
+
+async def test_a_hostile_site_costs_its_own_sync_and_nothing_else(stack: Stack) -> None:
+    """Entities in a sitemap, redirect loops, a redirect out of the site, a page over the
+    file limit: each is refused with its reason, the rest of the site is indexed, and a
+    question on another namespace is served meanwhile."""
+    site = _Site()
+    try:
+        bomb = (
+            '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+            '<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">'
+            '<!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">]>'
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            "<url><loc>&lol3;</loc></url></urlset>"
+        )
+        site.pages["/bomb.xml"] = (200, {"Content-Type": "application/xml"}, bomb.encode())
+        index = (
+            '<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<sitemap><loc>{site.url}/bomb.xml</loc></sitemap>"
+            f"<sitemap><loc>{site.url}/pages.xml</loc></sitemap></sitemapindex>"
+        )
+        site.pages["/sitemap.xml"] = (200, {"Content-Type": "application/xml"}, index.encode())
+        urls = "".join(
+            f"<url><loc>{site.url}{path}</loc></url>"
+            for path in ("/fine", "/huge", "/away", "/loop-a")
+        )
+        pages = f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
+        site.pages["/pages.xml"] = (200, {"Content-Type": "application/xml"}, pages.encode())
+        site.page("/fine", "HS-0001", "ok1")
+        huge = b"<html><body>" + b"x" * 1_200_000 + b"</body></html>"
+        site.pages["/huge"] = (200, {"Content-Type": "text/html", "ETag": '"h1"'}, huge)
+        site.pages["/away"] = (302, {"Location": "http://169.254.169.254/latest/"}, b"")
+        site.pages["/loop-a"] = (302, {"Location": "/loop-b"}, b"")
+        site.pages["/loop-b"] = (302, {"Location": "/loop-a"}, b"")
+        async with stack.http() as http:
+            made = await http.post(
+                "/v1/sources",
+                json={"name": "hostile", "kind": "web", "location": site.url, "namespace": "hs"},
+            )
+            assert made.status_code == 201, made.text
+            job_id = made.json()["job_id"]
+            probe = await http.post(
+                "/v1/queries", json={"query": "mooring permits", "namespaces": ["harbour"]}
+            )
+            assert probe.status_code == 202
+            job = await _job(http, job_id)
+            assert (job["documents_done"], job["documents_failed"]) == (1, 1), job
+            assert "over" in " ".join(job["errors"].values()), job["errors"]
+            counts = await _last_sync(http, "hostile")
+            assert counts["skipped"] >= 3, counts  # the loop, the way out, the huge page
+            assert await _hash(stack, "hs", "hostile:fine")
+
+            async def answered() -> str:
+                status = await http.get(f"/v1/queries/{probe.json()['request_id']}")
+                return str(status.json().get("status"))
+
+            ended = ("completed", "failed", "timed_out", "cancelled")
+            assert await until(answered, timeout=60, satisfied=lambda s: s in ended) == "completed"
+            again = await _sync(http, "hostile")
+            assert again["expected"] == 0, again  # the huge page waits until it changes
+    finally:
+        site.close()
