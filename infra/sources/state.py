@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Literal, TypeVar
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
@@ -29,9 +29,12 @@ from pydantic import BaseModel
 from contracts import subjects as sj
 from contracts.sources import SyncRun
 from infra.logging import get_logger
+from infra.runtime.bus import until_jetstream_answers
 from infra.settings import Settings
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 WRITES_AT_ONCE = 64
 """KV writes in flight at once while a sync marks or clears its operations."""
@@ -81,7 +84,18 @@ def bucket_config(settings: Settings) -> api.KeyValueConfig:
 
 
 async def sources_bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
-    """`RAG_SOURCES`, made when missing (by whichever process asks first)."""
+    """`RAG_SOURCES`, made when missing (by whichever process asks first); a cluster electing
+    the bucket's leader is waited out."""
+    return await until_jetstream_answers(
+        lambda: _bucket(js, settings),
+        settings.publish_retry_s,
+        first_delay_s=0.2,
+        max_delay_s=2.0,
+        event="source_state_read_retried",
+    )
+
+
+async def _bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
     try:
         return await js.key_value(sj.SOURCES_BUCKET)
     except nats.js.errors.BucketNotFoundError:
@@ -93,14 +107,25 @@ async def sources_bucket(js: JetStreamContext, settings: Settings) -> KeyValue:
 
 
 class SourceState:
-    """One source's entries and last run in the bucket."""
+    """One source's entries and last run in the bucket. Every call waits out a bucket without
+    a leader (a cluster electing one after losing a node) for up to `retry_s`, as publishing
+    does (`infra.runtime.bus.until_jetstream_answers`)."""
 
-    def __init__(self, kv: KeyValue, tenant: str, source: str) -> None:
+    def __init__(self, kv: KeyValue, tenant: str, source: str, retry_s: float = 30.0) -> None:
         self.kv, self.tenant, self.source = kv, tenant, source
+        self.retry_s = retry_s
         self._run_key = f"{_prefix(tenant, source)}.run"
+
+    async def _retried(self, call: Callable[[], Awaitable[T]], event: str) -> T:
+        return await until_jetstream_answers(
+            call, self.retry_s, first_delay_s=0.2, max_delay_s=2.0, event=event
+        )
 
     async def seen(self) -> dict[str, Seen]:
         """Every path the source has, by path: read in one pass of an ordered consumer."""
+        return await self._retried(self._seen, "source_state_read_retried")
+
+    async def _seen(self) -> dict[str, Seen]:
         found: dict[str, Seen] = {}
         watcher = await self.kv.watch(
             f"{_prefix(self.tenant, self.source)}.f.*", ignore_deletes=True
@@ -117,13 +142,13 @@ class SourceState:
         return found
 
     async def put(self, seen: Seen) -> None:
-        await self.kv.put(
-            path_key(self.tenant, self.source, seen.path), seen.model_dump_json().encode()
-        )
+        key, value = path_key(self.tenant, self.source, seen.path), seen.model_dump_json().encode()
+        await self._retried(lambda: self.kv.put(key, value), "source_state_write_retried")
 
     async def drop(self, path: str) -> None:
+        key = path_key(self.tenant, self.source, path)
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-            await self.kv.purge(path_key(self.tenant, self.source, path))
+            await self._retried(lambda: self.kv.purge(key), "source_state_write_retried")
 
     async def put_all(self, entries: Iterable[Seen]) -> None:
         """Write many entries, `WRITES_AT_ONCE` in flight at a time."""
@@ -138,17 +163,20 @@ class SourceState:
 
     async def run(self) -> SyncRun | None:
         try:
-            entry = await self.kv.get(self._run_key)
+            entry = await self._retried(
+                lambda: self.kv.get(self._run_key), "source_state_read_retried"
+            )
         except nats.js.errors.KeyNotFoundError:
             return None
         return SyncRun.model_validate_json(entry.value) if entry.value else None
 
     async def set_run(self, run: SyncRun) -> None:
-        await self.kv.put(self._run_key, run.model_dump_json().encode())
+        value = run.model_dump_json().encode()
+        await self._retried(lambda: self.kv.put(self._run_key, value), "source_state_write_retried")
 
     async def forget(self) -> None:
         """Every key of the source (it was removed, and its documents deleted)."""
         for path in list(await self.seen()):
             await self.drop(path)
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-            await self.kv.purge(self._run_key)
+            await self._retried(lambda: self.kv.purge(self._run_key), "source_state_write_retried")

@@ -1,8 +1,8 @@
 """A large sync survives its worker and its NATS node: on a three-node JetStream cluster (every
 stream and the sources' KV bucket on three nodes), the sources worker runs as a process of its
-own (`ragbus worker sources`) and is SIGKILLed while it publishes a sync of 300 files; then,
+own (`ragbus worker sources`) and is SIGKILLed while it publishes a sync of 600 files; then,
 while the restarted worker resumes it, the node that leads the sources' KV bucket is killed.
-The sync's one job ends with every file indexed exactly once: 300 done, none unchanged (a
+The sync's one job ends with every file indexed exactly once: 600 done, none unchanged (a
 second copy of a document would count `unchanged`, or be counted twice), none failed."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.integration.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
-FILES = 300
+FILES = 600
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ async def test_a_sync_survives_its_worker_and_its_nats_node(
             )
             == "publishing"
         )
-        await asyncio.sleep(0.3)  # some of it sent, most not
+        await asyncio.sleep(0.2)  # some of it sent, most not
         worker.kill()
         worker.start()
 
