@@ -146,25 +146,30 @@ async def wait_job(client: Any, job_id: str, timeout_s: float) -> dict[str, Any]
         await asyncio.sleep(0.2)
 
 
-async def retrieved(client: Any, query: str, namespace: str) -> list[str]:
-    """The fused list's document ids for `query` (a `retrieve` request, to its end)."""
+async def retrieved(client: Any, query: str, namespace: str) -> dict[str, dict[str, int]]:
+    """The fused list for `query` (a `retrieve` request, to its end): each document's channels
+    and its rank in each."""
     submitted = await client.submit(query, mode="retrieve", namespaces=[namespace], top_k=5)
-    fused: list[str] = []
+    fused: dict[str, dict[str, int]] = {}
     async for message in client.stream_events(submitted["request_id"]):
         data = message.data.get("data") or {}
         if message.event == "answer":
             retrieval = (data.get("metadata") or {}).get("retrieval") or {}
-            fused = [str(item.get("document_id")) for item in retrieval.get("fused") or []]
+            for item in retrieval.get("fused") or []:
+                fused.setdefault(str(item.get("document_id")), dict(item.get("channels") or {}))
     return fused
 
 
 async def searchable(
-    client: Any, query: str, document_id: str, namespace: str, timeout_s: float
+    client: Any, marker: str, document_id: str, namespace: str, timeout_s: float
 ) -> float | None:
-    """Seconds until a `retrieve` request for `query` ranks `document_id` (None: never)."""
+    """Seconds until a `retrieve` request for `marker`, a word only the document's new version
+    holds, finds the document by that word (its sparse channel ranks it: the vector channel
+    could rank the old version for a word it has never seen); None: never."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
-        if document_id in await retrieved(client, query, namespace):
+        found = await retrieved(client, marker, namespace)
+        if "sparse" in found.get(document_id, {}):
             return time.perf_counter() - started
         await asyncio.sleep(WATCH_POLL_S)
     return None

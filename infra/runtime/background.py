@@ -1,4 +1,7 @@
-"""Corpus-wide CPU work off the query path: one idle-priority child process per ragbus process.
+"""Corpus-wide CPU work off the query path: idle-priority child processes of a ragbus process
+(one for ingestion's encoder passes and entity extraction, `Resources.background`; one for the
+graph's community detection, `Resources.graph_background`, so that a detection never holds a
+document's encoding back).
 
 Ingestion's encoder passes and community detection are long, CPU-bound and never urgent. Run
 in the process that answers queries, they took the GIL and the shared encoder from the

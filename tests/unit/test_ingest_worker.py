@@ -4,6 +4,7 @@ unchanged documents are skipped and bad ones are counted as failed."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -75,7 +76,11 @@ async def test_a_job_indexes_every_document_and_completes(harness: WorkerHarness
     vectors = await harness.resources.vectors()
     assert vectors.count("default") == job["chunks"]
     graph = await harness.resources.graph()
-    stats = await graph.stats()
+    for _ in range(100):  # a finished job's communities are recomputed beside it, at once
+        stats = await graph.stats()
+        if not stats["communities_dirty"]:
+            break
+        await asyncio.sleep(0.05)
     assert stats["documents"] == 3 and stats["communities_dirty"] is False
 
     progress = _progress(harness, receipt.job_id)
@@ -299,3 +304,25 @@ async def test_producer_counts_broker_duplicates_and_seals_last() -> None:
     seal = bus.sent[-1][2]
     assert isinstance(seal, IngestJobSealed) and (seal.expected, seal.duplicates) == (2, 1)
     assert bus.sent[0][2].event_id == DOCS[0].content_hash()  # type: ignore[attr-defined]
+
+
+async def test_the_corpus_refresh_runs_at_once_then_at_most_once_an_interval() -> None:
+    from workers.ingest import RefreshPacer
+
+    runs: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def work() -> None:
+        runs.append(loop.time())
+
+    pacer = RefreshPacer(work, 0.3)
+    started = loop.time()
+    pacer.job_finished()
+    await asyncio.sleep(0.05)
+    assert len(runs) == 1 and runs[0] - started < 0.05  # the first at once
+    for _ in range(5):  # a burst of jobs within the interval: one more run, at its end
+        pacer.job_finished()
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)
+    assert len(runs) == 2 and runs[1] - runs[0] >= 0.29
+    await pacer.aclose()

@@ -12,6 +12,8 @@ wherever the model fails.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -39,6 +41,44 @@ from workers.ingest.indexer import IndexOutcome, index_document, remove_document
 __all__ = ["create_router"]
 
 log = get_logger(__name__)
+
+CORPUS_REFRESH_INTERVAL_S = 30.0
+"""The corpus-wide work after a job (the vector store's optimize, the graph's communities)
+runs at most this often: a watched folder ends a job a change, and at 20,000 documents each
+such refresh took seconds of the encoder and the graph (`ragbus bench-sync`, issue 57)."""
+
+
+class RefreshPacer:
+    """Runs `work` when a job finishes, at most once every `interval_s`: the first at once,
+    one finishing sooner after the last run waits for the interval's end, and any number
+    finishing meanwhile share that one run."""
+
+    def __init__(self, work: Callable[[], Awaitable[None]], interval_s: float) -> None:
+        self._work, self._interval = work, interval_s
+        self._last = float("-inf")
+        self._wanted = False
+        self._task: asyncio.Task[None] | None = None
+
+    def job_finished(self) -> None:
+        self._wanted = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._wanted:
+            wait = self._last + self._interval - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._wanted = False
+            self._last = loop.time()
+            await self._work()
+
+    async def aclose(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 def create_router(resources: Resources) -> NatsRouter:
@@ -75,13 +115,17 @@ def create_router(resources: Resources) -> NatsRouter:
 
     async def on_completed(job_id: str, state: dict[str, Any]) -> None:
         log.info("ingest_job_finished", job_id=job_id, status=state.get("status"))
-        if not state.get("documents_done"):
-            return  # nothing new in the stores
-        try:  # index what the job appended; the store answers searches meanwhile
+        if state.get("documents_done"):  # something new in the stores
+            pacer.job_finished()
+
+    async def refresh_corpus() -> None:
+        """What a finished job leaves to do across the corpus: index what the vector store
+        appended, and recompute the graph's communities."""
+        try:  # index what the jobs appended; the store answers searches meanwhile
             store = await resources.vectors()
             await asyncio.to_thread(store.optimize)
         except Exception:  # unindexed segments are still searched, by a full scan
-            log.exception("vectors_optimize_failed", job_id=job_id)
+            log.exception("vectors_optimize_failed")
         try:
             encoder = await resources.encoder()
             graph = await resources.graph()
@@ -89,7 +133,10 @@ def create_router(resources: Resources) -> NatsRouter:
                 embed=encoder.aencode, summarise=community_summariser()
             )
         except Exception:  # communities are refreshed lazily anyway: never fail the job
-            log.exception("communities_refresh_failed", job_id=job_id)
+            log.exception("communities_refresh_failed")
+
+    pacer = RefreshPacer(refresh_corpus, CORPUS_REFRESH_INTERVAL_S)
+    resources.on_close(pacer.aclose)
 
     async def on_operation(message: IngestDocument | IngestRefused | IngestDeletion) -> None:
         """Index or remove one document and count it in its job, exactly once; a file the

@@ -9,6 +9,7 @@ import math
 import random
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 from infra.logging import get_logger
 from infra.retrieval.graph.model import (
@@ -187,8 +188,12 @@ async def summarise_all(
     texts: dict[str, str],
     embed: Embed | None,
     summarise: Summarise | None = None,
+    known_vectors: Mapping[str, list[float]] | None = None,
 ) -> None:
-    """Summaries (the summariser's when given, else extractive), then their vectors."""
+    """Summaries (the summariser's when given, else extractive), then their vectors: a
+    summary with a vector in `known_vectors` (the last recompute's, by summary text) keeps
+    it, so a recompute after one document changed embeds the few communities it changed, not
+    every community of the corpus (thousands at 20,000 documents: seconds of the encoder)."""
     if summarise is None:
         for community in communities:
             community.summary = summarize(community, names, texts)
@@ -199,7 +204,14 @@ async def summarise_all(
             community.summary = text
         extractive = sum(text == b.extractive for text, b in zip(written, briefs, strict=True))
         log.info("community_summaries", written=len(written) - extractive, extractive=extractive)
-    if embed is not None and communities:
-        vectors = await embed([c.summary for c in communities])
-        for community, vector in zip(communities, vectors, strict=True):
+    if embed is None or not communities:
+        return
+    known = known_vectors or {}
+    fresh = [c for c in communities if c.summary not in known]
+    for community in communities:
+        if community.summary in known:
+            community.vector = list(known[community.summary])
+    if fresh:
+        vectors = await embed([c.summary for c in fresh])
+        for community, vector in zip(fresh, vectors, strict=True):
             community.vector = [float(x) for x in vector]
