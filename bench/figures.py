@@ -328,7 +328,11 @@ class Row:
 
 
 def _sync(r: Report) -> str:
-    first, resync, watch = r["first_sync"], r["resync_1pct"], r["watch"]
+    first, resync = r["first_sync"], r["resync_1pct"]
+    watch, watched = r["watch"], f"({r['watch']['writes']} writes)"
+    if "watch_after_fix" in r:  # measured again on the same stores once the stall was fixed
+        watch = r["watch_after_fix"]
+        watched = f"({watch['writes']} writes, measured again after the fix on the same stores)"
     orphans = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in r["orphans"].items())
     return (
         f"{r['files']:,} files (Markdown, text, HTML, Word): the first sync in "
@@ -336,7 +340,7 @@ def _sync(r: Report) -> str:
         f"`ragbus ingest` on them ({r['ingest']['seconds']:,.0f} s); a re-sync with 1 % changed "
         f"in {resync['seconds']:.1f} s, {resync['fraction_of_first_sync']:.1%} of the first; "
         f"under `watch` a write searchable in p50 {watch['p50_s']:.2f} s, p95 "
-        f"{watch['p95_s']:.2f} s ({watch['writes']} writes); after "
+        f"{watch['p95_s']:.2f} s {watched}; after "
         f"{r['deleted']['files']} deletions: {orphans}"
     )
 
