@@ -33,6 +33,9 @@ from infra.sources.registry import SourceRegistry
 log = get_logger(__name__)
 
 TICK_S = 1.0
+CATCH_UP_AFTER_S = 0.5
+"""How long after a watch starts its catch-up sync is asked for (the OS's watch stands by
+then: watchfiles sets it up as the iteration begins)."""
 WATCH_LEASE_S = 10.0
 
 _RENEW = """
@@ -130,6 +133,9 @@ class Scheduler:
             return
         log.info("source_watched", source=record.name, tenant=record.tenant, folder=str(root))
         debounce_ms = int(self.settings.source_watch_debounce_s * 1000)
+        # what changed while no one watched (the source was just made, or its worker was
+        # away) is synced once the watch stands: its listing comes after the OS's watch
+        catch_up = asyncio.create_task(self._catch_up(record))
         async for changes in watchfiles.awatch(
             root,
             debounce=max(debounce_ms, 1),
@@ -140,3 +146,11 @@ class Scheduler:
         ):
             log.info("source_changed", source=record.name, changes=len(changes))
             await request_sync(self.bus, record, "watch")
+        catch_up.cancel()
+
+    async def _catch_up(self, record: SourceRecord) -> None:
+        await asyncio.sleep(CATCH_UP_AFTER_S)
+        try:
+            await request_sync(self.bus, record, "watch")
+        except Exception as exc:  # the next change, or the next tick's watcher, syncs it
+            log.warning("source_catch_up_failed", source=record.name, error=repr(exc))

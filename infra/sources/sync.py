@@ -316,7 +316,10 @@ class SourceSyncer:
         before = entry.model_copy(update={"pending": None})
         limit = self.settings.max_file_bytes
         if listed is not None and listed.size > limit:  # never read into memory
-            reason = f"{listed.size:,} bytes; files of at most {limit:,} are taken"
+            reason = (
+                f"{listed.size:,} bytes; files of at most {limit:,} are taken "
+                "(RAGBUS_MAX_FILE_BYTES)"
+            )
             await self._fail(job, before, mark.event_id, reason, listed.version)
             return
         try:

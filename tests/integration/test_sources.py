@@ -625,7 +625,7 @@ async def test_a_hostile_site_costs_its_own_sync_and_nothing_else(stack: Stack) 
             assert probe.status_code == 202
             job = await _job(http, job_id)
             assert (job["documents_done"], job["documents_failed"]) == (1, 1), job
-            assert "over" in " ".join(job["errors"].values()), job["errors"]
+            assert "RAGBUS_MAX_FILE_BYTES" in " ".join(job["errors"].values()), job["errors"]
             counts = await _last_sync(http, "hostile")
             assert counts["skipped"] >= 3, counts  # the loop, the way out, the huge page
             assert await _hash(stack, "hs", "hostile:fine")
