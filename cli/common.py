@@ -13,9 +13,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import structlog
 import typer
@@ -313,3 +313,21 @@ def check_api(api: str, token: str | None, timeout_s: float = 5.0) -> None:
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", response.text[:200]
     raise ApiError(response.status_code, code, message, url=url, token_sent=bool(token))
+
+
+T = TypeVar("T")
+
+
+def call_api(api: str, token: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
+    """`work(client)` with a `RagbusClient` of `api`, run to its end: the commands that are
+    one call over HTTP (`ragbus user`, `ragbus source`). What cannot be reached is told by
+    `cli.app.main`."""
+    import asyncio
+
+    from client import RagbusClient
+
+    async def main() -> T:
+        async with RagbusClient(api, token=token) as client:
+            return await work(client)
+
+    return asyncio.run(main())

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import DEFAULT_API, ApiUrl, Failure, Token, access_option, console, errors
-
-T = TypeVar("T")
+from cli.common import DEFAULT_API, ApiUrl, Failure, Token, access_option, call_api, console, errors
 
 source_app = typer.Typer(
     help="Sources kept in sync: a folder ragbus keeps indexed as it changes (new files "
@@ -33,16 +30,6 @@ WAIT_POLL_S = 0.5
 
 def register(app: typer.Typer) -> None:
     app.add_typer(source_app, name="source")
-
-
-def _call(api: str, token: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
-    from client import RagbusClient
-
-    async def main() -> T:
-        async with RagbusClient(api, token=token) as client:
-            return await work(client)
-
-    return asyncio.run(main())  # what cannot be reached is told by `cli.app.main`
 
 
 async def _follow(client: Any, job_id: str) -> dict[str, Any]:
@@ -83,7 +70,7 @@ def _ended(job: dict[str, Any]) -> None:
 def _queued(answer: dict[str, Any], what: str, wait: bool, api: str, token: str | None) -> None:
     console.print(f"{what}: job {answer['job_id']} ({answer['status_url']})", soft_wrap=True)
     if wait:
-        _ended(_call(api, token, lambda c: _follow(c, answer["job_id"])))
+        _ended(call_api(api, token, lambda c: _follow(c, answer["job_id"])))
 
 
 @source_app.command("add")
@@ -166,7 +153,7 @@ def add(
             raise Failure(f"--s3 is not JSON: {exc}", 2) from exc
     if max_pages is not None:
         spec["web"] = {"max_pages": max_pages}
-    answer = _call(api, token, lambda c: c.create_source(spec))
+    answer = call_api(api, token, lambda c: c.create_source(spec))
     _queued(answer, f"source {name} added; its first sync", wait, api, token)
 
 
@@ -181,7 +168,7 @@ def _kind_of(location: str) -> str:
 @source_app.command("list")
 def list_sources(as_json: AsJson = False, api: ApiUrl = DEFAULT_API, token: Token = None) -> None:
     """The tenant's sources, each with its last sync."""
-    sources = _call(api, token, lambda c: c.sources())
+    sources = call_api(api, token, lambda c: c.sources())
     if as_json:
         console.print_json(json.dumps(sources))
         return
@@ -234,7 +221,7 @@ def set_schedule(
         schedule["watch"] = watch
     if not schedule:
         raise Failure("nothing to change: give --every, --no-schedule or --watch/--no-watch", 2)
-    source = _call(api, token, lambda c: c.set_source_schedule(name, **schedule))
+    source = call_api(api, token, lambda c: c.set_source_schedule(name, **schedule))
     how = ["watched"] if source.get("watch") else []
     if source.get("every_s"):
         how.append(f"every {source['every_s']:g} s")
@@ -249,7 +236,7 @@ def sync(
     token: Token = None,
 ) -> None:
     """Sync a source now (one running meanwhile syncs once more when it ends)."""
-    answer = _call(api, token, lambda c: c.sync_source(name))
+    answer = call_api(api, token, lambda c: c.sync_source(name))
     _queued(answer, f"source {name} syncing", wait, api, token)
 
 
@@ -265,7 +252,7 @@ def remove(
     token: Token = None,
 ) -> None:
     """Remove a source and delete every document it indexed (unless --keep-documents)."""
-    answer = _call(api, token, lambda c: c.remove_source(name, keep_documents))
+    answer = call_api(api, token, lambda c: c.remove_source(name, keep_documents))
     if answer is None:
         console.print(f"source {name} removed; its documents kept")
         return

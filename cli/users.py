@@ -4,16 +4,12 @@ user is made or its key rotated."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from cli.common import DEFAULT_API, ApiUrl, Token, console, errors
-
-T = TypeVar("T")
+from cli.common import DEFAULT_API, ApiUrl, Token, call_api, console, errors
 
 user_app = typer.Typer(
     help="A tenant's users: each with its own API key and groups; documents name who may read "
@@ -30,16 +26,6 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the answer as JSON."
 
 def register(app: typer.Typer) -> None:
     app.add_typer(user_app, name="user")
-
-
-def _call(api: str, token: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
-    from client import RagbusClient
-
-    async def main() -> T:
-        async with RagbusClient(api, token=token) as client:
-            return await work(client)
-
-    return asyncio.run(main())  # what cannot be reached is told by `cli.app.main`
 
 
 def _show(user: dict[str, Any], as_json: bool) -> None:
@@ -62,13 +48,13 @@ def create(
     token: Token = None,
 ) -> None:
     """Make a user; its API key is printed once."""
-    _show(_call(api, token, lambda c: c.create_user(name, group or [])), as_json)
+    _show(call_api(api, token, lambda c: c.create_user(name, group or [])), as_json)
 
 
 @user_app.command("list")
 def list_users(as_json: AsJson = False, api: ApiUrl = DEFAULT_API, token: Token = None) -> None:
     """The tenant's users, revoked ones too (never their keys)."""
-    users = _call(api, token, lambda c: c.users())
+    users = call_api(api, token, lambda c: c.users())
     if as_json:
         console.print_json(json.dumps(users))
         return
@@ -87,7 +73,7 @@ def groups(
     token: Token = None,
 ) -> None:
     """Set a user's groups (all replaced; none given: no group); from its next request."""
-    _show(_call(api, token, lambda c: c.set_user_groups(name, group or [])), as_json)
+    _show(call_api(api, token, lambda c: c.set_user_groups(name, group or [])), as_json)
 
 
 @user_app.command("revoke")
@@ -95,7 +81,7 @@ def revoke(
     name: str, as_json: AsJson = False, api: ApiUrl = DEFAULT_API, token: Token = None
 ) -> None:
     """Revoke a user: its keys stop at once; its name stays taken."""
-    _show(_call(api, token, lambda c: c.revoke_user(name)), as_json)
+    _show(call_api(api, token, lambda c: c.revoke_user(name)), as_json)
 
 
 @user_app.command("rotate-key")
@@ -103,4 +89,4 @@ def rotate_key(
     name: str, as_json: AsJson = False, api: ApiUrl = DEFAULT_API, token: Token = None
 ) -> None:
     """A new API key for a user, printed once; its old keys stop now."""
-    _show(_call(api, token, lambda c: c.rotate_user_key(name)), as_json)
+    _show(call_api(api, token, lambda c: c.rotate_user_key(name)), as_json)

@@ -10,7 +10,6 @@ follows a link out of the folder.
 
 from __future__ import annotations
 
-import mimetypes
 from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import Any
@@ -19,11 +18,11 @@ import s3fs
 
 from contracts.sources import S3Options, SourceRecord
 from infra.runtime.ingest_tree import Skipped
-from infra.sources.kinds import KINDS_READ, Listed, wanted
+from infra.sources.kinds import KINDS_READ, Listed, NamedPaths, wanted
 from infra.sources.network import check_url
 
 
-class BucketReader:
+class BucketReader(NamedPaths):
     def __init__(self, record: SourceRecord, allowed_private: Sequence[str] = ()) -> None:
         options = record.s3 or S3Options()
         if options.endpoint_url:
@@ -73,12 +72,3 @@ class BucketReader:
         except Exception as exc:
             raise OSError(f"{path}: {exc}") from exc
         return data
-
-    def media_type(self, path: str) -> str:
-        return mimetypes.guess_type(path)[0] or ""
-
-    def filename(self, path: str) -> str:
-        return PurePosixPath(path).name
-
-    def close(self) -> None:
-        pass

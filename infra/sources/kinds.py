@@ -96,7 +96,21 @@ def allowed_folder(location: str, tenant: str, roots: Sequence[Path]) -> Path:
     raise SourceRefused(f"{location} is not under a folder sources may read ({where})")
 
 
-class FolderReader:
+class NamedPaths:
+    """What a reader of named files answers alike: a path's media type from its name, its
+    file name, and nothing to close."""
+
+    def media_type(self, path: str) -> str:
+        return mimetypes.guess_type(path)[0] or ""
+
+    def filename(self, path: str) -> str:
+        return PurePosixPath(path).name
+
+    def close(self) -> None:
+        pass
+
+
+class FolderReader(NamedPaths):
     """A folder tree, walked as `ragbus ingest DIR` walks it (`infra.runtime.ingest_tree`):
     never through a link, never a FIFO or a device."""
 
@@ -131,12 +145,3 @@ class FolderReader:
         if ".." in Path(path).parts or Path(path).is_absolute():
             raise OSError(f"{path} is not a path inside the source")
         return full
-
-    def media_type(self, path: str) -> str:
-        return mimetypes.guess_type(path)[0] or ""
-
-    def filename(self, path: str) -> str:
-        return PurePosixPath(path).name
-
-    def close(self) -> None:
-        pass

@@ -58,7 +58,7 @@ from infra.runtime.ingest_producer import (
 from infra.runtime.ingest_tree import Skipped
 from infra.runtime.step_context import current_deliveries
 from infra.settings import Settings
-from infra.sources.kinds import Listed, SourceReader, SourceRefused
+from infra.sources.kinds import Listed, NamedPaths, SourceReader, SourceRefused
 from infra.sources.network import HostRefused
 from infra.sources.plan import document_id, event_id, marked, plan
 from infra.sources.readers import reader_for
@@ -494,7 +494,7 @@ class SourceSyncer:
         log.info("source_removed", source=record.name, deleted=len(owed), job_id=job_id)
 
 
-class _NoReader:
+class _NoReader(NamedPaths):
     """The reader of a source being removed: nothing is read."""
 
     def listing(self, skipped: list[Skipped]) -> Iterator[Listed]:
@@ -502,15 +502,6 @@ class _NoReader:
 
     def read(self, path: str) -> bytes:
         raise OSError("the source is being removed")
-
-    def media_type(self, path: str) -> str:
-        return ""
-
-    def filename(self, path: str) -> str:
-        return path
-
-    def close(self) -> None:
-        pass
 
 
 def _stale(seen: dict[str, Seen], marking: set[str]) -> list[Seen]:

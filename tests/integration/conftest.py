@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from api.app import create_app
 from infra.runtime.ingest_jobs import read_job
 from infra.runtime.ingest_producer import publish_job
+from infra.runtime.nats_cluster import NatsCluster
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 from infra.settings import Settings
 from launcher.layout import WORKER_KINDS
@@ -75,6 +76,22 @@ def stack_settings(nats_url: str, redis_url: str, data_dir: Path, **overrides: o
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """Three nats-server nodes routed to each other, a module's own (its tests kill them)."""
+    nodes = NatsCluster(tmp_path_factory.mktemp("nats-cluster")).start()
+    yield nodes
+    nodes.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    """The redis-server beside a module's cluster."""
+    service = start_redis(free_port(), tmp_path_factory.mktemp("redis-cluster"), persistent=False)
+    yield service
+    service.stop()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ and storage. The stack talks to the cluster through `RAGBUS_NATS_URL`'s list of 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -26,7 +26,7 @@ from infra.runtime.nats_cluster import (
     streams_behind,
     until_streams_current,
 )
-from infra.runtime.services import LocalService, free_port, start_redis
+from infra.runtime.services import LocalService
 from infra.runtime.topology import stream_specs
 from infra.settings import Settings
 from launcher.layout import WORKER_KINDS
@@ -38,20 +38,6 @@ pytestmark = pytest.mark.integration
 
 MIN_QUESTIONS = 12
 CONCURRENCY = 4
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    nodes = NatsCluster(tmp_path_factory.mktemp("nats-cluster")).start()
-    yield nodes
-    nodes.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
-    service = start_redis(free_port(), tmp_path_factory.mktemp("redis-cluster"), persistent=False)
-    yield service
-    service.stop()
 
 
 @pytest.fixture(scope="module")

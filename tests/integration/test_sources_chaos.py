@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from infra.runtime.nats_cluster import NatsCluster, stream_leader, until_streams_current
-from infra.runtime.services import LocalService, free_port, start_redis
+from infra.runtime.services import LocalService
 from infra.settings import Settings
 from launcher.layout import WORKER_KINDS
 from tests.environment import stack_environment
@@ -33,28 +33,14 @@ FILES = 600
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    nodes = NatsCluster(tmp_path_factory.mktemp("nats-cluster")).start()
-    yield nodes
-    nodes.stop()
-
-
-@pytest.fixture(scope="module")
-def redis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
-    service = start_redis(free_port(), tmp_path_factory.mktemp("redis"), persistent=False)
-    yield service
-    service.stop()
-
-
-@pytest.fixture(scope="module")
 def settings(
-    cluster: NatsCluster, redis_service: LocalService, tmp_path_factory: pytest.TempPathFactory
+    cluster: NatsCluster, cluster_redis: LocalService, tmp_path_factory: pytest.TempPathFactory
 ) -> Settings:
     root = tmp_path_factory.mktemp("sources-chaos")
     (root / "roots").mkdir()
     return stack_settings(
         cluster.url,
-        redis_service.url,
+        cluster_redis.url,
         root / "data",
         stream_replicas=3,
         publish_retry_s=30.0,
