@@ -21,6 +21,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, TypeVar
 
+import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
@@ -37,6 +38,7 @@ log = get_logger(__name__)
 T = TypeVar("T")
 
 WRITES_AT_ONCE = 64
+READ_TRIES = 5
 """KV writes in flight at once while a sync marks or clears its operations."""
 
 
@@ -111,8 +113,15 @@ class SourceState:
     a leader (a cluster electing one after losing a node) for up to `retry_s`, as publishing
     does (`infra.runtime.bus.until_jetstream_answers`)."""
 
-    def __init__(self, kv: KeyValue, tenant: str, source: str, retry_s: float = 30.0) -> None:
-        self.kv, self.tenant, self.source = kv, tenant, source
+    def __init__(
+        self,
+        kv: KeyValue,
+        tenant: str,
+        source: str,
+        retry_s: float = 30.0,
+        js: JetStreamContext | None = None,
+    ) -> None:
+        self.kv, self.tenant, self.source, self.js = kv, tenant, source, js
         self.retry_s = retry_s
         self._run_key = f"{_prefix(tenant, source)}.run"
 
@@ -122,24 +131,46 @@ class SourceState:
         )
 
     async def seen(self) -> dict[str, Seen]:
-        """Every path the source has, by path: read in one pass of an ordered consumer."""
-        return await self._retried(self._seen, "source_state_read_retried")
+        """Every path the source has, by path: read in one pass of an ordered consumer, and
+        checked against the number of keys the stream holds under the source (nats-py's
+        watcher ends its first pass early when the consumer reports nothing pending before
+        its first message: on a cluster a resumed sync once read no marks at all, and
+        finished a job it had not sent). A short read is read again."""
+        for attempt in range(READ_TRIES):
+            expected = await self._retried(self._keys_held, "source_state_read_retried")
+            found, read = await self._retried(self._seen, "source_state_read_retried")
+            if read >= expected:
+                return found
+            log.warning("source_state_read_short", source=self.source, read=read, expected=expected)
+            await asyncio.sleep(0.2 * (attempt + 1))
+        raise nats.errors.TimeoutError  # transient: the sync's command is delivered again
 
-    async def _seen(self) -> dict[str, Seen]:
-        found: dict[str, Seen] = {}
-        watcher = await self.kv.watch(
-            f"{_prefix(self.tenant, self.source)}.f.*", ignore_deletes=True
+    async def _keys_held(self) -> int:
+        """Keys (values and deletion markers alike) the bucket holds under the source."""
+        if self.js is None:
+            return 0
+        stream = f"KV_{sj.SOURCES_BUCKET}"
+        info = await self.js.stream_info(
+            stream,
+            subjects_filter=f"$KV.{sj.SOURCES_BUCKET}.{_prefix(self.tenant, self.source)}.f.*",
         )
+        return len(info.state.subjects or {})
+
+    async def _seen(self) -> tuple[dict[str, Seen], int]:
+        found: dict[str, Seen] = {}
+        read = 0
+        watcher = await self.kv.watch(f"{_prefix(self.tenant, self.source)}.f.*")
         try:
             async for entry in watcher:
                 if entry is None:
                     break
-                if entry.value:
+                read += 1
+                if entry.value and entry.operation is None:
                     seen = Seen.model_validate_json(entry.value)
                     found[seen.path] = seen
         finally:
             await watcher.stop()
-        return found
+        return found, read
 
     async def put(self, seen: Seen) -> None:
         key, value = path_key(self.tenant, self.source, seen.path), seen.model_dump_json().encode()

@@ -129,7 +129,9 @@ class SourceSyncer:
     async def handle(self, command: SyncSource) -> None:
         """Run the sync a command asks for (and the ones asked for while it ran)."""
         kv = await sources_bucket(self.js, self.settings)
-        state = SourceState(kv, command.tenant, command.source, self.settings.publish_retry_s)
+        state = SourceState(
+            kv, command.tenant, command.source, self.settings.publish_retry_s, self.js
+        )
         async with self._lock(command.tenant, command.source) as held:
             if not held:
                 await self._coalesce(command)
