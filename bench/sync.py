@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -124,14 +123,6 @@ def rewrite(path: Path, marker: str) -> None:
     write_file(path.parent, path.stem, path.suffix, title, text)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 async def wait_job(client: Any, job_id: str, timeout_s: float) -> dict[str, Any]:
     deadline = time.perf_counter() + timeout_s
     while True:
@@ -231,7 +222,3 @@ def sample_paths(paths: list[Path], fraction: float, seed: int) -> Iterator[Path
     chooser = random.Random(seed)
     count = max(1, round(len(paths) * fraction))
     yield from chooser.sample(paths, count)
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0

@@ -12,12 +12,11 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.load import percentile
 from bench.stack import served_stack
 from bench.sync import (
     build_folder,
     corpus_rows,
-    median,
-    percentile,
     rewrite,
     sample_paths,
     searchable,
@@ -176,8 +175,8 @@ async def run_bench_sync(
             report["watch"] = {
                 "writes": len(latencies) + missed,
                 "missed_within_60_s": missed,
-                "p50_s": round(median(latencies), 3),
-                "p95_s": round(percentile(latencies, 0.95), 3),
+                "p50_s": round(percentile(latencies, 50) or 0.0, 3),
+                "p95_s": round(percentile(latencies, 95) or 0.0, 3),
                 "max_s": round(max(latencies, default=0.0), 3),
             }
 

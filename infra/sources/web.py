@@ -121,9 +121,6 @@ class WebReader:
             parts.append(part)
         return b"".join(parts)
 
-    def _get(self, url: str, limit: int) -> tuple[str, httpx.Response, bytes]:
-        return self._request("GET", url, limit)
-
     def _ours(self, url: str) -> bool:
         parts = urlsplit(url)
         return parts.scheme in ("http", "https") and (parts.hostname or "").lower() == self.host
@@ -151,7 +148,7 @@ class WebReader:
         the convention says); the sitemaps it names."""
         robots = RobotFileParser(self.origin + "/robots.txt")
         try:
-            _, response, body = self._get(self.origin + "/robots.txt", 1024 * 1024)
+            _, response, body = self._request("GET", self.origin + "/robots.txt", 1024 * 1024)
         except (httpx.HTTPError, OSError):
             robots.parse([])
             self.robots = robots
@@ -183,7 +180,7 @@ class WebReader:
             url = queue.pop(0)
             read += 1
             try:
-                _, response, body = self._get(url, MAX_SITEMAP_BYTES)
+                _, response, body = self._request("GET", url, MAX_SITEMAP_BYTES)
             except (httpx.HTTPError, OSError):
                 continue
             if response.status_code != 200:
@@ -266,7 +263,7 @@ class WebReader:
                 continue
             path = self.path_of(url)
             try:
-                final, response, body = self._get(url, self.max_bytes)
+                final, response, body = self._request("GET", url, self.max_bytes)
             except (httpx.HTTPError, OSError) as exc:
                 skipped.append(Skipped(path, f"cannot be reached ({exc})"))
                 continue
@@ -301,7 +298,7 @@ class WebReader:
         if cached is not None:
             return cached
         try:
-            _, response, body = self._get(self.url_of(path), self.max_bytes)
+            _, response, body = self._request("GET", self.url_of(path), self.max_bytes)
         except HostRefused as exc:
             raise OSError(str(exc)) from exc
         except httpx.HTTPError as exc:
