@@ -223,20 +223,42 @@ async def one_each(
 async def stored_events(
     js: JetStreamContext, request_id: str, quiet_s: float = 0.5, tenant: str = DEFAULT_TENANT
 ) -> list[tuple[int, dict[str, Any]]]:
-    """Every caller event the stream holds for a request now, with its sequence: read from
-    the start until the subject is quiet for `quiet_s` (for checks, not for following)."""
+    """Every caller event the stream holds for a request now, with its sequence (for checks,
+    not for following): read from the start up to the subject's last message, then until the
+    subject is quiet for `quiet_s`. A read that stalls short of the last message (a cluster
+    electing a leader can hold an ordered consumer back for seconds) is read again, so a
+    check never sees a partial history as the whole."""
+    subject = sj.events_subject(tenant, request_id)
+    last = await last_sequence(js, sj.STREAM_EVENTS, subject)
+    if last == 0:
+        return []
+    found: list[tuple[int, dict[str, Any]]] = []
+    for _ in range(STORED_READ_TRIES):
+        found = await _read_through(js, subject, last, quiet_s)
+        if found and found[-1][0] >= last:
+            return found
+        log.warning("stored_events_read_again", subject=subject, last=last, got=len(found))
+    return found
+
+
+STORED_READ_TRIES = 3
+STORED_STALL_S = 15.0
+"""How long a check's read waits for the next message while it is short of the subject's
+last one, before it starts again."""
+
+
+async def _read_through(
+    js: JetStreamContext, subject: str, last: int, quiet_s: float
+) -> list[tuple[int, dict[str, Any]]]:
     sub = await answered(
-        lambda: js.subscribe(
-            sj.events_subject(tenant, request_id),
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-        )
+        lambda: js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
     )
     found: list[tuple[int, dict[str, Any]]] = []
     try:
         while True:
+            short = not found or found[-1][0] < last
             try:
-                msg = await sub.next_msg(timeout=quiet_s)
+                msg = await sub.next_msg(timeout=STORED_STALL_S if short else quiet_s)
             except nats.errors.TimeoutError:
                 return found
             found.append((msg.metadata.sequence.stream, json.loads(msg.data)))

@@ -37,7 +37,7 @@ async def test_a_published_event_carries_its_id_and_content_type_and_nothing_els
 
         ack = await Bus(broker).publish(event, subject, sj.STREAM_EVENTS)
 
-        msg = await asyncio.wait_for(seen.get(), 5)
+        msg = await asyncio.wait_for(seen.get(), 30)
         assert ack is not None and ack.stream == sj.STREAM_EVENTS
         assert msg.headers == {
             "content-type": "application/json",
