@@ -43,7 +43,7 @@ from api.mcp_door import McpDoor
 from api.schemas import ErrorDetail, ErrorResponse
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
-from infra.runtime.redis_client import RETRY_AFTER_S, UNAVAILABLE_ERRORS, connect_redis
+from infra.runtime.redis_client import RETRY_AFTER_S, UNAVAILABLE_ERRORS, redis_for
 from infra.runtime.services import redacted
 from infra.settings import Settings, get_settings
 from infra.telemetry import tracing_on
@@ -97,7 +97,7 @@ def create_app(
                 user_credentials=settings.nats_credentials,
             )
             stack.push_async_callback(nc.drain)
-            redis = connect_redis(settings.redis_url)
+            redis = redis_for(settings)
             stack.push_async_callback(redis.aclose)
 
             app.state.bus = Bus(publisher)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from api.auth import CallerDep
 from api.deps import RedisDep, SettingsDep
 from contracts.tenancy import DEFAULT_TENANT
+from infra.runtime.redis_client import replicated
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -69,7 +70,12 @@ class Idempotency:
         """Claim `key` for `claim`; None when it is ours, else the earlier claim (checked to be
         for the same body: a different one is a 422)."""
         redis_key = self._key(scope, key)
-        if await self.redis.set(redis_key, claim.model_dump_json(), nx=True, ex=self.ttl_s):
+        taken = await replicated(
+            self.redis,
+            lambda client: client.set(redis_key, claim.model_dump_json(), nx=True, ex=self.ttl_s),
+            "idempotency_claim",
+        )
+        if taken:
             return None
         raw = await self.redis.get(redis_key)
         if raw is None:  # expired between the two commands: claim it again
@@ -84,7 +90,12 @@ class Idempotency:
 
     async def accepted(self, scope: Scope, key: str, claim: Claim) -> None:
         """Remember the answer, so a retry gets it as it was."""
-        await self.redis.set(self._key(scope, key), claim.model_dump_json(), ex=self.ttl_s)
+        redis_key = self._key(scope, key)
+        await replicated(
+            self.redis,
+            lambda client: client.set(redis_key, claim.model_dump_json(), ex=self.ttl_s),
+            "idempotency_accepted",
+        )
 
     async def release(self, scope: Scope, key: str) -> None:
         """Forget a claim whose work was not accepted, so a retry starts afresh."""

@@ -31,6 +31,7 @@ from contracts.sessions import SessionTurn
 from infra.memory.sessions import SessionStore
 from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
+from infra.runtime.redis_client import replicated
 from infra.settings import Settings
 from orchestrator.state import RequestState
 from orchestrator.state_cache import StateCache
@@ -188,17 +189,22 @@ class StateStore:
         state is kept as the one it committed (`state_cache`): that transition reads nothing."""
         state = initial_state(submitted, self.settings, time.time())
         due = next_due(state)
-        created = await self._create_script(
-            keys=[state_key(state.request_id), DEADLINES_KEY, recent_key(state.tenant)],
-            args=[
-                state.model_dump_json(exclude_defaults=True),
-                self._ttl(state),
-                "" if due is None else repr(due),
-                state.request_id,
-                repr(state.created_at.timestamp()),
-                RECENT_KEPT,
-                self.settings.state_ttl_s,
-            ],
+        created = await replicated(
+            self.redis,
+            lambda client: self._create_script(
+                keys=[state_key(state.request_id), DEADLINES_KEY, recent_key(state.tenant)],
+                args=[
+                    state.model_dump_json(exclude_defaults=True),
+                    self._ttl(state),
+                    "" if due is None else repr(due),
+                    state.request_id,
+                    repr(state.created_at.timestamp()),
+                    RECENT_KEPT,
+                    self.settings.state_ttl_s,
+                ],
+                client=client,
+            ),
+            "saga_create",
         )
         if not created:
             raise StateExists(state.request_id)
@@ -326,7 +332,13 @@ class StateStore:
                 entry.kind,
             )
             args += [placed.event_id, placed.to_json()]
-        return int(await self._commit_script(keys=keys, args=args))
+        return int(
+            await replicated(
+                self.redis,
+                lambda client: self._commit_script(keys=keys, args=args, client=client),
+                "saga_commit",
+            )
+        )
 
     async def outbox_sent(self, request_id: str, event_ids: list[str]) -> None:
         """Delete outbox entries that went out."""

@@ -6,8 +6,9 @@ directory are derived here too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -37,6 +38,62 @@ def nats_servers(value: str) -> list[str]:
                 "comma-separated for a cluster)"
             )
     return urls
+
+
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+DEFAULT_SERVICE = "ragbus"
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """A `redis+sentinel://` URL, read: where the sentinels are, which primary they watch
+    (`service`), the database, and the credentials (for the servers and the sentinels)."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.startswith(f"{SENTINEL_SCHEME}://")
+
+
+def sentinel_target(url: str) -> SentinelTarget:
+    """`redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]…]/SERVICE[/DB]`; a
+    ValueError that names what is wrong otherwise."""
+    if not is_sentinel_url(url):
+        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL")
+    rest = url[len(SENTINEL_SCHEME) + 3 :].split("?", 1)[0]
+    userinfo, _, located = rest.rpartition("@")
+    hosts, _, path = located.partition("/")
+    sentinels: list[tuple[str, int]] = []
+    for part in (p.strip() for p in hosts.split(",")):
+        if not part:
+            continue
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+        if not host or (port and not port.isdigit()):
+            raise ValueError(f"RAGBUS_REDIS_URL: the sentinel {part!r} is not HOST:PORT")
+        sentinels.append((host, int(port) if port else SENTINEL_PORT))
+    if not sentinels:
+        raise ValueError("RAGBUS_REDIS_URL names no sentinel (redis+sentinel://HOST:PORT,…/NAME)")
+    names = [unquote(p) for p in path.split("/") if p]
+    if len(names) > 2 or (len(names) == 2 and not names[1].isdigit()):
+        raise ValueError("RAGBUS_REDIS_URL: the path is /SERVICE or /SERVICE/DB (a number)")
+    username, password = None, None
+    if userinfo:
+        user, has_password, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if has_password else None
+    return SentinelTarget(
+        sentinels,
+        names[0] if names else DEFAULT_SERVICE,
+        int(names[1]) if len(names) == 2 else 0,
+        username,
+        password,
+    )
 
 
 class ServiceSettings(BaseModel):
@@ -71,7 +128,28 @@ class ServiceSettings(BaseModel):
         description="`tenants` mode: the NATS operator's keys that sign every account "
         "(`infra/tenancy/trust.py`); unset = `$RAGBUS_DATA_DIR/nats/trust`.",
     )
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for saga state.")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis for saga state: `redis://[:PASSWORD@]HOST:PORT/DB`, or Redis with "
+        "failover through its sentinels, `redis+sentinel://[:PASSWORD@]HOST:PORT,HOST:PORT,"
+        "HOST:PORT/SERVICE/DB` (`ragbus up` starts a primary, a replica and three sentinels "
+        "when none answers there).",
+    )
+    redis_wait_replicas: int | None = Field(
+        None,
+        ge=0,
+        le=5,
+        description="Replicas a write that matters (a saga's commit, an idempotency key, a "
+        "session's turn, a quota's grant) waits for with `WAIT` before anyone hears of it; "
+        "unset = 1 behind sentinels, 0 on a single Redis.",
+    )
+    redis_wait_timeout_ms: int = Field(
+        1000,
+        ge=1,
+        le=60_000,
+        description="How long that `WAIT` lasts before the write stands on the primary alone "
+        "(logged and counted: `ragbus_redis_unreplicated_writes_total`).",
+    )
     data_dir: Path = Field(Path(".ragbus"), description="Local stores and started services' data.")
     models_dir: Path | None = Field(
         None,
@@ -98,6 +176,13 @@ class ServiceSettings(BaseModel):
     @classmethod
     def _nats_urls_parse(cls, value: str) -> str:
         nats_servers(value)
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _sentinel_url_parses(cls, value: str) -> str:
+        if value.startswith("redis+sentinel://"):
+            sentinel_target(value)
         return value
 
     @property

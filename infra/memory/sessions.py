@@ -18,6 +18,7 @@ import time
 import redis.asyncio as aioredis
 
 from contracts.sessions import SessionTurn
+from infra.runtime.redis_client import replicated
 from infra.settings import Settings
 
 _TRIM = """
@@ -100,17 +101,22 @@ class SessionStore:
         ]
 
     async def _put(self, tenant: str, session_id: str, turn: SessionTurn, *, new: bool) -> bool:
-        written = await self._write(
-            keys=self._keys(tenant, session_id),
-            args=[
-                turn.request_id,
-                repr(turn.submitted_at),
-                turn.model_dump_json(),
-                repr(time.time() - self.ttl_s),
-                self.max_turns,
-                "1" if new else "0",
-                self.ttl_s,
-            ],
+        written = await replicated(
+            self.redis,
+            lambda client: self._write(
+                keys=self._keys(tenant, session_id),
+                args=[
+                    turn.request_id,
+                    repr(turn.submitted_at),
+                    turn.model_dump_json(),
+                    repr(time.time() - self.ttl_s),
+                    self.max_turns,
+                    "1" if new else "0",
+                    self.ttl_s,
+                ],
+                client=client,
+            ),
+            "session_turn",
         )
         return bool(written)
 

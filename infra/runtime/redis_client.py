@@ -11,6 +11,14 @@ The pool holds at most `POOL_CONNECTIONS` connections, and a command that finds 
 waits up to `POOL_WAIT_S` for one (`BlockingConnectionPool`): redis-py's default pool refuses
 the 101st concurrent command with "Too many connections", so one tenant's burst of 200
 parallel downloads answered 503 to everyone else's requests of that moment.
+
+Redis with failover is reached through its sentinels: `RAGBUS_REDIS_URL` is then
+`redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT…]/SERVICE[/DB]`, and the client asks the
+sentinels where the primary is, and asks again when it fails over (redis-py's `Sentinel`).
+The writes that matter (a saga's commit, an idempotency key, a session's turn, a quota's grant)
+are followed by `WAIT` on the same connection (`replicated`): the caller hears of a write only
+once a replica holds it too, so a primary that dies right after takes nothing acknowledged
+with it (docs/operations.md, "Redis with failover").
 """
 
 from __future__ import annotations
@@ -18,14 +26,30 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 from urllib.parse import quote, urlparse
 
 import redis.asyncio as aioredis
+from prometheus_client import Counter
+from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from infra.config.services import (
+    SENTINEL_SCHEME as SENTINEL_SCHEME,
+)
+from infra.config.services import ServiceSettings, is_sentinel_url
+from infra.config.services import sentinel_target as parse_sentinel_url
+from infra.logging import get_logger
+
+log = get_logger(__name__)
+T = TypeVar("T")
 
 RETRIES = 2
 CONNECT_TIMEOUT_S = 1.0
@@ -41,22 +65,134 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (RedisConnectionError, RedisTi
 command: the API answers these with 503."""
 
 
-def connect_redis(url: str) -> aioredis.Redis:
-    """A client whose pool heals itself after Redis restarts, and makes a burst wait for a
-    connection rather than fail (see the module's docstring)."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=POOL_CONNECTIONS,
-        timeout=POOL_WAIT_S,
-        decode_responses=True,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), RETRIES),
-        retry_on_error=list(UNAVAILABLE_ERRORS),
-        health_check_interval=HEALTH_CHECK_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_timeout=COMMAND_TIMEOUT_S,
-        socket_keepalive=True,
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """The sentinels' pool (it asks them where the primary is) with the blocking pool's wait
+    for a free connection (see the module's docstring)."""
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """`WAIT replicas timeout_ms` after the writes that matter (`replicated`)."""
+
+    replicas: int
+    timeout_ms: int
+
+
+UNREPLICATED_WRITES = Counter(
+    "ragbus_redis_unreplicated_writes_total",
+    "Writes that matter acknowledged by fewer replicas than RAGBUS_REDIS_WAIT_REPLICAS "
+    "within RAGBUS_REDIS_WAIT_TIMEOUT_MS (a replica down or behind)",
+)
+
+
+PROBE_MS = 5
+"""How long a write waits for a replica while the last one waited for none: long enough for a
+replica that is there to answer (well under a millisecond on one network), short enough that
+a primary left alone after a failover (its old peer dead for hours) costs a write 5 ms, not the
+whole `WaitPolicy.timeout_ms`."""
+
+
+class RagbusRedis(aioredis.Redis):
+    """redis-py's client, told how many replicas a write that matters waits for, and whether
+    the last such wait found them (`replicated`)."""
+
+    wait_policy: WaitPolicy | None = None
+    replica_missing: bool = False
+
+
+def connect_redis(
+    url: str, *, wait_replicas: int | None = None, wait_timeout_ms: int = 1000
+) -> aioredis.Redis:
+    """A client whose pool heals itself after Redis restarts (or fails over, through its
+    sentinels), and makes a burst wait for a connection rather than fail (see the module's
+    docstring). `wait_replicas`: how many replicas a write that matters waits for (`None`: one
+    behind sentinels, none otherwise)."""
+    options = {
+        "max_connections": POOL_CONNECTIONS,
+        "timeout": POOL_WAIT_S,
+        "decode_responses": True,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), RETRIES),
+        "retry_on_error": list(UNAVAILABLE_ERRORS),
+        "health_check_interval": HEALTH_CHECK_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_timeout": COMMAND_TIMEOUT_S,
+        "socket_keepalive": True,
+    }
+    client: RagbusRedis
+    if is_sentinel_url(url):
+        target = parse_sentinel_url(url)
+        credentials = {"username": target.username, "password": target.password}
+        sentinel = Sentinel(
+            target.sentinels,
+            sentinel_kwargs={
+                **credentials,
+                "socket_timeout": CONNECT_TIMEOUT_S,
+                "socket_connect_timeout": CONNECT_TIMEOUT_S,
+                "decode_responses": True,
+            },
+        )
+        client = sentinel.master_for(
+            target.service,
+            redis_class=RagbusRedis,
+            connection_pool_class=_BlockingSentinelPool,
+            db=target.db,
+            **credentials,
+            **options,
+        )
+        replicas = 1 if wait_replicas is None else wait_replicas
+    else:
+        pool = BlockingConnectionPool.from_url(url, **options)
+        client = cast(RagbusRedis, RagbusRedis.from_pool(pool))
+        replicas = 0 if wait_replicas is None else wait_replicas
+    if replicas > 0:
+        client.wait_policy = WaitPolicy(replicas, wait_timeout_ms)
+    return client
+
+
+def redis_for(settings: ServiceSettings) -> aioredis.Redis:
+    """`connect_redis` as the settings say: the URL and how long a write that matters waits."""
+    return connect_redis(
+        settings.redis_url,
+        wait_replicas=settings.redis_wait_replicas,
+        wait_timeout_ms=settings.redis_wait_timeout_ms,
     )
-    return aioredis.Redis.from_pool(pool)
+
+
+async def replicated(
+    redis: aioredis.Redis, write: Callable[[aioredis.Redis], Awaitable[T]], what: str
+) -> T:
+    """`write` (given the client to write with), then, when the client has a `WaitPolicy`,
+    `WAIT` on the same connection until that many replicas hold it.
+
+    A replica that does not answer in time is logged and counted, and the write stands: it is
+    on the primary, and a replica that is down cannot be waited for without stopping every
+    write. Until a replica answers again, writes wait `PROBE_MS` for one (a primary left alone
+    after a failover would otherwise add the whole timeout to every write)."""
+    policy: WaitPolicy | None = getattr(redis, "wait_policy", None)
+    if policy is None:
+        return await write(redis)
+    missing = bool(getattr(redis, "replica_missing", False))
+    async with redis.client() as connection:
+        result = await write(connection)
+        acknowledged = int(
+            await connection.wait(policy.replicas, PROBE_MS if missing else policy.timeout_ms)
+        )
+    now_missing = acknowledged < policy.replicas
+    if now_missing:
+        UNREPLICATED_WRITES.inc()
+        if not missing:
+            log.warning(
+                "redis_replica_missing",
+                what=what,
+                replicas=acknowledged,
+                wanted=policy.replicas,
+                waited_ms=policy.timeout_ms,
+            )
+    elif missing:
+        log.info("redis_replica_back", what=what, replicas=acknowledged)
+    if now_missing != missing:
+        redis.replica_missing = now_missing  # type: ignore[attr-defined]
+    return result
 
 
 PASSWORD_FILE = "password"
@@ -92,11 +228,13 @@ def with_password(url: str, password: str) -> str:
 
 
 def _asks_for_password(url: str, timeout: float = 1.0) -> bool:
-    parsed = urlparse(url)
+    if is_sentinel_url(url):
+        host, port = parse_sentinel_url(url).sentinels[0]
+    else:
+        parsed = urlparse(url)
+        host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     try:
-        with socket.create_connection(
-            (parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=timeout
-        ) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(b"PING\r\n")
             return sock.recv(64).startswith(b"-NOAUTH")
     except OSError:

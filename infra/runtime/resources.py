@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from infra.runtime.bus import Bus
 from infra.runtime.claims import Claims, claim_ttl_s
 from infra.runtime.liveness import is_live
-from infra.runtime.redis_client import connect_redis
+from infra.runtime.redis_client import redis_for
 from infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class Resources:
 
     def redis(self) -> aioredis.Redis:
         if self._redis is None:
-            self._redis = connect_redis(self.settings.redis_url)
+            self._redis = redis_for(self.settings)
         return self._redis
 
     def claims(self) -> Claims:

@@ -17,13 +17,14 @@ import socket
 import subprocess
 import sysconfig
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from infra.config.services import nats_servers
+from infra.config.services import is_sentinel_url, nats_servers, sentinel_target
 from infra.errors import StartupError
 from infra.logging import get_logger
 from infra.runtime.parent_death import stop_with_parent
@@ -116,9 +117,11 @@ def nats_reachable(url: str) -> bool:
 
 
 def redis_reachable(url: str) -> bool:
-    host, port = _host_port(url, 6379)
-    return _greets(host, port, b"PING\r\n", b"+PONG") or _greets(
-        host, port, b"PING\r\n", b"-NOAUTH"
+    """A Redis (or, for a `redis+sentinel://` URL, any of its sentinels) answers PING."""
+    places = sentinel_target(url).sentinels if is_sentinel_url(url) else [_host_port(url, 6379)]
+    return any(
+        _greets(host, port, b"PING\r\n", b"+PONG") or _greets(host, port, b"PING\r\n", b"-NOAUTH")
+        for host, port in places
     )
 
 
@@ -138,8 +141,12 @@ def _binary(name: str) -> str:
     return path
 
 
-def _wait_until(
-    check: object,
+def redis_binary() -> str:
+    return _binary("redis-server")
+
+
+def wait_until_ready(
+    check: Callable[[], bool],
     what: str,
     process: subprocess.Popen[bytes],
     log_path: Path,
@@ -150,7 +157,7 @@ def _wait_until(
         if process.poll() is not None:
             tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
             raise ServiceError(f"{what} exited with {process.returncode}: {tail}")
-        if check():  # type: ignore[operator]
+        if check():
             return
         time.sleep(0.05)
     process.kill()
@@ -208,7 +215,7 @@ def start_nats(
         preexec_fn=stop_with_parent if with_parent else None,
     )
     url = f"nats://127.0.0.1:{port}"
-    _wait_until(lambda: nats_reachable(url), name, process, log_path)
+    wait_until_ready(lambda: nats_reachable(url), name, process, log_path)
     log.info("service_started", service=name, url=redacted(url), dir=str(store_dir))
     return LocalService(name, url, process, log_path)
 
@@ -235,7 +242,7 @@ def start_redis(
     )
     process = subprocess.Popen(
         [
-            _binary("redis-server"),
+            redis_binary(),
             "-",  # the configuration's first lines from standard input: the password
             "--port",
             str(port),
@@ -258,9 +265,9 @@ def start_redis(
         with process.stdin as config:
             config.write(f'requirepass "{password}"\n'.encode())
     except BrokenPipeError:
-        pass  # it exited before reading: `_wait_until` says why
+        pass  # it exited before reading: `wait_until_ready` says why
     url = with_password(f"redis://127.0.0.1:{port}/0", password)
-    _wait_until(lambda: redis_reachable(url), "redis-server", process, log_path)
+    wait_until_ready(lambda: redis_reachable(url), "redis-server", process, log_path)
     log.info("service_started", service="redis-server", url=redacted(url), dir=str(data_dir))
     return LocalService("redis-server", url, process, log_path)
 
@@ -347,11 +354,21 @@ def ensure_services_sync(settings: Settings, *, with_parent: bool = False) -> Se
                     "point RAGBUS_REDIS_URL at a running server, or set "
                     "RAGBUS_START_SERVICES=true"
                 )
-            redis = start_redis(
-                _port_for(settings.redis_url, 6379), redis_dir, with_parent=with_parent
-            )
-            services.started.append(redis)
-            updates["redis_url"] = redis.url
+            if is_sentinel_url(settings.redis_url):
+                # a primary, a replica and three sentinels, the sentinels on the URL's ports
+                from infra.runtime.redis_sentinel import start_sentinel_set
+
+                sentinels = start_sentinel_set(
+                    settings.redis_url, redis_dir, with_parent=with_parent
+                )
+                services.started.extend(sentinels.services)
+                updates["redis_url"] = sentinels.url
+            else:
+                redis = start_redis(
+                    _port_for(settings.redis_url, 6379), redis_dir, with_parent=with_parent
+                )
+                services.started.append(redis)
+                updates["redis_url"] = redis.url
     except BaseException:
         services.stop()
         raise

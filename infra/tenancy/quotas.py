@@ -20,6 +20,7 @@ from typing import Final, Literal, cast
 
 import redis.asyncio as aioredis
 
+from infra.runtime.redis_client import replicated
 from infra.settings import Settings
 from infra.tenancy.registry import Limits
 
@@ -172,9 +173,14 @@ class Quotas:
             return
         cost = max(1, min(cost, limits.burst))
         wait = float(
-            await self._rate(
-                keys=[f"ragbus:rate:{{{tenant}}}"],
-                args=[repr(1.0 / limits.requests_per_s), str(limits.burst), str(cost)],
+            await replicated(
+                self.redis,
+                lambda client: self._rate(
+                    keys=[f"ragbus:rate:{{{tenant}}}"],
+                    args=[repr(1.0 / limits.requests_per_s), str(limits.burst), str(cost)],
+                    client=client,
+                ),
+                "quota_rate",
             )
         )
         if wait > 0:
@@ -191,7 +197,11 @@ class Quotas:
         ]
         for doc in documents:
             argv += [doc.namespace, doc.document_id, str(doc.bytes)]
-        outcome = await self._accept(keys=_keys(tenant), args=argv)
+        outcome = await replicated(
+            self.redis,
+            lambda client: self._accept(keys=_keys(tenant), args=argv, client=client),
+            "quota_documents",
+        )
         what, would_be, limit = str(outcome[0]), int(outcome[1]), int(outcome[2])
         if what != "ok":
             raise QuotaExceeded(cast(Stock, what), would_be, limit)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.envelope import utcnow
 from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
+from infra.runtime.redis_client import replicated
 from infra.tenancy import jwt
 
 TENANTS_KEY: Final = "ragbus:tenants"
@@ -194,9 +195,15 @@ class TenantRegistry:
             nats_account=nats_account,
             limits=limits or Limits(),
         )
-        if not await self.redis.hsetnx(TENANTS_KEY, name, tenant.model_dump_json()):
+        if not await replicated(
+            self.redis,
+            lambda client: client.hsetnx(TENANTS_KEY, name, tenant.model_dump_json()),
+            "tenant_create",
+        ):
             raise TenantError(f"tenant {name!r} exists (revoked tenants keep their name)")
-        await self.redis.hset(KEYS_KEY, key_hash(api_key), name)
+        await replicated(
+            self.redis, lambda client: client.hset(KEYS_KEY, key_hash(api_key), name), "tenant_key"
+        )
         return tenant, api_key
 
     async def get(self, name: str) -> Tenant | None:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.access import MAX_USER_GROUPS, PrincipalName, Reader, unique_names
 from contracts.envelope import utcnow
+from infra.runtime.redis_client import replicated
 from infra.tenancy.registry import key_hash
 
 USER_KEYS_KEY: Final = "ragbus:user-keys"
@@ -91,7 +92,11 @@ class UserRegistry:
         user = TenantUser(user=name, groups=unique_names(groups), key_hashes=[key_hash(api_key)])
         if not await self.redis.hsetnx(users_key(tenant), name, user.model_dump_json()):
             raise UserError(f"user {name!r} exists (revoked users keep their name)")
-        await self.redis.hset(USER_KEYS_KEY, key_hash(api_key), f"{tenant}/{name}")
+        await replicated(
+            self.redis,
+            lambda client: client.hset(USER_KEYS_KEY, key_hash(api_key), f"{tenant}/{name}"),
+            "user_key",
+        )
         return user, api_key
 
     async def get(self, tenant: str, name: str) -> TenantUser | None:
