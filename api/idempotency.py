@@ -97,9 +97,20 @@ class Idempotency:
             "idempotency_accepted",
         )
 
+    async def kept(self, scope: Scope, key: str) -> str | None:
+        """The id of the work `key` was claimed for, or None when Redis holds no such claim
+        (for checks: `ragbus chaos` asks it of every key a client was answered under)."""
+        raw = await self.redis.get(self._key(scope, key))
+        return Claim.model_validate_json(raw).work_id if raw else None
+
     async def release(self, scope: Scope, key: str) -> None:
         """Forget a claim whose work was not accepted, so a retry starts afresh."""
         await self.redis.delete(self._key(scope, key))
+
+
+async def kept_query_key(redis: aioredis.Redis, key: str) -> str | None:
+    """The request a `POST /v1/queries` key of the default tenant names now (`kept`)."""
+    return await Idempotency(redis, 0).kept("queries", key)
 
 
 async def get_idempotency(caller: CallerDep, redis: RedisDep, settings: SettingsDep) -> Idempotency:

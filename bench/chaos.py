@@ -42,6 +42,7 @@ from typing import Any
 from bench.chaos_clients import Clients
 from bench.chaos_cluster import READY_TIMEOUT_S, Cluster, boot, ready
 from bench.chaos_ingest import submit_job, wait_job
+from bench.chaos_redis import KeptKey, verify_redis_state
 from bench.chaos_verify import StoredEvents, verify_ingest, verify_requests
 from bench.load import percentile
 from contracts import subjects as sj
@@ -59,6 +60,16 @@ async def _node_chaos(cluster: Cluster, stop: asyncio.Event, every_s: float) -> 
             return
         stream = random.choice([*QUERY_PATH_STREAMS, None])
         await cluster.nats_node_outage(stream, down_s=random.uniform(3.0, 8.0))
+
+
+async def _primary_chaos(cluster: Cluster, stop: asyncio.Event, every_s: float) -> None:
+    """The Redis primary SIGKILLed every `every_s` (jittered), the sentinels left to promote
+    its replica, the killed server brought back as the new primary's replica."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s * random.uniform(0.6, 1.4))
+        if not stop.is_set():
+            await cluster.redis_primary_outage(down_s=random.uniform(2.0, 6.0))
 
 
 async def _supervise(cluster: Cluster, stop: asyncio.Event) -> None:
@@ -88,6 +99,8 @@ async def _chaos(
     events = (
         {"ingest": 0.2, "redis": 0.7} if on_cluster else {"ingest": 0.2, "nats": 0.45, "redis": 0.7}
     )
+    if cluster.sentinels is not None:
+        del events["redis"]  # its primary dies on a schedule of its own (`_primary_chaos`)
     pending_restarts: list[asyncio.Task[Any]] = []
 
     async def restart_later(name: str, index: int) -> None:
@@ -140,10 +153,26 @@ async def run_chaos(
     read_events: StoredEvents,
     nats_nodes: int = 1,
     nats_kill_every_s: float = 15.0,
+    redis_sentinel: bool = False,
+    redis_kill_every_s: float = 60.0,
+    quota: tuple[float, int] | None = None,
+    kept_key: KeptKey | None = None,
 ) -> dict[str, Any]:
+    """With `redis_sentinel`, Redis is a primary, a replica and three sentinels, the primary
+    is killed every `redis_kill_every_s`, the clients ask in conversations, and the checks
+    read every idempotency key through `kept_key` (`bench.chaos_redis`). `quota`: the
+    tenant's (submissions a second, burst), which the checks then hold the grants to; unset =
+    the default quota."""
     random.seed(seed)
     with tempfile.TemporaryDirectory(prefix="ragbus-chaos-", dir=work_dir) as tmp:
-        cluster = Cluster(Path(tmp), nats_nodes=nats_nodes)
+        quota_env = (
+            {"RAGBUS_QUOTA_REQUESTS_PER_S": repr(quota[0]), "RAGBUS_QUOTA_BURST": str(quota[1])}
+            if quota is not None
+            else {}
+        )
+        cluster = Cluster(
+            Path(tmp), nats_nodes=nats_nodes, env=quota_env, redis_sentinel=redis_sentinel
+        )
         phase = "boot"
         checked = asyncio.Event()  # the supervisor's end: the checks are over
         supervisor: asyncio.Task[None] | None = None
@@ -151,7 +180,7 @@ async def run_chaos(
             await boot(cluster, seed_timeout_s=180)
 
             stop = asyncio.Event()
-            clients = Clients(cluster.url, stop, request_timeout_s=120)
+            clients = Clients(cluster.url, stop, request_timeout_s=120, sessions=redis_sentinel)
             job: dict[str, Any] = {
                 "documents": ingest_documents,
                 "service_restarts": {"nats": 0, "redis": 0},
@@ -165,6 +194,11 @@ async def run_chaos(
                 if cluster.nats_cluster is not None
                 else None
             )
+            primaries = (
+                asyncio.create_task(_primary_chaos(cluster, stop, redis_kill_every_s))
+                if cluster.sentinels is not None
+                else None
+            )
             phase = "running"
             await asyncio.sleep(duration_s)
             stop.set()
@@ -172,6 +206,8 @@ async def run_chaos(
             await chaos
             if nodes is not None:
                 await nodes
+            if primaries is not None:
+                await primaries
             cluster.revive_all()
             phase = "waiting for the clients' last requests"
             await asyncio.gather(*loops)
@@ -182,6 +218,13 @@ async def run_chaos(
             record = await wait_job(cluster.url, job["job_id"], 300) if "job_id" in job else {}
             phase = "verifying"
             requests = await verify_requests(cluster, clients.tracked, read_events)
+            redis_state = (
+                await verify_redis_state(
+                    cluster.url, cluster.env["RAGBUS_REDIS_URL"], clients.tracked, kept_key, quota
+                )
+                if redis_sentinel and kept_key is not None
+                else {}
+            )
             checked.set()
             await supervisor
         except BaseException:  # a timeout's cancellation included: the log says where it hung
@@ -231,6 +274,12 @@ async def run_chaos(
             "dead_letter_kinds": requests["dead_letter_kinds"],
             "roles_log_kept": kept_log,
             "ingest": ingest,
+            "redis": {
+                "sentinel": redis_sentinel,
+                "primary_kills": cluster.primary_kills,
+                "failover_s": cluster.failover_s,
+                **redis_state,
+            },
             "latency_ms": {
                 "p50": percentile(latencies, 50),
                 "p95": percentile(latencies, 95),

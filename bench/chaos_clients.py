@@ -22,6 +22,11 @@ QUESTIONS = (
 )
 
 
+TURNS_A_SESSION = 10
+"""Questions a loop asks in one conversation before it starts another: well under the turns a
+session keeps (`RAGBUS_SESSION_MAX_TURNS`), so every turn must still be there."""
+
+
 @dataclass
 class Tracked:
     """One request as a client saw it."""
@@ -37,25 +42,36 @@ class Tracked:
     done_seq: int | None = None
     """The id of the `done` the client got: the stream's own, or one the API made from the
     request's record (its id the subject's last sequence then)."""
+    question: str = ""
+    key: str = ""
+    """The `Idempotency-Key` the API accepted it under: asked again, it must name this
+    request (`bench.chaos_redis`)."""
+    session_id: str | None = None
 
 
 class Clients:
     """Closed-loop askers that outlast the failures around them."""
 
-    def __init__(self, url: str, stop: asyncio.Event, request_timeout_s: float) -> None:
+    def __init__(
+        self, url: str, stop: asyncio.Event, request_timeout_s: float, *, sessions: bool = False
+    ) -> None:
         self.url = url
         self.stop = stop
         self.timeout_s = request_timeout_s
+        self.sessions = sessions
+        """Each loop asks in a conversation of its own (`session_id`), whose turns the checks
+        count."""
         self.tracked: list[Tracked] = []
         self.submit_retries = 0
         self.gave_up_submitting = 0
 
-    async def _submit(self, client: RagbusClient, question: str) -> str | None:
-        key = uuid.uuid4().hex
+    async def _submit(
+        self, client: RagbusClient, question: str, key: str, session_id: str | None
+    ) -> str | None:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             try:
-                answer = await client.submit(question, idempotency_key=key)
+                answer = await client.submit(question, idempotency_key=key, session_id=session_id)
                 return str(answer["request_id"])
             except Exception:  # the API or the bus is down: the same key again, later
                 self.submit_retries += 1
@@ -85,12 +101,20 @@ class Clients:
             await asyncio.sleep(0.5)
 
     async def loop(self) -> None:
+        session_id: str | None = None
+        asked_in_session = 0
         async with RagbusClient(self.url, timeout=10) as client:
             while not self.stop.is_set():
+                if self.sessions and asked_in_session % TURNS_A_SESSION == 0:
+                    session_id = f"chaos-{uuid.uuid4().hex[:12]}"
+                asked_in_session += 1
                 started = time.monotonic()
-                request_id = await self._submit(client, random.choice(QUESTIONS))
+                question, key = random.choice(QUESTIONS), uuid.uuid4().hex
+                request_id = await self._submit(client, question, key, session_id)
                 if request_id is None:
                     continue
-                tracked = Tracked(request_id, started)
+                tracked = Tracked(
+                    request_id, started, question=question, key=key, session_id=session_id
+                )
                 self.tracked.append(tracked)
                 await self._follow(client, tracked)

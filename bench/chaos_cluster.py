@@ -5,7 +5,12 @@ whose deadlines outlast a restart (`SETTINGS_ENV`); and waiting for the API to b
 
 With `nats_nodes=3` NATS is a three-node JetStream cluster (`infra.runtime.nats_cluster`)
 whose streams keep three replicas, and `nats_node_outage` kills one node at a time (a stream's
-leader, or any node) and brings it back once it has been down a while."""
+leader, or any node) and brings it back once it has been down a while.
+
+With `redis_sentinel`, Redis is a primary, a replica and three sentinels
+(`infra.runtime.redis_sentinel`), and `redis_primary_outage` SIGKILLs whichever server is the
+primary, waits for the sentinels to promote the other, and brings the killed one back as its
+replica."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from infra.runtime.nats_cluster import (
     streams_current,
     until_streams_current,
 )
+from infra.runtime.redis_sentinel import RedisSentinelSet
 from infra.runtime.services import LocalService, free_port, start_nats, start_redis
 
 ROLES: dict[str, tuple[list[str], int]] = {
@@ -40,9 +46,11 @@ ROLES: dict[str, tuple[list[str], int]] = {
     "api": (["api", "--orchestrator"], 1),
     "orchestrator": (["orchestrator"], 2),
     # Two of every role that can have two: a kill then takes one process of a role, never the
-    # role. The embedded stores belong to one process, so that role has one.
+    # role. The embedded stores belong to one process, so that role has one; it keeps the
+    # conversations' memories too (`memory`: a session's question searches them, and waits
+    # out its search deadline where no memory worker answers).
     "classify": (["worker", "classify"], 2),
-    "stores": (["worker", "search", "fuse", "tool", "ingest"], 1),
+    "stores": (["worker", "search", "fuse", "tool", "ingest", "memory"], 1),
     "answer": (["worker", "generate", "critic"], 2),
 }
 SETTINGS_ENV = {
@@ -91,12 +99,18 @@ class Cluster:
         nats_nodes: int = 1,
         roles: dict[str, tuple[list[str], int]] | None = None,
         env: dict[str, str] | None = None,
+        *,
+        redis_sentinel: bool = False,
     ) -> None:
         self.root = root
         self.nats_port, self.redis_port, self.api_port = free_port(), free_port(), free_port()
         self.nats: LocalService | None = None
         self.nats_cluster = NatsCluster(root / "nats", nats_nodes) if nats_nodes > 1 else None
         self.redis: LocalService | None = None
+        self.sentinels = RedisSentinelSet.create(root / "redis") if redis_sentinel else None
+        self.primary_kills = 0
+        self.failover_s: list[float] = []
+        """Seconds from a primary's SIGKILL until the sentinels named another."""
         self.roles = {
             name: Role(name, args, [None] * n) for name, (args, n) in (roles or ROLES).items()
         }
@@ -136,9 +150,38 @@ class Cluster:
             self.nats_cluster.start()
         else:
             self.nats = start_nats(self.nats_port, self.root / "nats")
+        if self.sentinels is not None:
+            self.sentinels.start()
+            self.env["RAGBUS_REDIS_URL"] = self.sentinels.url
+            return
         self.redis = start_redis(self.redis_port, self.root / "redis", persistent=True)
         # its URL carries the password made for its data directory (the same after a restart)
         self.env["RAGBUS_REDIS_URL"] = self.redis.url
+
+    async def redis_primary_outage(self, down_s: float = 5.0) -> str | None:
+        """SIGKILL the Redis primary, wait until the sentinels promote the replica, keep the
+        killed server down for `down_s`, start it again, and wait until it follows the new
+        primary: one server down at a time. The killed server's name, or None when the set
+        had not settled since the last outage (nothing killed)."""
+        sentinels = self.sentinels
+        assert sentinels is not None, "a primary outage needs redis_sentinel"
+        if not await asyncio.to_thread(sentinels.settled):
+            return None
+        primary = await asyncio.to_thread(sentinels.primary)
+        assert primary is not None
+        killed_at = time.monotonic()
+        await asyncio.to_thread(sentinels.kill, primary.name)
+        self.primary_kills += 1
+        while time.monotonic() - killed_at < 60:
+            now = await asyncio.to_thread(sentinels.primary)
+            if now is not None and now.name != primary.name:
+                self.failover_s.append(round(time.monotonic() - killed_at, 2))
+                break
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(sentinels.restart, primary.name)
+        await asyncio.to_thread(sentinels.until_settled, 120.0)
+        return primary.name
 
     async def nats_node_outage(self, stream: str | None = None, down_s: float = 5.0) -> str | None:
         """SIGKILL one NATS node (the leader of `stream` when given, else any node), keep it
@@ -233,6 +276,8 @@ class Cluster:
         for service in (self.nats, self.redis):
             if service is not None:
                 service.stop()
+        if self.sentinels is not None:
+            self.sentinels.stop()
         if self.nats_cluster is not None:
             self.nats_cluster.stop()
         self._logs.close()

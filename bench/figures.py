@@ -156,10 +156,17 @@ def _share(fraction: float) -> str:
 def _chaos(r: Report) -> str:
     requests, ingest = r["requests"], r.get("ingest") or {}
     dups = sum(r["duplicates"].values())
+    redis = r.get("redis") or {}
+    redis_kills = (
+        f"{redis['primary_kills']} Redis primary kills (failed over in "
+        f"{max(redis['failover_s'], default=0):.1f} s at most)"
+        if redis.get("sentinel")
+        else "redis-server"
+    )
     servers = (
-        f"{sum(r['nats_node_kills'].values())} NATS node kills of {r['nats_nodes']} + redis-server"
+        f"{sum(r['nats_node_kills'].values())} NATS node kills of {r['nats_nodes']} + {redis_kills}"
         if r.get("nats_nodes", 1) > 1
-        else "nats-server + redis-server"
+        else f"nats-server + {redis_kills}"
     )
     text = (
         f"{r['duration_s']:.0f} s, {r['kills']} kills + {servers}: "
@@ -174,6 +181,13 @@ def _chaos(r: Report) -> str:
     if ingest:
         done = ingest["documents_done"] + ingest["documents_unchanged"]
         text += f", {done} of {ingest['documents']} documents"
+    if redis.get("sentinel"):
+        text += (
+            f"; {redis['idempotency_keys_lost']} of {redis['idempotency_keys_checked']:,} "
+            f"idempotency keys lost, {redis['sessions_lost_turns']} of "
+            f"{redis['sessions_checked']} sessions missing a turn, quota over-granted by "
+            f"{redis['quota_over_granted']}"
+        )
     return text
 
 
@@ -369,6 +383,7 @@ ROWS = (
     Row("chaos", "chaos.json", _chaos),
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
     Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),
+    Row("chaos with the Redis primary killed (Sentinel), c = 8", "chaos-sentinel.json", _chaos),
     Row("stateless roles scaled out on a NATS cluster", "scaleout.json", _scaleout),
     Row("the same on one NATS server", "scaleout-one-node.json", _scaleout),
     Row("retrieval, NFCorpus", "eval-nfcorpus.json", _retrieval),

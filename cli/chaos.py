@@ -26,6 +26,15 @@ def _goals(report: dict[str, Any]) -> list[str]:
         missed.append("no duplicate answer or done")
     if report["sse_streams_missing_events"]:
         missed.append("no event missed by a stream")
+    redis = report.get("redis") or {}
+    if redis.get("idempotency_keys_lost"):
+        missed.append("no idempotency key lost")
+    if redis.get("sessions_lost_turns"):
+        missed.append("no session turn lost")
+    if redis.get("quota_over_granted"):
+        missed.append("no quota over-granted")
+    if redis.get("sentinel") and (requests["completed_share"] or 0) < 0.99:
+        missed.append("99 % completed with the Redis primary killed")
     ingest = report.get("ingest") or {}
     if ingest and (ingest["chunks_lost"] or ingest["chunks_extra"] or ingest["documents_lost"]):
         missed.append("every document indexed exactly once")
@@ -83,6 +92,18 @@ def print_chaos(report: dict[str, Any]) -> None:
             f"{requests['stream_resumes']} stream resumes",
         ),
     ]
+    redis = report.get("redis") or {}
+    if redis.get("sentinel"):
+        rows.append(
+            (
+                "Redis primary",
+                f"killed {redis['primary_kills']} times, failed over in {redis['failover_s']} s; "
+                f"keys lost {redis.get('idempotency_keys_lost')} of "
+                f"{redis.get('idempotency_keys_checked')}, sessions missing a turn "
+                f"{redis.get('sessions_lost_turns')} of {redis.get('sessions_checked')}, "
+                f"quota over-granted by {redis.get('quota_over_granted')}",
+            )
+        )
     for name, value in rows:
         table.add_row(name, value)
     # what was dead-lettered, so that a run that misses the goal says why in its own output
@@ -93,6 +114,19 @@ def print_chaos(report: dict[str, Any]) -> None:
             f"(its request {kind['request']})",
         )
     console.print(table)
+
+
+def _quota(value: str | None) -> tuple[float, int] | None:
+    if value is None:
+        return None
+    rate, _, burst = value.partition(",")
+    try:
+        limits = (float(rate), int(burst))
+    except ValueError:
+        raise typer.BadParameter("--quota is RATE,BURST, e.g. 3,6") from None
+    if limits[0] <= 0 or limits[1] < 1:
+        raise typer.BadParameter("--quota needs a rate above 0 and a burst of 1 or more")
+    return limits
 
 
 def register(app: typer.Typer) -> None:
@@ -121,6 +155,24 @@ def chaos(
     nats_kill_every: Annotated[
         float, typer.Option(min=5, help="Seconds between NATS node kills on a cluster.")
     ] = 15.0,
+    redis: Annotated[
+        str,
+        typer.Option(
+            help="Redis: `single` (one redis-server, killed once) or `sentinel` (a primary, a "
+            "replica and three sentinels; the primary killed every --redis-kill-every s, "
+            "the clients in conversations, and the quota held to --quota).",
+        ),
+    ] = "single",
+    redis_kill_every: Annotated[
+        float, typer.Option(min=10, help="Seconds between Redis primary kills (sentinel).")
+    ] = 60.0,
+    quota: Annotated[
+        str | None,
+        typer.Option(
+            help="RATE,BURST: the tenant's submissions a second and burst, which the checks "
+            "hold the grants to (sentinel); unset = 3,6 with sentinel, the default otherwise.",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/chaos.json"
     ),
@@ -129,9 +181,17 @@ def chaos(
     SIGKILL and restart processes, kill both servers once and the ingest process mid-job;
     then check from the broker and the stores that nothing was lost or doubled. With
     `--nats-nodes 3`, NATS is a three-node cluster and one node at a time is killed instead,
-    stream leaders included."""
+    stream leaders included. With `--redis sentinel`, Redis has a replica and three
+    sentinels, its primary is killed on a schedule, and the checks add idempotency keys,
+    sessions' turns and the quota's grants."""
     from api.event_stream import stored_events
+    from api.idempotency import kept_query_key
     from bench.chaos import run_chaos
+
+    if redis not in ("single", "sentinel"):
+        raise typer.BadParameter("--redis is single or sentinel")
+    sentinel = redis == "sentinel"
+    limits = _quota(quota or ("3,6" if sentinel else None))
 
     interactive_logging(Settings(), verbose=False)
     console.print(
@@ -148,6 +208,10 @@ def chaos(
             read_events=stored_events,
             nats_nodes=nats_nodes,
             nats_kill_every_s=nats_kill_every,
+            redis_sentinel=sentinel,
+            redis_kill_every_s=redis_kill_every,
+            quota=limits,
+            kept_key=kept_query_key,
         )
     )
     report["goals_missed"] = _goals(report)

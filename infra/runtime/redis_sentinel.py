@@ -155,10 +155,14 @@ class RedisSentinelSet:
         for sentinel in self.sentinels:
             if not sentinel.config.exists():
                 self._write_sentinel_config(sentinel, primary)
-        for process in [*self.servers, *self.sentinels]:
-            if not process.alive:
-                self._spawn(process)
-        self.until_settled()
+        try:
+            for process in [*self.servers, *self.sentinels]:
+                if not process.alive:
+                    self._spawn(process)
+            self.until_settled()
+        except BaseException:
+            self.stop()  # what did start is stopped, not left behind
+            raise
         log.info("service_started", service="redis-sentinel", url=redacted(self.url))
 
     def _write_server_config(self, server: RedisProcess, primary: RedisProcess | None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from api.event_stream import stored_events
+from api.idempotency import kept_query_key
 from bench.chaos import run_chaos
 from cli.chaos import _goals
 
@@ -40,6 +41,7 @@ REPORTED = (
     "crash_restarts",
     "latency_ms",
     "slowest",
+    "redis",
 )
 """The parts of the report a failed check prints."""
 
@@ -100,4 +102,31 @@ async def test_a_short_chaos_run_on_a_nats_cluster_loses_and_doubles_nothing() -
     kills = report["nats_node_kills"]
     assert sum(kills.values()) >= 2, (kills, report["nats_node_outages_skipped"])
     assert report["service_restarts"] == {"nats": 0, "redis": 1}, report["service_restarts"]
+    assert_nothing_lost_or_doubled(report)
+
+
+async def test_a_short_chaos_run_with_the_redis_primary_killed_loses_nothing() -> None:
+    """The same with Redis behind sentinels: its primary SIGKILLed every 12-28 s and the
+    replica promoted, while the clients ask in conversations under a binding quota; nothing
+    acknowledged is lost: no idempotency key, no session's turn, no quota grant."""
+    report = await _within_limit(
+        duration_s=45,
+        concurrency=2,
+        kill_every_s=5,
+        ingest_documents=24,
+        seed=7,
+        read_events=stored_events,
+        redis_sentinel=True,
+        redis_kill_every_s=20,
+        quota=(3.0, 6),
+        kept_key=kept_query_key,
+    )
+    redis = report["redis"]
+    assert redis["primary_kills"] >= 1, redis
+    assert len(redis["failover_s"]) == redis["primary_kills"], redis
+    assert redis["idempotency_keys_checked"] == report["requests"]["submitted"], redis
+    assert redis["idempotency_keys_lost"] == 0, redis
+    assert redis["sessions_checked"] >= 2 and redis["sessions_lost_turns"] == 0, redis
+    assert redis["quota_over_granted"] == 0, redis
+    assert report["service_restarts"] == {"nats": 1, "redis": 0}, report["service_restarts"]
     assert_nothing_lost_or_doubled(report)
