@@ -17,6 +17,7 @@ import typer
 
 from cli import (
     ask,
+    backup,
     bench,
     bench_documents,
     bench_doors,
@@ -65,6 +66,7 @@ tenants.register(app)  # tenant create|list|revoke|nats-config
 users.register(app)  # user create|list|groups|revoke|rotate-key
 sources.register(app)  # source add|list|sync|remove
 mcp.register(app)  # mcp
+backup.register(app)  # backup, restore
 
 
 def main() -> None:

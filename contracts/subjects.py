@@ -33,11 +33,14 @@ INGEST_PARSE_PREFIX: Final = "rag.ingest.parse"
 a tenant (`worker-parse-<tenant>`), so that one tenant's files never queue behind another's.
 `rag.ingest.parse.<job>`, what earlier releases sent, is served by `worker-parse`."""
 FILES_BUCKET: Final = "RAG_FILES"
+"""The JetStream object store the uploaded files wait in (and are kept in, as the originals)."""
 SOURCES_SUBJECT: Final = "rag.cmd.sources"
 """Syncs of sources to run (`contracts.sources.SyncSource`), for the sources workers."""
 SOURCES_BUCKET: Final = "RAG_SOURCES"
 """JetStream KV: what each source's syncs have seen (`infra.sources.state`)."""
-"""The JetStream object store the uploaded files wait in (and are kept in, as the originals)."""
+BACKUP_STORES: Final = "rag.ctl.backup.stores"
+"""A request (core NATS, no stream) to the process that owns the embedded stores: copy them,
+at one point, into a directory (`contracts.backup.CopyStores`); `ragbus backup` sends it."""
 DLQ_PREFIX: Final = "rag.dlq"
 INTAKE_PREFIX: Final = "rag.intake"
 """`rag.intake.<tenant>`: a tenant's document batches over the bus, in the service account

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faststream.nats import NatsBroker, NatsRouter
+from nats.aio.msg import Msg
+from pydantic import ValidationError
 
+from contracts import subjects as sj
+from contracts.backup import CopyStores, StoresCopied
+from infra.backup.stores import copy_stores
 from infra.documents.readers import check_readers_apart
 from infra.logging import get_logger
 from infra.runtime.bus import Bus, create_broker
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 PARSE = "parse"
+INGEST = "ingest"
 
 ResourcesFactory = Callable[[Settings, Bus], Resources]
 """Makes a process's resources; `Resources` itself, or engines of another kind (the bus
@@ -147,6 +153,8 @@ class Runtime:
         await declare_topology(js, self.settings)
         self.resources.bus.fence = DoneFence(js)
         await self.broker.start()
+        if INGEST in self.workers:  # this process owns the embedded stores: it copies them
+            await self.broker.connection.subscribe(sj.BACKUP_STORES, cb=self._copy_stores)
         for lanes in self.lanes:
             await lanes.open(js)
         if self.orchestrator is not None:
@@ -165,6 +173,22 @@ class Runtime:
             nats=redacted(self.settings.nats_url),
             redis=redacted(self.settings.redis_url),
         )
+
+    async def _copy_stores(self, msg: Msg) -> None:
+        """`ragbus backup` asks the process that owns the embedded stores to copy them at one
+        point (`contracts.subjects.BACKUP_STORES`); the answer says what it copied."""
+        assert self.resources is not None
+        try:
+            request = CopyStores.model_validate_json(msg.data)
+            answer = await copy_stores(self.resources, Path(request.directory))
+        except ValidationError as exc:
+            answer = StoresCopied(error=f"a malformed request ({exc.error_count()} errors)")
+        except Exception as exc:
+            log.exception("stores_not_copied")
+            answer = StoresCopied(error=f"{type(exc).__name__}: {exc}")
+        log.info("stores_copied", copied=answer.copied, error=answer.error)
+        if msg.reply:
+            await msg.respond(answer.model_dump_json().encode())
 
     async def _readers_load(self, checking: asyncio.Future[list[str]]) -> bool:
         """Whether the parse role's readers all load. A parse worker whose readers do not (a

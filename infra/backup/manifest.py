@@ -45,6 +45,7 @@ class Manifest(BaseModel):
         description="What the operator must back up with the servers' own tools.",
     )
     warnings: list[str] = Field(default_factory=list)
+    seconds: float | None = Field(default=None, description="How long the backup took.")
 
 
 class DamagedBackup(ValueError):

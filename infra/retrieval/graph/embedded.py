@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
@@ -310,6 +311,21 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
 
     async def ping(self) -> bool:
         return self._dir.is_dir()
+
+    async def copy_to(self, destination: Path) -> bool:
+        """The snapshot and the journals copied while no write runs and no snapshot is being
+        written: one point of the graph, which `load` reads back whole."""
+        async with self._lock:
+            if self._snapshotting is not None:
+                await self._snapshotting
+            await asyncio.to_thread(self._copy_files, destination)
+        return True
+
+    def _copy_files(self, destination: Path) -> None:
+        destination.mkdir(parents=True)
+        for path in (self.snapshot_path, self.sealed_path, self.journal_path):
+            if path.exists():
+                shutil.copy2(path, destination / path.name)
 
     async def aclose(self) -> None:
         if self._refresh is not None:

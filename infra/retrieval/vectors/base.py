@@ -18,6 +18,7 @@ import asyncio
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -386,6 +387,12 @@ class VectorStore(ABC):
     @abstractmethod
     def optimize(self) -> None:
         """Build indexes over what was written (no-op where the server does it itself)."""
+
+    def copy_to(self, destination: Path) -> bool:
+        """Copy the store's files, at one point, into `destination` (made; it must not
+        exist): True. False where the store is a server's, which the operator backs up with
+        the server's own tools (a backup names it)."""
+        return False
 
     @abstractmethod
     def ping(self) -> bool: ...

@@ -66,6 +66,7 @@ from infra.retrieval.vectors.points import (
     StoredPoint,
     mismatch,
 )
+from infra.sparse_copy import copy_tree
 
 log = get_logger(__name__)
 
@@ -178,6 +179,8 @@ class EdgeVectorStore(VectorStore):
         self._tables: dict[str, DocumentsTable] = {}
         self._open_lock = threading.Lock()
         self._table_lock = threading.Lock()
+        self._optimize_lock = threading.Lock()
+        """Held while a shard's segments are rebuilt (`optimize`) or copied (`copy_to`)."""
         self._closed = False
 
     def _path(self, namespace: str) -> Path:
@@ -403,10 +406,21 @@ class EdgeVectorStore(VectorStore):
     def optimize(self) -> None:
         """Flush every shard and build its indexes; the searches go on meanwhile."""
         for namespace, shard in list(self._shards.items()):
-            with self._write_lock:
+            with self._optimize_lock:
+                with self._write_lock:
+                    shard.flush()
+                if shard.optimize():
+                    log.info("vector_shard_optimized", namespace=namespace, **_info(shard))
+
+    def copy_to(self, destination: Path) -> bool:
+        """Every shard flushed and its files copied while no write, optimisation or opening
+        of a shard runs: one point of the whole store. Searches go on meanwhile; writes wait
+        for the copy (about a second a hundred megabytes)."""
+        with self._optimize_lock, self._write_lock, self._open_lock:
+            for shard in self._shards.values():
                 shard.flush()
-            if shard.optimize():
-                log.info("vector_shard_optimized", namespace=namespace, **_info(shard))
+            copy_tree(self._dir, destination)
+        return True
 
     def ping(self) -> bool:
         return not self._closed and self._dir.is_dir()

@@ -1,0 +1,158 @@
+"""The restore drill: a backup taken while questions are asked (`ragbus backup`'s
+`infra.backup.run.take_backup`), the stack stopped, and the backup restored on a fresh
+machine state: a new data directory, a new nats-server and redis-server on other ports. Then
+the same questions get the same answers with the same citations, every conversation holds its
+turns, the requests' event streams replay, and the uploaded original downloads as it was.
+A damaged or partial backup, and a restore over what is there, are refused in a sentence."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from infra.backup.manifest import DamagedBackup
+from infra.backup.run import BackupError, restore_backup, take_backup
+from infra.runtime.services import free_port
+from tests.integration.conftest import own_services, running, serving_api, stack_settings
+from tests.integration.sse import read_events
+
+pytestmark = pytest.mark.integration
+
+SAMPLE = Path(__file__).resolve().parents[2] / "bench" / "sample"
+QUESTIONS = [
+    line.strip()
+    for line in (SAMPLE.parent / "queries.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+SESSIONS = 3
+ORIGINAL = b"# Toll booths\n\nThe canal's tolls are paid in advance at the Balboa office.\n"
+
+
+async def _until_done(http: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
+    for _ in range(600):
+        job: dict[str, Any] = (await http.get(f"/v1/ingest/{job_id}")).json()
+        if job["status"] in ("completed", "failed"):
+            return job
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+async def _ask(http: httpx.AsyncClient, query: str, session: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": query}
+    if session:
+        body["session_id"] = session
+    accepted = await http.post("/v1/queries", json=body)
+    assert accepted.status_code == 202, accepted.text
+    request_id = accepted.json()["request_id"]
+    events = await read_events(http, f"/v1/queries/{request_id}/events", timeout=120)
+    assert [e.event for e in events].count("done") == 1
+    view = (await http.get(f"/v1/queries/{request_id}")).json()
+    assert view["status"] == "completed", view
+    answer = view["answer"]
+    return {
+        "request_id": request_id,
+        "content": answer["content"],
+        "citations": sorted(
+            (c["document_id"], c["chunk_id"]) for c in answer["citations"].values()
+        ),
+    }
+
+
+async def test_a_backup_taken_under_load_restores_on_a_fresh_machine(tmp_path: Path) -> None:
+    backup = tmp_path / "backup"
+    asked: dict[str, dict[str, Any]] = {}
+    turns: dict[str, list[str]] = {}
+    with own_services(tmp_path / "a") as settings_a:
+        async with (
+            running(settings_a) as runtime,
+            serving_api(runtime) as url,
+            httpx.AsyncClient(base_url=url, timeout=60) as http,
+        ):
+            documents = [
+                {"id": p.stem, "title": p.stem, "text": p.read_text()}
+                for p in sorted(SAMPLE.glob("*.md"))
+            ]
+            seeded = await http.post("/v1/documents", json={"documents": documents})
+            assert seeded.status_code == 202, seeded.text
+            assert (await _until_done(http, seeded.json()["job_id"]))["status"] == "completed"
+            uploaded = await http.post(
+                "/v1/documents",
+                files=[("files", ("tolls.md", ORIGINAL, "text/markdown"))],
+                data={"namespace": "default"},
+            )
+            assert uploaded.status_code == 202, uploaded.text
+            assert (await _until_done(http, uploaded.json()["job_id"]))["status"] == "completed"
+            for query in QUESTIONS:
+                asked[query] = await _ask(http, query, None)
+            for index, query in enumerate(QUESTIONS[: SESSIONS * 2]):
+                session = f"drill-{index % SESSIONS}"
+                turns.setdefault(session, []).append(
+                    (await _ask(http, query, session))["request_id"]
+                )
+
+            stop = asyncio.Event()
+            during: list[dict[str, Any]] = []
+
+            async def load() -> None:  # questions go on while the backup is taken
+                while not stop.is_set():
+                    during.append(await _ask(http, QUESTIONS[len(during) % 5], None))
+
+            loading = asyncio.create_task(load())
+            await asyncio.sleep(0.5)
+            manifest = await take_backup(runtime.settings, backup)
+            stop.set()
+            await loading
+            assert during, "no question ran while the backup was taken"
+    assert {"RAG_EVENTS", "RAG_INGEST", "OBJ_RAG_FILES"} <= set(manifest.streams)
+    parts = {f.part for f in manifest.files}
+    assert {"jetstream", "redis", "vectors", "graph", "memory"} <= parts
+
+    # a damaged copy of it is refused, naming the file
+    damaged = tmp_path / "damaged"
+    shutil.copytree(backup, damaged)
+    rdb = damaged / "redis" / "dump.rdb"
+    rdb.write_bytes(rdb.read_bytes()[:-1] + b"\x00")
+    fresh = stack_settings(
+        f"nats://127.0.0.1:{free_port()}",
+        f"redis://127.0.0.1:{free_port()}/0",
+        tmp_path / "b",
+        start_services=True,
+    )
+    with pytest.raises(DamagedBackup, match=r"redis/dump\.rdb"):
+        await restore_backup(fresh, damaged)
+    assert not (tmp_path / "b" / "vectors").exists()  # nothing of it was restored
+
+    await restore_backup(fresh, backup)
+    with pytest.raises(BackupError, match=r"not empty.*--replace"):
+        await restore_backup(fresh, backup)
+
+    async with (
+        running(fresh) as runtime,
+        serving_api(runtime) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        # the same answers, with the same citations
+        for query, before in asked.items():
+            after = await _ask(http, query, None)
+            assert (after["content"], after["citations"]) == (
+                before["content"],
+                before["citations"],
+            ), query
+        # every conversation's turns
+        for session, request_ids in turns.items():
+            view = (await http.get(f"/v1/sessions/{session}")).json()
+            assert [t["request_id"] for t in view["turns"]] == request_ids
+        # the events replay
+        for before in list(asked.values())[:3]:
+            events = await read_events(
+                http, f"/v1/queries/{before['request_id']}/events", timeout=30
+            )
+            assert [e.event for e in events][-2:] == ["answer", "done"]
+        # the original, as it was uploaded
+        original = await http.get("/v1/documents/tolls.md", params={"namespace": "default"})
+        assert original.status_code == 200 and original.content == ORIGINAL
