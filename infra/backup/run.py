@@ -41,7 +41,6 @@ from infra.backup import jetstream, redis_state
 from infra.backup.manifest import Manifest, Part, describe, verify, write
 from infra.backup.stores import copy_idle_stores, external_stores
 from infra.runtime.data_lock import DataDirLocked, acquire
-from infra.runtime.redis_client import started_redis_url
 from infra.runtime.services import Services, ensure_services_sync
 from infra.settings import Settings
 from infra.sparse_copy import copy_tree
@@ -84,6 +83,12 @@ def _fresh(destination: Path) -> Path:
 
 async def take_backup(settings: Settings, destination: Path, step: Step = _quiet) -> Manifest:
     """Back up what `settings` point at into `destination` (absent or empty)."""
+    # the services as found: the service account's credentials in `tenants` mode, the
+    # password of a redis-server that `ragbus up` started (nothing is started here)
+    found = await asyncio.to_thread(
+        ensure_services_sync, settings.model_copy(update={"start_services": False})
+    )
+    settings = found.settings
     destination = _fresh(destination)
     manifest = Manifest(ragbus=version("ragbus"), external=external_stores(settings))
     started = time.monotonic()
@@ -100,8 +105,9 @@ async def take_backup(settings: Settings, destination: Path, step: Step = _quiet
     finally:
         await nc.close()
     step("redis")
-    url = started_redis_url(settings.redis_url, settings.data_dir / "redis")
-    await asyncio.to_thread(redis_state.capture, url, destination / "redis" / "dump.rdb")
+    await asyncio.to_thread(
+        redis_state.capture, settings.redis_url, destination / "redis" / "dump.rdb"
+    )
     models = settings.data_dir / INTENT_MODEL
     if models.is_dir():
         step("models")

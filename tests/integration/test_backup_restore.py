@@ -8,7 +8,9 @@ A damaged or partial backup, and a restore over what is there, are refused in a 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,10 @@ import pytest
 from infra.backup.manifest import DamagedBackup
 from infra.backup.run import BackupError, restore_backup, take_backup
 from infra.runtime.services import free_port
+from infra.tenancy.accounts import connect_with_creds
 from tests.integration.conftest import own_services, running, serving_api, stack_settings
 from tests.integration.sse import read_events
+from tests.up_process import ragbus_cli, ragbus_up, tenants_env
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +160,81 @@ async def test_a_backup_taken_under_load_restores_on_a_fresh_machine(tmp_path: P
         # the original, as it was uploaded
         original = await http.get("/v1/documents/tolls.md", params={"namespace": "default"})
         assert original.status_code == 200 and original.content == ORIGINAL
+
+
+ADMIN = "admin-key-of-the-restore-drill-0123456789abcdef"
+
+
+def _ask_as(url: str, key: str, query: str) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"}
+    accepted = httpx.post(f"{url}/v1/queries", json={"query": query}, headers=headers)
+    assert accepted.status_code == 202, accepted.text
+    request_id = accepted.json()["request_id"]
+    for _ in range(600):
+        view = httpx.get(f"{url}/v1/queries/{request_id}", headers=headers).json()
+        if view["status"] in ("completed", "failed", "timed_out", "cancelled"):
+            break
+        time.sleep(0.2)
+    assert view["status"] == "completed", view
+    return {
+        "content": view["answer"]["content"],
+        "citations": sorted(c["chunk_id"] for c in view["answer"]["citations"].values()),
+    }
+
+
+async def _bus_batch(nats_url: str, creds: str) -> dict[str, Any]:
+    nc = await connect_with_creds([nats_url], creds)
+    try:
+        batch = {"documents": [{"id": "after", "namespace": "bus", "text": "Restored: 42."}]}
+        reply = await nc.request("rag.documents", json.dumps(batch).encode(), 10)
+        return dict(json.loads(reply.data))
+    finally:
+        await nc.close()
+
+
+def test_a_tenants_key_and_nats_account_work_after_a_restore(tmp_path: Path) -> None:
+    """`tenants` mode, through `ragbus backup` and `ragbus restore` themselves: the tenant's API
+    key answers the same question the same way on the restored machine, and its NATS
+    credentials (signed by the operator's keys, which the backup carries) are taken by the
+    new nats-server and can send a batch."""
+    api_a, nats_a = free_port(), free_port()
+    env_a = tenants_env(tmp_path / "a", api_a, nats_a, ADMIN, UP_PROCESSES="1")
+    url_a = f"http://127.0.0.1:{api_a}"
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    with ragbus_up(env_a, tmp_path / "a.log", url_a):
+        made = httpx.post(f"{url_a}/v1/admin/tenants", json={"tenant": "acme"}, headers=admin)
+        assert made.status_code == 201, made.text
+        key = made.json()["api_key"]
+        creds = httpx.post(f"{url_a}/v1/admin/tenants/acme/nats-creds", headers=admin).json()
+        documents = [
+            {"id": p.stem, "title": p.stem, "text": p.read_text()}
+            for p in sorted(SAMPLE.glob("*.md"))[:3]
+        ]
+        sent = httpx.post(
+            f"{url_a}/v1/documents",
+            json={"documents": documents},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert sent.status_code == 202, sent.text
+        for _ in range(600):
+            job = httpx.get(
+                f"{url_a}/v1/ingest/{sent.json()['job_id']}",
+                headers={"Authorization": f"Bearer {key}"},
+            ).json()
+            if job["status"] == "completed":
+                break
+            time.sleep(0.2)
+        before = _ask_as(url_a, key, QUESTIONS[0])
+        backed = ragbus_cli(env_a, "backup", str(tmp_path / "backup"), timeout=300)
+        assert backed.returncode == 0, backed.stderr
+        assert "private keys" in backed.stderr  # the trust directory's warning
+
+    api_b, nats_b = free_port(), free_port()
+    env_b = tenants_env(tmp_path / "b", api_b, nats_b, ADMIN, UP_PROCESSES="1")
+    restored = ragbus_cli(env_b, "restore", str(tmp_path / "backup"), timeout=300)
+    assert restored.returncode == 0, restored.stderr
+    url_b = f"http://127.0.0.1:{api_b}"
+    with ragbus_up(env_b, tmp_path / "b.log", url_b):
+        assert _ask_as(url_b, key, QUESTIONS[0]) == before
+        answer = asyncio.run(_bus_batch(f"nats://127.0.0.1:{nats_b}", creds["nats_creds"]))
+        assert answer["status"] == 202, answer
