@@ -131,6 +131,7 @@ async def run(p: Parties) -> list[Attack]:
             "$JS.FC.RAG_EVENTS.{m}",
             "$KV.{m}.key",
             "$O.{m}.C.x",
+            "rag.ctl.backup.stores",
         ):
             m = _marker()
             await attacker.publish(subject.format(m=m), json.dumps({"marker": m}).encode())
@@ -172,6 +173,8 @@ async def run(p: Parties) -> list[Attack]:
                 ("$JS.API.STREAM.MSG.DELETE.RAG_EVENTS", b'{"seq": 1}'),
                 ("$JS.API.STREAM.UPDATE.RAG_EVENTS", b'{"name": "RAG_EVENTS", "subjects": [">"]}'),
                 ("$JS.API.CONSUMER.CREATE.RAG_EVENTS", b'{"stream_name": "RAG_EVENTS"}'),
+                # the store owner's control request: a copy of every store, where it is told
+                ("rag.ctl.backup.stores", b'{"directory": "/tmp/{m}"}'),
                 ("$SYS.REQ.CLAIMS.LIST", b""),
                 ("$SYS.REQ.SERVER.PING", b""),
                 ("$SYS.REQ.ACCOUNT.PING.CONNZ", b""),
@@ -180,7 +183,9 @@ async def run(p: Parties) -> list[Attack]:
         # all at once: each waits its second for an answer that should not come
         answers = await asyncio.gather(
             *(
-                _quiet(attacker.request(api, body or m.encode(), timeout=1))
+                _quiet(
+                    attacker.request(api, body.replace(b"{m}", m.encode()) or m.encode(), timeout=1)
+                )
                 for api, body, m in calls
             )
         )
