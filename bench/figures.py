@@ -341,6 +341,22 @@ class Row:
     figure: Callable[[Report], str]
 
 
+def _backup(r: Report) -> str:
+    backup = r["backup"]
+    parts = ", ".join(
+        f"{name} {size / 1e6:,.1f} MB" for name, size in backup["by_part"].items() if size
+    )
+    return (
+        f"`ragbus backup` in {backup['seconds']:.1f} s: {backup['bytes'] / 1e6:,.1f} MB long, "
+        f"{backup['bytes_on_disk'] / 1e6:,.1f} MB on disk ({parts}); queries' p95 during "
+        f"backups {r['busy_p95_ms']:.0f} ms against {r['idle_p95_ms']:.0f} ms idle, "
+        f"{r['ratio']:.2f}× (worst round {r['worst_round_ratio']:.2f}×, goal 1.5×, c = "
+        f"{r['concurrency']}); `ragbus restore` on a fresh machine in "
+        f"{r['restore_seconds']:.1f} s, the first answer "
+        f"{r['first_answer_after_up_seconds']:.1f} s after `ragbus up`"
+    )
+
+
 def _sync(r: Report) -> str:
     first, resync = r["first_sync"], r["resync_1pct"]
     watch, watched = r["watch"], f"({r['watch']['writes']} writes)"
@@ -384,6 +400,7 @@ ROWS = (
     Row("chaos, `make soak`'s ten minutes", "chaos-soak.json", _chaos),
     Row("chaos on a three-node NATS cluster, c = 8", "chaos-cluster.json", _chaos),
     Row("chaos with the Redis primary killed (Sentinel), c = 8", "chaos-sentinel.json", _chaos),
+    Row("a backup while serving, and a restore", "bench-backup.json", _backup),
     Row("stateless roles scaled out on a NATS cluster", "scaleout.json", _scaleout),
     Row("the same on one NATS server", "scaleout-one-node.json", _scaleout),
     Row("retrieval, NFCorpus", "eval-nfcorpus.json", _retrieval),

@@ -19,6 +19,7 @@ from cli import (
     ask,
     backup,
     bench,
+    bench_backup,
     bench_documents,
     bench_doors,
     bench_encoder,
@@ -60,6 +61,7 @@ bench_documents.register(app)  # bench-documents
 bench_doors.register(app)  # bench-doors
 bench_filters.register(app)  # bench-filters
 bench_sync.register(app)  # bench-sync
+bench_backup.register(app)  # bench-backup
 evaluate.register_benches(app)  # bench-conversations, bench-research, bench-critic
 chaos.register(app)  # chaos
 tenants.register(app)  # tenant create|list|revoke|nats-config

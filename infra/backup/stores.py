@@ -36,7 +36,10 @@ async def copy_stores(resources: Resources, destination: Path) -> StoresCopied:
     go on)."""
     settings = resources.settings
     if not _made_empty(destination):
-        return StoresCopied(error=f"{destination} is not an empty directory's place")
+        return StoresCopied(
+            error=f"{destination}: the stores go into an absent or empty directory, by its "
+            "absolute path"
+        )
     copied: list[str] = []
     vectors = await resources.vectors()
     if await asyncio.to_thread(vectors.copy_to, destination / "vectors"):

@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 import pytest
 
+from contracts import subjects as sj
+from contracts.backup import StoresCopied
 from infra.backup.manifest import DamagedBackup
 from infra.backup.run import BackupError, restore_backup, take_backup
 from infra.runtime.services import free_port
@@ -105,6 +108,19 @@ async def test_a_backup_taken_under_load_restores_on_a_fresh_machine(tmp_path: P
             async def load() -> None:  # questions go on while the backup is taken
                 while not stop.is_set():
                     during.append(await _ask(http, QUESTIONS[len(during) % 5], None))
+
+            # the control request refuses what is not one, in its answer
+            nc = await nats.connect(runtime.settings.nats_servers)
+            try:
+                for body, says in (
+                    (b"not json", "malformed"),
+                    (b'{"directory": "relative/dir"}', "empty directory"),
+                    (b'{"directory": "/", "more": 1}', "malformed"),
+                ):
+                    reply = await nc.request(sj.BACKUP_STORES, body, timeout=30)
+                    assert says in (StoresCopied.model_validate_json(reply.data).error or "")
+            finally:
+                await nc.close()
 
             loading = asyncio.create_task(load())
             await asyncio.sleep(0.5)
