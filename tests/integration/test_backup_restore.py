@@ -36,6 +36,13 @@ QUESTIONS = [
     for line in (SAMPLE.parent / "queries.txt").read_text().splitlines()
     if line.strip() and not line.startswith("#")
 ]
+# fifty in all: the sample's own, then the conversations' standalone questions (about other
+# corpora: answered from the nearest passages here, the same way before and after)
+QUESTIONS += [
+    turn["standalone"]
+    for line in (SAMPLE.parent / "conversations.jsonl").read_text().splitlines()
+    for turn in json.loads(line)["turns"]
+][: 50 - len(QUESTIONS)]
 SESSIONS = 3
 ORIGINAL = b"# Toll booths\n\nThe canal's tolls are paid in advance at the Balboa office.\n"
 
