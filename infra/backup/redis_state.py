@@ -14,7 +14,6 @@ point and restored into any Redis, one server or a primary behind sentinels.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from urllib.parse import unquote, urlparse
 
 import redis
 
+from infra.backup.manifest import sha256_of
 from infra.config.services import is_sentinel_url, sentinel_target
 from infra.runtime.services import free_port, redis_binary, wait_until_ready
 
@@ -112,15 +112,7 @@ def capture(url: str, path: Path) -> RedisCapture:
             f"{(done.stderr or done.stdout).strip()[-500:]}"
         )
     path.chmod(0o600)
-    return RedisCapture(path, path.stat().st_size, _sha256(path))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as data:
-        while block := data.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+    return RedisCapture(path, path.stat().st_size, sha256_of(path))
 
 
 def key_count(url: str) -> int:
