@@ -26,7 +26,7 @@ import redis
 
 from infra.backup.manifest import sha256_of
 from infra.config.services import is_sentinel_url, sentinel_target
-from infra.runtime.services import free_port, redis_binary, wait_until_ready
+from infra.runtime.local_process import free_port, redis_binary, wait_until_ready
 
 BATCH = 500
 CAPTURE_TIMEOUT_S = 600.0

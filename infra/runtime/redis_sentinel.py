@@ -28,19 +28,19 @@ from pathlib import Path
 import redis
 
 from infra.logging import get_logger
-from infra.runtime.parent_death import stop_with_parent
-from infra.runtime.redis_client import (
-    SENTINEL_SCHEME,
-    parse_sentinel_url,
-    started_redis_password,
-)
-from infra.runtime.services import (
+from infra.runtime.local_process import (
     LocalService,
     ServiceError,
     free_port,
     redacted,
     redis_binary,
     wait_until_ready,
+)
+from infra.runtime.parent_death import stop_with_parent
+from infra.runtime.redis_client import (
+    SENTINEL_SCHEME,
+    parse_sentinel_url,
+    started_redis_password,
 )
 
 log = get_logger(__name__)

