@@ -38,7 +38,7 @@ from nats.aio.client import Client
 from contracts import subjects as sj
 from contracts.backup import STORE_PARTS, CopyStores, StoresCopied
 from infra.backup import jetstream, redis_state
-from infra.backup.manifest import Manifest, Part, describe, verify, write
+from infra.backup.manifest import BackupFile, Manifest, Part, describe, verify, write
 from infra.backup.stores import copy_idle_stores, external_stores
 from infra.runtime.data_lock import DataDirLocked, acquire
 from infra.runtime.services import Services, ensure_services_sync
@@ -119,11 +119,7 @@ async def take_backup(settings: Settings, destination: Path, step: Step = _quiet
             path.chmod(0o700 if path.is_dir() else 0o600)
         manifest.warnings.append(TRUST_WARNING)
     step("checksums")
-    manifest.files = [
-        describe(destination, path, _part(destination, path))
-        for path in sorted(destination.rglob("*"))
-        if path.is_file()
-    ]
+    manifest.files = await asyncio.to_thread(_described, destination)
     manifest.seconds = round(time.monotonic() - started, 2)
     write(destination, manifest)
     return manifest
@@ -138,6 +134,12 @@ PARTS: dict[str, Part] = {
     "graph": "graph",
     "memory": "memory",
 }
+
+
+def _described(root: Path) -> list[BackupFile]:
+    """Every file of the backup with its part, size and checksum."""
+    files = sorted(path for path in root.rglob("*") if path.is_file())
+    return [describe(root, path, _part(root, path)) for path in files]
 
 
 def _part(root: Path, path: Path) -> Part:
