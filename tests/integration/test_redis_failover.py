@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from infra.backup.redis_state import primary_of
 from infra.runtime.redis_client import connect_redis, replicated
 from infra.runtime.redis_sentinel import RedisSentinelSet
 from infra.runtime.services import free_port, start_nats
@@ -180,3 +181,42 @@ async def test_nothing_acknowledged_is_lost_when_the_redis_primary_is_killed(
                 assert held == request_ids, session_id
     finally:
         nats.stop()
+
+
+def test_ragbus_up_starts_the_sentinel_set_a_sentinel_url_names(tmp_path: Path) -> None:
+    """Where nothing answers at a `redis+sentinel://` URL, the services `ragbus up` starts are
+    a primary, a replica and three sentinels (the sentinels on the URL's ports), and the URL
+    it hands the roles carries their password; stopping stops all five."""
+    from infra.runtime.services import ensure_services_sync
+    from infra.settings import Settings
+
+    ports = [free_port() for _ in range(3)]
+    hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+    settings = Settings(
+        nats_url=f"nats://127.0.0.1:{free_port()}",
+        redis_url=f"redis+sentinel://{hosts}/ragbus/0",
+        data_dir=tmp_path / "data",
+        start_services=True,
+    )
+    services = ensure_services_sync(settings)
+    processes = [s.process for s in services.started]
+    try:
+        names = sorted(s.name for s in services.started)
+        assert names == [
+            "nats-server",
+            "redis-a",
+            "redis-b",
+            "sentinel-1",
+            "sentinel-2",
+            "sentinel-3",
+        ]
+        url = services.settings.redis_url
+        assert url.startswith("redis+sentinel://:") and hosts in url
+        primary = primary_of(url)
+        assert primary.password and (tmp_path / "data" / "redis" / "password").exists()
+        # a second command of the data directory, its URL without the password, finds them
+        again = ensure_services_sync(settings)
+        assert again.started == [] and again.settings.redis_url == url
+    finally:
+        services.stop()
+    assert len(processes) == 6 and all(p.poll() is not None for p in processes)
