@@ -5,7 +5,7 @@ consumers with their delivery and ack state.
 nats-py has no call for these, so this speaks the API's subjects directly:
 - `$JS.API.STREAM.SNAPSHOT.<stream>` with a `deliver_subject`: the server sends the snapshot
   (a tar, S2-compressed) there in chunks, each with a reply subject the client answers to ask
-  for more (flow control), and ends with an empty message.
+  for more (flow control), and ends with an empty message (status 204 where it has one).
 - `$JS.API.STREAM.RESTORE.<stream>` with the stream's configuration and state: the server
   answers with a subject to send the chunks to, each as a request it acknowledges, and an
   empty message ends it; the answer to that is the restored stream's info, or an error.
@@ -81,7 +81,9 @@ async def snapshot_stream(
         if finished.done():
             return
         status = (msg.headers or {}).get("Status")
-        if status and not msg.data:
+        # the end is an empty message, with status 204 from servers that send one; any other
+        # status on an empty message is an error
+        if status and status != "204" and not msg.data:
             description = (msg.headers or {}).get("Description", "")
             broke = f"{stream}: the snapshot broke off: {status} {description}"
             finished.set_exception(SnapshotError(broke))
