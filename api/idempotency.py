@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from api.auth import CallerDep
 from api.deps import RedisDep, SettingsDep
 from contracts.tenancy import DEFAULT_TENANT
-from infra.runtime.redis_client import replicated
+from infra.replication import replicated
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

@@ -29,9 +29,9 @@ from contracts.access import session_space
 from contracts.queries import QuerySubmitted
 from contracts.sessions import SessionTurn
 from infra.memory.sessions import SessionStore
+from infra.replication import replicated
 from infra.runtime.claims import claims_key
 from infra.runtime.liveness import DEADLINES_KEY
-from infra.runtime.redis_client import replicated
 from infra.settings import Settings
 from orchestrator.state import RequestState
 from orchestrator.state_cache import StateCache

@@ -18,7 +18,7 @@ import time
 import redis.asyncio as aioredis
 
 from contracts.sessions import SessionTurn
-from infra.runtime.redis_client import replicated
+from infra.replication import replicated
 from infra.settings import Settings
 
 _TRIM = """

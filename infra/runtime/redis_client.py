@@ -16,9 +16,9 @@ Redis with failover is reached through its sentinels: `RAGBUS_REDIS_URL` is then
 `redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT…]/SERVICE[/DB]`, and the client asks the
 sentinels where the primary is, and asks again when it fails over (redis-py's `Sentinel`).
 The writes that matter (a saga's commit, an idempotency key, a session's turn, a quota's grant)
-are followed by `WAIT` on the same connection (`replicated`): the caller hears of a write only
-once a replica holds it too, so a primary that dies right after takes nothing acknowledged
-with it (docs/operations.md, "Redis with failover").
+are followed by `WAIT` on the same connection (`infra.replication.replicated`): the caller
+hears of a write only once a replica holds it too, so a primary that dies right after takes
+nothing acknowledged with it (docs/operations.md, "Redis with failover").
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 from urllib.parse import quote, urlparse
 
 import redis.asyncio as aioredis
-from prometheus_client import Counter
 from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -47,6 +44,7 @@ from infra.config.services import (
 from infra.config.services import ServiceSettings, is_sentinel_url
 from infra.config.services import sentinel_target as parse_sentinel_url
 from infra.logging import get_logger
+from infra.replication import RagbusRedis, WaitPolicy
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -68,36 +66,6 @@ command: the API answers these with 503."""
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """The sentinels' pool (it asks them where the primary is) with the blocking pool's wait
     for a free connection (see the module's docstring)."""
-
-
-@dataclass(frozen=True)
-class WaitPolicy:
-    """`WAIT replicas timeout_ms` after the writes that matter (`replicated`)."""
-
-    replicas: int
-    timeout_ms: int
-
-
-UNREPLICATED_WRITES = Counter(
-    "ragbus_redis_unreplicated_writes_total",
-    "Writes that matter acknowledged by fewer replicas than RAGBUS_REDIS_WAIT_REPLICAS "
-    "within RAGBUS_REDIS_WAIT_TIMEOUT_MS (a replica down or behind)",
-)
-
-
-PROBE_MS = 5
-"""How long a write waits for a replica while the last one waited for none: long enough for a
-replica that is there to answer (well under a millisecond on one network), short enough that
-a primary left alone after a failover (its old peer dead for hours) costs a write 5 ms, not the
-whole `WaitPolicy.timeout_ms`."""
-
-
-class RagbusRedis(aioredis.Redis):
-    """redis-py's client, told how many replicas a write that matters waits for, and whether
-    the last such wait found them (`replicated`)."""
-
-    wait_policy: WaitPolicy | None = None
-    replica_missing: bool = False
 
 
 def connect_redis(
@@ -156,43 +124,6 @@ def redis_for(settings: ServiceSettings) -> aioredis.Redis:
         wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms,
     )
-
-
-async def replicated(
-    redis: aioredis.Redis, write: Callable[[aioredis.Redis], Awaitable[T]], what: str
-) -> T:
-    """`write` (given the client to write with), then, when the client has a `WaitPolicy`,
-    `WAIT` on the same connection until that many replicas hold it.
-
-    A replica that does not answer in time is logged and counted, and the write stands: it is
-    on the primary, and a replica that is down cannot be waited for without stopping every
-    write. Until a replica answers again, writes wait `PROBE_MS` for one (a primary left alone
-    after a failover would otherwise add the whole timeout to every write)."""
-    policy: WaitPolicy | None = getattr(redis, "wait_policy", None)
-    if policy is None:
-        return await write(redis)
-    missing = bool(getattr(redis, "replica_missing", False))
-    async with redis.client() as connection:
-        result = await write(connection)
-        acknowledged = int(
-            await connection.wait(policy.replicas, PROBE_MS if missing else policy.timeout_ms)
-        )
-    now_missing = acknowledged < policy.replicas
-    if now_missing:
-        UNREPLICATED_WRITES.inc()
-        if not missing:
-            log.warning(
-                "redis_replica_missing",
-                what=what,
-                replicas=acknowledged,
-                wanted=policy.replicas,
-                waited_ms=policy.timeout_ms,
-            )
-    elif missing:
-        log.info("redis_replica_back", what=what, replicas=acknowledged)
-    if now_missing != missing:
-        redis.replica_missing = now_missing  # type: ignore[attr-defined]
-    return result
 
 
 PASSWORD_FILE = "password"

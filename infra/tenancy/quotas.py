@@ -20,7 +20,7 @@ from typing import Final, Literal, cast
 
 import redis.asyncio as aioredis
 
-from infra.runtime.redis_client import replicated
+from infra.replication import replicated
 from infra.settings import Settings
 from infra.tenancy.registry import Limits
 

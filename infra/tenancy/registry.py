@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.envelope import utcnow
 from contracts.tenancy import RESERVED_TENANTS, TenantName, is_valid_tenant
-from infra.runtime.redis_client import replicated
+from infra.replication import replicated
 from infra.tenancy import jwt
 
 TENANTS_KEY: Final = "ragbus:tenants"

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.access import MAX_USER_GROUPS, PrincipalName, Reader, unique_names
 from contracts.envelope import utcnow
-from infra.runtime.redis_client import replicated
+from infra.replication import replicated
 from infra.tenancy.registry import key_hash
 
 USER_KEYS_KEY: Final = "ragbus:user-keys"

@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from infra.backup.redis_state import primary_of
-from infra.runtime.redis_client import connect_redis, replicated
+from infra.replication import replicated
+from infra.runtime.redis_client import connect_redis
 from infra.runtime.redis_sentinel import RedisSentinelSet
 from infra.runtime.services import free_port, start_nats
 from tests.integration.conftest import running, serving_api, stack_settings

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from bench.chaos_redis import over_granted
 from infra.config.services import sentinel_target
-from infra.runtime.redis_client import WaitPolicy, connect_redis, with_password
+from infra.replication import WaitPolicy
+from infra.runtime.redis_client import connect_redis, with_password
 from infra.runtime.services import redacted
 from infra.settings import Settings
 
