@@ -12,7 +12,8 @@ INTENT_MODEL := $(DATA)/intent-model/meta.json
 
 setup: services $(VENV)/.installed
 
-# redis-server from Debian, when it is not installed yet, bubblewrap, which the python tool's
+# redis-server from Debian, when it is not installed yet (and redis-tools' redis-cli, which
+# `ragbus backup` captures Redis with), bubblewrap, which the python tool's
 # sandbox uses to hide the file system and the network, and chromium, which the web page's
 # browser tests drive (Playwright never downloads a browser of its own), tesseract-ocr, which
 # reads scanned pages (workers/parse), and fonts-dejavu-core, the font the tests' and the
@@ -21,6 +22,7 @@ setup: services $(VENV)/.installed
 services:
 	@need=""; \
 	{ command -v redis-server || [ -x /usr/bin/redis-server ]; } >/dev/null || need="$$need redis-server"; \
+	{ command -v redis-cli || [ -x /usr/bin/redis-cli ]; } >/dev/null || need="$$need redis-tools"; \
 	command -v bwrap >/dev/null || need="$$need bubblewrap"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
 	command -v tesseract >/dev/null || need="$$need tesseract-ocr"; \
