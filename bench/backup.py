@@ -30,12 +30,14 @@ from typing import Any
 
 import httpx
 
-from bench.during_ingest import GOAL_RATIO
+from bench.during_ingest import load_round, summary
 from bench.load import run_bench
+from bench.stack import spawn, stop_child
 from client import RagbusClient
 from infra.runtime.services import free_port
 
 READY_TIMEOUT_S = 600.0
+BACKING_UP = "backup_running_throughout"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -84,16 +86,6 @@ async def _backups_meanwhile(work: Path, stop: asyncio.Event) -> list[dict[str, 
     return taken
 
 
-def _round(report: dict[str, Any], backing_up: bool) -> dict[str, Any]:
-    return {
-        "p50_ms": report["latency_ms"]["p50"],
-        "p95_ms": report["latency_ms"]["p95"],
-        "throughput_qps": round(report["throughput_qps"], 2),
-        "errors": report["errors"],
-        "backup_running_throughout": backing_up,
-    }
-
-
 async def _first_answer(api: str, question: str, deadline: float) -> float:
     """Seconds until `question` is answered on a stack that is starting."""
     async with RagbusClient(api, timeout=60) as client:
@@ -111,12 +103,6 @@ async def _first_answer(api: str, question: str, deadline: float) -> float:
                 pass
             await asyncio.sleep(0.2)
     raise RuntimeError("the restored stack gave no answer in time")
-
-
-def _start_up(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], Any]:
-    log = log_path.open("wb")
-    command = [sys.executable, "-m", "cli", "up"]
-    return subprocess.Popen(command, env=env, stdout=log, stderr=log), log
 
 
 async def restore_and_answer(backup: Path, work: Path, question: str) -> dict[str, Any]:
@@ -138,18 +124,13 @@ async def restore_and_answer(backup: Path, work: Path, question: str) -> dict[st
     if done.returncode != 0:
         raise RuntimeError(f"ragbus restore failed: {done.stderr.strip()[-800:]}")
     up_started = time.monotonic()
-    process, log = _start_up(env, work / "restored-up.log")
+    process = spawn(["-m", "cli", "up"], env, work / "restored-up.log")
     try:
         answered = await _first_answer(
             f"http://127.0.0.1:{api_port}", question, up_started + READY_TIMEOUT_S
         )
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        await asyncio.to_thread(stop_child, process)
     return {
         "restore_seconds": round(restore_s, 2),
         "first_answer_after_up_seconds": round(answered - up_started, 2),
@@ -180,7 +161,7 @@ async def measure(
             token=token,
             namespace=namespace,
         )
-        return _round(report, backups is not None and not backups.done())
+        return load_round(report, backups is not None and not backups.done(), BACKING_UP)
 
     progress("the first backup, alone")
     alone = await asyncio.to_thread(_backup, work, 0)
@@ -201,9 +182,6 @@ async def measure(
         idle.append(await one(None))
     progress("restoring the first backup on a fresh data directory and services")
     restored = await restore_and_answer(Path(alone["directory"]), work, queries[0])
-    busy_p95 = sum(r["p95_ms"] for r in busy) / len(busy)
-    idle_p95 = sum(r["p95_ms"] for r in idle) / len(idle)
-    errors = sum(r["errors"] for r in (*busy, *idle))
     return {
         "backup": alone,
         "backups_during_load": [{k: v for k, v in b.items() if k != "directory"} for b in during],
@@ -213,14 +191,6 @@ async def measure(
         "namespace": namespace or "default",
         "busy": busy,
         "idle": idle,
-        "busy_p95_ms": round(busy_p95, 1),
-        "idle_p95_ms": round(idle_p95, 1),
-        "ratio": round(busy_p95 / idle_p95, 2),
-        "worst_round_ratio": round(max(r["p95_ms"] for r in busy) / idle_p95, 2),
-        "goal_ratio": GOAL_RATIO,
-        "errors": errors,
-        "met": busy_p95 / idle_p95 <= GOAL_RATIO
-        and errors == 0
-        and all(r["backup_running_throughout"] for r in busy),
+        **summary(busy, idle, BACKING_UP),
         **restored,
     }

@@ -55,12 +55,14 @@ def _tail(log_path: Path) -> str:
     return log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
 
 
-def _spawn(args: Sequence[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """`python ARGS` from the repository's root, its output appended to `log_path`."""
     with log_path.open("ab") as log:
         return subprocess.Popen([sys.executable, *args], env=env, cwd=ROOT, stdout=log, stderr=log)
 
 
-def _stop(child: subprocess.Popen[bytes]) -> None:
+def stop_child(child: subprocess.Popen[bytes]) -> None:
+    """Terminate, then kill after `STOP_TIMEOUT_S`."""
     if child.poll() is None:
         child.terminate()
         try:
@@ -120,7 +122,7 @@ async def served_stack(
             "RAGBUS_LOG_LEVEL": "WARNING",
             **env,
         }
-        child = _spawn(args, full_env, log)
+        child = spawn(args, full_env, log)
         url = f"http://127.0.0.1:{port}"
         try:
             await _wait_ready(url, child, log, ready_timeout_s)
@@ -135,6 +137,6 @@ async def served_stack(
                 redis_url=redis.url,
             )
         finally:
-            await asyncio.to_thread(_stop, child)
+            await asyncio.to_thread(stop_child, child)
             redis.stop()
             nats.stop()

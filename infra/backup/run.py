@@ -39,7 +39,7 @@ from contracts import subjects as sj
 from contracts.backup import STORE_PARTS, CopyStores, StoresCopied
 from infra.backup import jetstream, redis_state
 from infra.backup.manifest import BackupFile, Manifest, Part, describe, verify, write
-from infra.backup.stores import copy_idle_stores, external_stores
+from infra.backup.stores import copy_idle_stores, external_stores, made_empty
 from infra.runtime.data_lock import DataDirLocked, acquire
 from infra.runtime.services import Services, ensure_services_sync
 from infra.settings import Settings
@@ -74,9 +74,8 @@ async def _connect(settings: Settings) -> Client:
 def _fresh(destination: Path) -> Path:
     """`destination`, made (0700), absolute; refused when it holds anything."""
     destination = destination.resolve()
-    if destination.exists() and any(destination.iterdir()):
+    if not made_empty(destination):
         raise BackupError(f"{destination} is not empty: back up into a new directory")
-    destination.mkdir(parents=True, exist_ok=True)
     destination.chmod(0o700)
     return destination
 

@@ -35,7 +35,7 @@ async def copy_stores(resources: Resources, destination: Path) -> StoresCopied:
     into `destination/<store>` at one point (writes to that store wait meanwhile; searches
     go on)."""
     settings = resources.settings
-    if not _made_empty(destination):
+    if not made_empty(destination):
         return StoresCopied(
             error=f"{destination}: the stores go into an absent or empty directory, by its "
             "absolute path"
@@ -53,7 +53,7 @@ async def copy_stores(resources: Resources, destination: Path) -> StoresCopied:
     return StoresCopied(copied=copied, external=external_stores(settings))
 
 
-def _made_empty(destination: Path) -> bool:
+def made_empty(destination: Path) -> bool:
     """`destination` made, when it is absolute and absent or empty."""
     if not destination.is_absolute() or (destination.exists() and any(destination.iterdir())):
         return False

@@ -181,7 +181,7 @@ class ServiceSettings(BaseModel):
     @field_validator("redis_url")
     @classmethod
     def _sentinel_url_parses(cls, value: str) -> str:
-        if value.startswith("redis+sentinel://"):
+        if is_sentinel_url(value):
             sentinel_target(value)
         return value
 

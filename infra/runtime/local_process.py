@@ -5,6 +5,7 @@ is found on the machine, started, waited for, named in a log line and stopped. U
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,23 @@ class LocalService:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout)
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on `port` of loopback (it can be bound now)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def write_private(path: Path, text: str) -> None:
+    """A configuration file readable by this user alone (it may hold a password)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import cast
 from urllib.parse import quote, urlparse
 
 import redis.asyncio as aioredis
@@ -38,16 +38,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from infra.config.services import (
-    SENTINEL_SCHEME as SENTINEL_SCHEME,
-)
-from infra.config.services import ServiceSettings, is_sentinel_url
-from infra.config.services import sentinel_target as parse_sentinel_url
-from infra.logging import get_logger
+from infra.config.services import ServiceSettings, is_sentinel_url, sentinel_target
 from infra.replication import RagbusRedis, WaitPolicy
-
-log = get_logger(__name__)
-T = TypeVar("T")
 
 RETRIES = 2
 CONNECT_TIMEOUT_S = 1.0
@@ -88,7 +80,7 @@ def connect_redis(
     }
     client: RagbusRedis
     if is_sentinel_url(url):
-        target = parse_sentinel_url(url)
+        target = sentinel_target(url)
         credentials = {"username": target.username, "password": target.password}
         sentinel = Sentinel(
             target.sentinels,
@@ -160,7 +152,7 @@ def with_password(url: str, password: str) -> str:
 
 def _asks_for_password(url: str, timeout: float = 1.0) -> bool:
     if is_sentinel_url(url):
-        host, port = parse_sentinel_url(url).sentinels[0]
+        host, port = sentinel_target(url).sentinels[0]
     else:
         parsed = urlparse(url)
         host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379

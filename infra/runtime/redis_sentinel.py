@@ -27,41 +27,27 @@ from pathlib import Path
 
 import redis
 
+from infra.config.services import DEFAULT_SERVICE, SENTINEL_SCHEME, sentinel_target
 from infra.logging import get_logger
 from infra.runtime.local_process import (
     LocalService,
     ServiceError,
     free_port,
+    port_free,
     redacted,
     redis_binary,
     wait_until_ready,
+    write_private,
 )
 from infra.runtime.parent_death import stop_with_parent
-from infra.runtime.redis_client import (
-    SENTINEL_SCHEME,
-    parse_sentinel_url,
-    started_redis_password,
-)
+from infra.runtime.redis_client import started_redis_password
 
 log = get_logger(__name__)
 
-SERVICE = "ragbus"
-"""The name the sentinels know the primary by (the URL's path)."""
 QUORUM = 2
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 10_000
 READY_TIMEOUT_S = 30.0
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -90,7 +76,7 @@ class RedisSentinelSet:
     root: Path
     servers: list[RedisProcess] = field(default_factory=list)
     sentinels: list[RedisProcess] = field(default_factory=list)
-    service: str = SERVICE
+    service: str = DEFAULT_SERVICE
     with_parent: bool = False
 
     @classmethod
@@ -98,7 +84,7 @@ class RedisSentinelSet:
         cls,
         root: Path,
         sentinel_ports: list[int] | None = None,
-        service: str = SERVICE,
+        service: str = DEFAULT_SERVICE,
         *,
         with_parent: bool = False,
     ) -> RedisSentinelSet:
@@ -112,7 +98,7 @@ class RedisSentinelSet:
             kept = _configured_port(directory / config)
             if kept is not None:
                 return kept
-            return wanted if wanted is not None and _port_free(wanted) else free_port()
+            return wanted if wanted is not None and port_free(wanted) else free_port()
 
         sentinels = [
             RedisProcess(
@@ -149,6 +135,8 @@ class RedisSentinelSet:
         """Start every process that is not running, servers first, and wait until the replica
         has synced and every sentinel sees the primary, the replica and the other two."""
         primary = self.servers[0]
+        for process in [*self.servers, *self.sentinels]:
+            process.directory.mkdir(parents=True, exist_ok=True)
         for server in self.servers:
             if not server.config.exists():
                 self._write_server_config(server, None if server is primary else primary)
@@ -179,29 +167,26 @@ class RedisSentinelSet:
         ]
         if primary is not None:
             lines.append(f"replicaof 127.0.0.1 {primary.port}")
-        _write_private(server.config, lines)
+        write_private(server.config, "\n".join(lines) + "\n")
 
     def _write_sentinel_config(self, sentinel: RedisProcess, primary: RedisProcess) -> None:
         name = self.service
-        _write_private(
-            sentinel.config,
-            [
-                f"port {sentinel.port}",
-                "bind 127.0.0.1",
-                f'dir "{sentinel.directory}"',
-                f'logfile "{sentinel.directory / "sentinel.log"}"',
-                f'requirepass "{self.password}"',
-                f"sentinel monitor {name} 127.0.0.1 {primary.port} {QUORUM}",
-                f'sentinel auth-pass {name} "{self.password}"',
-                f'sentinel sentinel-pass "{self.password}"',
-                f"sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}",
-                f"sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}",
-                f"sentinel parallel-syncs {name} 1",
-            ],
-        )
+        lines = [
+            f"port {sentinel.port}",
+            "bind 127.0.0.1",
+            f'dir "{sentinel.directory}"',
+            f'logfile "{sentinel.directory / "sentinel.log"}"',
+            f'requirepass "{self.password}"',
+            f"sentinel monitor {name} 127.0.0.1 {primary.port} {QUORUM}",
+            f'sentinel auth-pass {name} "{self.password}"',
+            f'sentinel sentinel-pass "{self.password}"',
+            f"sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}",
+            f"sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}",
+            f"sentinel parallel-syncs {name} 1",
+        ]
+        write_private(sentinel.config, "\n".join(lines) + "\n")
 
     def _spawn(self, process: RedisProcess) -> None:
-        process.directory.mkdir(parents=True, exist_ok=True)
         log_path = process.directory / ("sentinel.log" if process.sentinel else "redis-server.log")
         argv = [redis_binary(), str(process.config)]
         if process.sentinel:
@@ -253,10 +238,6 @@ class RedisSentinelSet:
         if count < QUORUM:
             return None
         return next((s for s in self.servers if s.port == port), None)
-
-    def replica(self) -> RedisProcess | None:
-        primary = self.primary()
-        return next((s for s in self.servers if primary is not None and s is not primary), None)
 
     def settled(self) -> bool:
         """The sentinels agree on a live primary that a live replica follows, in sync, and each
@@ -340,17 +321,10 @@ def _configured_port(config: Path) -> int | None:
     return None
 
 
-def _write_private(path: Path, lines: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write("\n".join(lines) + "\n")
-
-
 def start_sentinel_set(url: str, root: Path, *, with_parent: bool = False) -> RedisSentinelSet:
     """The set `ragbus up` starts when `RAGBUS_REDIS_URL` names sentinels and none answers:
     the sentinels on the URL's ports where free, its service name, under `root`."""
-    target = parse_sentinel_url(url)
+    target = sentinel_target(url)
     started = RedisSentinelSet.create(
         root,
         [port for _, port in target.sentinels],

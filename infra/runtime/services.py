@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +24,14 @@ from infra.logging import get_logger
 from infra.runtime.local_process import LocalService as LocalService
 from infra.runtime.local_process import ServiceError as ServiceError
 from infra.runtime.local_process import free_port as free_port
+from infra.runtime.local_process import (
+    port_free,
+    redis_binary,
+    server_binary,
+    wait_until_ready,
+    write_private,
+)
 from infra.runtime.local_process import redacted as redacted
-from infra.runtime.local_process import redis_binary as redis_binary
-from infra.runtime.local_process import server_binary
-from infra.runtime.local_process import wait_until_ready as wait_until_ready
 from infra.runtime.parent_death import stop_with_parent
 from infra.settings import Settings
 
@@ -128,9 +131,7 @@ def start_nats(
     )
     if trust is not None:
         text += trust.server_config(store_dir / "jwt")
-    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    write_private(config, text)
     process = subprocess.Popen(
         [server_binary("nats-server"), "-c", str(config), "-l", str(log_path)],
         stdout=subprocess.DEVNULL,
@@ -199,12 +200,7 @@ def start_redis(
 def _port_for(url: str, default: int) -> int:
     """The configured port when it is free, else any free port."""
     _, port = _host_port(url, default)
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            return free_port()
+    return port if port_free(port) else free_port()
 
 
 def refuse_nats_without_accounts(settings: Settings) -> None:

@@ -60,3 +60,20 @@ async def read_events(
             value = value.removeprefix(" ")
             fields[name] = fields[name] + "\n" + value if name in fields else value
     return events
+
+
+async def ask(
+    http: httpx.AsyncClient, query: str, session_id: str | None, *, timeout: float = 90.0
+) -> dict[str, Any]:
+    """Submit, follow the events to `done`; the events and the finished view."""
+    body: dict[str, Any] = {"query": query}
+    if session_id:
+        body["session_id"] = session_id
+    accepted = await http.post("/v1/queries", json=body)
+    assert accepted.status_code == 202, accepted.text
+    rid = accepted.json()["request_id"]
+    events = await read_events(http, f"/v1/queries/{rid}/events", timeout=timeout)
+    assert [e.event for e in events].count("done") == 1
+    view = (await http.get(f"/v1/queries/{rid}")).json()
+    assert view["status"] == "completed", view
+    return {"id": rid, "events": events, "view": view, "answer": view["answer"]}

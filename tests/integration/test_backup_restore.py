@@ -25,7 +25,7 @@ from infra.backup.run import BackupError, restore_backup, take_backup
 from infra.runtime.services import free_port
 from infra.tenancy.accounts import connect_with_creds
 from tests.integration.conftest import own_services, running, serving_api, stack_settings
-from tests.integration.sse import read_events
+from tests.integration.sse import ask, read_events
 from tests.up_process import ragbus_cli, ragbus_up, tenants_env
 
 pytestmark = pytest.mark.integration
@@ -57,19 +57,11 @@ async def _until_done(http: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
 
 
 async def _ask(http: httpx.AsyncClient, query: str, session: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"query": query}
-    if session:
-        body["session_id"] = session
-    accepted = await http.post("/v1/queries", json=body)
-    assert accepted.status_code == 202, accepted.text
-    request_id = accepted.json()["request_id"]
-    events = await read_events(http, f"/v1/queries/{request_id}/events", timeout=120)
-    assert [e.event for e in events].count("done") == 1
-    view = (await http.get(f"/v1/queries/{request_id}")).json()
-    assert view["status"] == "completed", view
-    answer = view["answer"]
+    """Asked and answered: the request, its answer and its citations."""
+    asked = await ask(http, query, session, timeout=120)
+    answer = asked["answer"]
     return {
-        "request_id": request_id,
+        "request_id": asked["id"],
         "content": answer["content"],
         "citations": sorted(
             (c["document_id"], c["chunk_id"]) for c in answer["citations"].values()

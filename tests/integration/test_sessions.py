@@ -11,28 +11,13 @@ import httpx
 import pytest
 
 from tests.integration.polling import until
-from tests.integration.sse import read_events
+from tests.integration.sse import ask
 
 pytestmark = pytest.mark.integration
 
 
 def session() -> str:
     return f"it-{uuid.uuid4().hex[:12]}"
-
-
-async def ask(http: httpx.AsyncClient, query: str, session_id: str | None) -> dict[str, Any]:
-    """Submit, follow the events to `done`; the events and the finished view."""
-    body: dict[str, Any] = {"query": query}
-    if session_id:
-        body["session_id"] = session_id
-    accepted = await http.post("/v1/queries", json=body)
-    assert accepted.status_code == 202, accepted.text
-    rid = accepted.json()["request_id"]
-    events = await read_events(http, f"/v1/queries/{rid}/events", timeout=90)
-    assert [e.event for e in events].count("done") == 1
-    view = (await http.get(f"/v1/queries/{rid}")).json()
-    assert view["status"] == "completed", view
-    return {"id": rid, "events": events, "view": view, "answer": view["answer"]}
 
 
 def phases(events: list[Any], name: str) -> list[dict[str, Any]]:
