@@ -17,7 +17,7 @@ from typing import Any
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
 from bench.scale_build import SCALE_FILE, STACK_LOG
 from bench.scale_source import read_json
-from bench.stack import served_stack
+from bench.stack import child_pids, served_stack
 from client import RagbusClient
 from contracts.enums import CHANNEL_PHASE, Channel
 from infra.retrieval.vectors.edge import CONFIG_FILE
@@ -31,6 +31,48 @@ PRIME_PHASES = tuple(
 
 
 # =========================================================================== measuring
+
+
+def _status_kb(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (the peak) of a process in kB, from /proc (none where it is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            found[name] = int(value.split()[0])
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for child in child_pids(pid):
+        found += [child, *_descendants(child)]
+    return found
+
+
+def memory_mb(pids: dict[str, int]) -> dict[str, Any]:
+    """Resident memory of the stack's processes, read while it still serves: each named one's
+    now (`rss`) and at its peak (`peak`), in MB, and `all`, the resident memory of every
+    process of the stack (the worker's own children, which encode and detect communities,
+    included) and of its servers."""
+    named = {
+        name: {"rss": kb.get("VmRSS", 0) / 1024, "peak": kb.get("VmHWM", 0) / 1024}
+        for name, pid in pids.items()
+        if (kb := _status_kb(pid))
+    }
+    every = set(pids.values()) | {d for pid in pids.values() for d in _descendants(pid)}
+    total = sum(_status_kb(pid).get("VmRSS", 0) for pid in every) / 1024
+    return {
+        "processes": {
+            name: {key: round(value, 1) for key, value in sizes.items()}
+            for name, sizes in named.items()
+        },
+        "all": round(total, 1),
+    }
 
 
 def channel_latencies(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -127,6 +169,7 @@ async def measure(
             pids=stack.pids,
             namespace=namespace,
         )
+        report["memory_mb"] = memory_mb(stack.pids)
     report["channels"] = channel_latencies(report)
     report["ready_s"] = round(ready_s, 3)
     report["first_request"] = first
@@ -157,6 +200,30 @@ def _count(value: Any) -> str:
 
 
 TABLE_CHANNELS = (Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL)
+API_PROCESS = "ragbus"
+STORES_PROCESS = "ragbus-child"
+"""`ragbus up`'s own process (the API, the saga, classification, generation, the critic) and
+its worker child, which owns the embedded stores (`bench.stack.stack_pids` names them)."""
+
+
+def _cost(row: dict[str, Any]) -> list[str]:
+    """CPU a request of the API's process and of the stores' process, the cores the stack kept
+    busy, and the resident memory of the stores' process and of the whole stack."""
+    cpu = row.get("cpu") or {}
+    per = cpu.get("process_cpu_ms_per_request") or {}
+    busy = cpu.get("server_cores_busy")
+    memory = row.get("memory_mb") or {}
+    stores = ((memory.get("processes") or {}).get(STORES_PROCESS) or {}).get("rss")
+    every = memory.get("all")
+    return [
+        f"{_ms(per.get(API_PROCESS))} / {_ms(per.get(STORES_PROCESS))}",
+        "–" if busy is None else f"{float(busy):.2f}",
+        f"{_gb(stores)} / {_gb(every)}",
+    ]
+
+
+def _gb(mb: Any) -> str:
+    return "–" if mb is None else f"{float(mb) / 1024:.1f}"
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
@@ -171,6 +238,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         "e2e p50 ms",
         "e2e p95 ms",
         "q/s",
+        "CPU ms a request: API / stores",
+        "cores busy",
+        "memory GB: stores / all",
     ]
     lines = [
         "| " + " | ".join(header) + " |",
@@ -196,6 +266,32 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             _ms(latency.get("p50")),
             _ms(latency.get("p95")),
             "–" if qps is None else f"{float(qps):.2f}",
+            *_cost(row),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def ratios(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Each size against the first one measured in the same run (the issue's goals are
+    ratios: throughput at the largest ≥ 0.8× the smallest's, p95 ≤ 1.5×): q/s, p95 and the
+    stores' process's CPU a request, as multiples of the first row's."""
+    if not rows:
+        return {}
+    first = rows[0]
+
+    def ratio(row: dict[str, Any], value: Any) -> float | None:
+        mine, theirs = value(row), value(first)
+        return round(float(mine) / float(theirs), 3) if mine and theirs else None
+
+    def stores_cpu(row: dict[str, Any]) -> Any:
+        return ((row.get("cpu") or {}).get("process_cpu_ms_per_request") or {}).get(STORES_PROCESS)
+
+    return {
+        str(row.get("size")): {
+            "throughput": ratio(row, lambda r: r.get("throughput_qps")),
+            "p95": ratio(row, lambda r: (r.get("latency_ms") or {}).get("p95")),
+            "stores_cpu_per_request": ratio(row, stores_cpu),
+        }
+        for row in rows[1:]
+    }

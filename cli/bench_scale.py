@@ -55,7 +55,7 @@ def bench_scale(
     from an ingested namespace (perturbed copies: bench/scale.py says how), then served by
     its own `ragbus up` and loaded like `ragbus bench`."""
     from bench.load import load_queries
-    from bench.scale import measure, size_label, table
+    from bench.scale import measure, ratios, size_label, table
 
     settings = Settings()
     interactive_logging(settings, verbose)
@@ -89,8 +89,18 @@ def bench_scale(
         row["size"] = size_label(target)
         rows.append(row)
         console.print(table(rows))
-        save_json({"sizes": rows, "table": table(rows)}, out)
+        save_json({"sizes": rows, "table": table(rows), "ratios": ratios(rows)}, out)
+    for size, against in ratios(rows).items():
+        console.print(
+            f"{size} against {rows[0].get('size')}: q/s {_times(against['throughput'])}, "
+            f"p95 {_times(against['p95'])}, the stores' CPU a request "
+            f"{_times(against['stores_cpu_per_request'])}"
+        )
     console.print(f"wrote {out}")
+
+
+def _times(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
 
 
 def _build_scaled(source_dir: Path, namespace: str, target: int, corpus_dir: Path) -> None:

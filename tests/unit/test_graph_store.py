@@ -16,6 +16,8 @@ import pytest
 from contracts.ingest import DocumentIn
 from infra.retrieval.chunking import chunk_document
 from infra.retrieval.entities import extract_entities, normalize, query_entities
+from infra.retrieval.graph.model import MATCHES_PER_NORM
+from infra.retrieval.graph.ranking import strength, strongest_matches
 from infra.retrieval.graph.store import EmbeddedGraphStore, GraphStore, open_graph_store
 from infra.retrieval.scope import Scope
 from infra.settings import Settings
@@ -298,3 +300,61 @@ async def test_a_scope_keeps_the_graph_channels_to_its_documents(
     nothing = Scope(frozenset())
     assert await graph.global_search([ns], [], [1.0, 0.0], 5, nothing) == []
     assert await graph.local_search([ns], ["calcium"], 5, nothing) == []
+
+
+async def test_matches_are_kept_until_a_write_or_new_communities(tmp_path: Path) -> None:
+    """What a norm meets is found once (`EmbeddedGraphIndex._matched`) and never outlives a
+    write, which changes the entities and how common each is, nor new communities, which a
+    hit names."""
+    graph = EmbeddedGraphStore(tmp_path)
+    graph.load()
+    ns = "kept"
+    for doc_id, text in DOCS.items():
+        await _put(graph, ns, doc_id, text)
+    assert _ids(await graph.local_search([ns], ["calcium"], 5)) == ["bone"]
+    first = await graph.match([ns], ["calcium"])
+    assert first and await graph.match([ns], ["calcium"]) == first
+    await _put(graph, ns, "bone", "Magnesium matters. Magnesium intake matters for adults.")
+    assert await graph.match([ns], ["calcium"]) == []
+    assert await graph.local_search([ns], ["calcium"], 5) == []
+    assert _ids(await graph.local_search([ns], ["magnesium"], 5)) == ["bone"]
+    before = await graph.match([ns], ["magnesium"])
+    assert {hit.community for hit in before} == {None}
+    assert await graph.recompute_communities() > 0
+    after = await graph.match([ns], ["magnesium"])
+    assert [hit.key for hit in after] == [hit.key for hit in before]
+    assert all(hit.community is not None for hit in after)
+    await graph.aclose()
+
+
+async def test_per_norm_keeps_each_norms_strongest_entities(tmp_path: Path) -> None:
+    """`match(..., per_norm)` keeps, for each norm and namespace, the entities `rank_local`
+    would keep of all of them (`strongest_matches`: strength, then key), in that order."""
+    graph = EmbeddedGraphStore(tmp_path)
+    graph.load()
+    for doc_id, text in DOCS.items():
+        await _put(graph, "a", doc_id, text)
+        await _put(graph, "b", doc_id, text)
+    norms = ["cholesterol", "vitamin", "ldl", "bone"]
+    every = await graph.match(["a", "b"], norms)
+    totals = await graph.chunk_totals(["a", "b"])
+    strengths = {(h.query, h.key): strength(h, totals[h.namespace]) for h in every}
+    assert len(every) > len(norms) * 2  # some norms meet several entities
+    for per_norm in (1, 2):
+        kept = await graph.match(["a", "b"], norms, per_norm)
+        for norm in norms:
+            for namespace in ("a", "b"):
+                mine = [h for h in every if h.query == norm and h.namespace == namespace]
+                best = sorted(mine, key=lambda h: (-strengths[(h.query, h.key)], h.key))
+                assert [h for h in kept if h.query == norm and h.namespace == namespace] == (
+                    best[:per_norm]
+                )
+        cut = strongest_matches({(h.query, h.key): strengths[(h.query, h.key)] for h in kept})
+        assert cut == strongest_matches(strengths) or per_norm < MATCHES_PER_NORM
+    assert strongest_matches(
+        {
+            (h.query, h.key): strengths[(h.query, h.key)]
+            for h in await graph.match(["a", "b"], norms, MATCHES_PER_NORM)
+        }
+    ) == strongest_matches(strengths)
+    await graph.aclose()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.scale import channel_latencies, size_label, table
+from bench.scale import channel_latencies, memory_mb, ratios, size_label, table
 from bench.scale_build import SCALE_FILE, abuild_corpus, build_corpus
 from bench.scale_copies import noise_sigma, perturb_text, perturb_vectors, renamed
 from contracts.ingest import DocumentIn
@@ -415,13 +415,47 @@ def test_table_has_a_line_per_size() -> None:
         "latency_ms": {"p50": 812.0, "p95": 1490.5, "p99": 2000.0},
         "throughput_qps": 2.5,
         "corpus": {"target_chunks": 100_000, "chunks": 100_002, "entities": 45_000},
+        "cpu": {
+            "process_cpu_ms_per_request": {"ragbus": 12.25, "ragbus-child": 20.5},
+            "server_cores_busy": 1.834,
+        },
+        "memory_mb": {"processes": {"ragbus-child": {"rss": 2560.0, "peak": 2600.0}}, "all": 4096},
     }
     assert channel_latencies(report)["sparse"] == {"p50_ms": 0.7, "p95_ms": 2.0, "count": 10}
-    lines = table([report, {**report, "size": "own", "throughput_qps": None}]).splitlines()
+    bare = {k: v for k, v in report.items() if k not in ("cpu", "memory_mb")}
+    lines = table([report, {**bare, "size": "own", "throughput_qps": None}]).splitlines()
     assert len(lines) == 4
-    assert lines[0].count("|") == lines[2].count("|") == 10
+    assert lines[0].count("|") == lines[2].count("|") == 13
     assert lines[2] == (
-        "| 100k | 100,002 | 45,000 | 0.5 / 1.2 | 0.7 / 2.0 | – / – | 812.0 | 1,490.5 | 2.50 |"
+        "| 100k | 100,002 | 45,000 | 0.5 / 1.2 | 0.7 / 2.0 | – / – | 812.0 | 1,490.5 | 2.50 "
+        "| 12.2 / 20.5 | 1.83 | 2.5 / 4.0 |"
     )
-    assert lines[3].startswith("| own |") and lines[3].endswith("| – |")
+    assert lines[3].startswith("| own |") and lines[3].endswith("| – | – / – | – | – / – |")
     assert [size_label(n) for n in (9_299, 10_000, 300_000)] == ["9.3k", "10k", "300k"]
+
+
+def test_ratios_are_against_the_first_size_of_the_run() -> None:
+    def row(size: str, qps: float, p95: float, child: float | None) -> dict[str, object]:
+        per = {"ragbus-child": child} if child is not None else {}
+        return {
+            "size": size,
+            "throughput_qps": qps,
+            "latency_ms": {"p95": p95},
+            "cpu": {"process_cpu_ms_per_request": per},
+        }
+
+    rows = [row("10k", 50.0, 200.0, 20.0), row("300k", 40.0, 290.0, 25.0), row("1M", 0, 1, None)]
+    assert ratios(rows) == {
+        "300k": {"throughput": 0.8, "p95": 1.45, "stores_cpu_per_request": 1.25},
+        "1M": {"throughput": None, "p95": 0.005, "stores_cpu_per_request": None},
+    }
+    assert ratios(rows[:1]) == {} and ratios([]) == {}
+
+
+def test_memory_is_read_of_live_processes_and_their_children() -> None:
+    import os
+
+    found = memory_mb({"me": os.getpid(), "gone": 2**22 + 7})
+    me = found["processes"]["me"]
+    assert "gone" not in found["processes"]
+    assert 0 < me["rss"] <= me["peak"] and found["all"] >= me["rss"]

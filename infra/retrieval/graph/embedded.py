@@ -301,6 +301,7 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
                 for key in community.members:
                     if key in self._entities:  # unless deleted while summarising
                         self._entities[key].community = community.key
+            self.forget_matches()  # they name each entity's community
             self._dirty = self._writes != writes
             await self._compact(force=True)
         log.info("communities_recomputed", communities=len(found))

@@ -25,7 +25,7 @@ from infra.retrieval.graph.model import (
     entity_key,
     generic_df,
 )
-from infra.retrieval.graph.ranking import match_weight
+from infra.retrieval.graph.ranking import match_weight, strength
 from infra.retrieval.scope import Scope
 
 
@@ -42,6 +42,9 @@ class EntityRecord:
 KIND_RANK = {"acronym": 0, "proper": 1, "term": 2}
 RELATED_CACHE = 10_000
 """Entities whose neighbours `EmbeddedGraphIndex` keeps (eight each): about 12 MB at most."""
+MATCHED_CACHE = 200_000
+"""Hits `EmbeddedGraphIndex` keeps of the query norms it matched (a few dozen bytes each, so
+some MB), until any write."""
 
 
 class EmbeddedGraphIndex:
@@ -66,6 +69,12 @@ class EmbeddedGraphIndex:
         self._related: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
         """(entity key, limit) -> `neighbours`' answer for it, until any write: the walk's
         expansions are most of a local search's time, and queries share their entities."""
+        self._matched: dict[tuple[str, str], list[Hit]] = {}
+        """(namespace, query norm) -> the entities it meets there, strongest first, until any
+        write: a common word is a token of thousands of entities in a big corpus, and the
+        scan that finds them, weighs them and orders them is most of a local search's time
+        there, while the strongest few are all it keeps (`match`'s `per_norm`)."""
+        self._matched_hits = 0
         self._titles: dict[tuple[str, str], list[str]] = defaultdict(list)
         """(namespace, title norm) -> document keys, for `documents_about`."""
         self._dirty = False
@@ -81,8 +90,15 @@ class EmbeddedGraphIndex:
         elif op["op"] == "delete":
             self._remove(op["namespace"], op["document_id"])
         self._related.clear()
+        self.forget_matches()
         self._dirty = True
         self._writes += 1
+
+    def forget_matches(self) -> None:
+        """Drop the matches kept (`_matched`): a write changes what a norm meets and how
+        common each entity is, and new communities change each entity's community."""
+        self._matched.clear()
+        self._matched_hits = 0
 
     def _apply_upsert(self, record: dict[str, Any]) -> None:
         namespace, document_id = record["namespace"], record["document_id"]
@@ -163,27 +179,45 @@ class EmbeddedGraphIndex:
 
     # ---------------------------------------------------------------- GraphView
 
-    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+    async def match(
+        self, namespaces: Sequence[str], norms: Sequence[str], per_norm: int | None = None
+    ) -> list[Hit]:
         hits: list[Hit] = []
         for namespace in dict.fromkeys(namespaces):
-            ordered = self._sorted_norms(namespace)
             for query in dict.fromkeys(norms):
-                candidates = set(self._tokens.get((namespace, query), ()))
-                if entity_key(namespace, query) in self._entities:
-                    candidates.add(entity_key(namespace, query))
-                if len(query) >= MIN_PREFIX:
-                    at = bisect.bisect_left(ordered, query)
-                    while at < len(ordered) and ordered[at].startswith(query):
-                        candidates.add(entity_key(namespace, ordered[at]))
-                        at += 1
-                for key in candidates:
-                    entity = self._entities[key]
-                    weight = match_weight(query, entity.norm)
-                    if weight:
-                        hits.append(
-                            Hit(query, key, namespace, weight, len(entity.chunks), entity.community)
-                        )
+                hits.extend(self._matches(namespace, query)[:per_norm])
         return hits
+
+    def _matches(self, namespace: str, query: str) -> list[Hit]:
+        """The entities `query` meets in `namespace`, strongest first (`strength`, then key),
+        found once until the next write."""
+        known = self._matched.get((namespace, query))
+        if known is not None:
+            return known
+        candidates = set(self._tokens.get((namespace, query), ()))
+        if entity_key(namespace, query) in self._entities:
+            candidates.add(entity_key(namespace, query))
+        if len(query) >= MIN_PREFIX:
+            ordered = self._sorted_norms(namespace)
+            at = bisect.bisect_left(ordered, query)
+            while at < len(ordered) and ordered[at].startswith(query):
+                candidates.add(entity_key(namespace, ordered[at]))
+                at += 1
+        found: list[Hit] = []
+        for key in candidates:
+            entity = self._entities[key]
+            weight = match_weight(query, entity.norm)
+            if weight:
+                found.append(
+                    Hit(query, key, namespace, weight, len(entity.chunks), entity.community)
+                )
+        total = self._totals.get(namespace, 0)
+        found.sort(key=lambda hit: (-strength(hit, total), hit.key))
+        if self._matched_hits + len(found) > MATCHED_CACHE:
+            self.forget_matches()
+        self._matched[(namespace, query)] = found
+        self._matched_hits += len(found)
+        return found
 
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
         return {ns: self._totals.get(ns, 0) for ns in namespaces}

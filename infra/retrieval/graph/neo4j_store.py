@@ -153,7 +153,10 @@ class Neo4jGraphStore:
 
     # ---------------------------------------------------------------- GraphView
 
-    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+    async def match(
+        self, namespaces: Sequence[str], norms: Sequence[str], per_norm: int | None = None
+    ) -> list[Hit]:
+        """Every hit, `per_norm` or not (`rank_local` keeps the strongest itself)."""
         rows = await self._run(
             MATCH_ENTITIES,
             norms=list(dict.fromkeys(norms)),

@@ -54,8 +54,21 @@ def idf(total_chunks: int, df: int) -> float:
     return math.log1p(max(total_chunks, 1) / max(df, 1))
 
 
+def strength(hit: Hit, total_chunks: int) -> float:
+    """How much a matched entity says of a query norm: its match's weight x its IDF in a
+    namespace of `total_chunks` chunks (what `strongest_matches` ranks by)."""
+    return hit.weight * idf(total_chunks, hit.df)
+
+
 class GraphView(Protocol):
-    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]: ...
+    async def match(
+        self, namespaces: Sequence[str], norms: Sequence[str], per_norm: int | None = None
+    ) -> list[Hit]:
+        """The entities each query norm meets (`match_weight`). With `per_norm`, a backend
+        may keep only each norm's `per_norm` strongest in a namespace (`strength`, then key):
+        all `rank_local` reads of them (`strongest_matches`), which cuts whatever it gets."""
+        ...
+
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]: ...
     async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
         """Each entity's chunks in id order, `MENTIONS_CAP` at most."""
@@ -113,8 +126,10 @@ class ScopedView:
             self._allowed = await self._view.chunks_of(self._scope.documents)
         return self._allowed
 
-    async def match(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
-        return await self._view.match(namespaces, norms)
+    async def match(
+        self, namespaces: Sequence[str], norms: Sequence[str], per_norm: int | None = None
+    ) -> list[Hit]:
+        return await self._view.match(namespaces, norms, per_norm)
 
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
         return await self._view.chunk_totals(namespaces)
@@ -234,15 +249,12 @@ async def rank_local(
     With a `scope`, only the chunks of its documents (`ScopedView`).
     """
     view = scoped(view, scope, namespaces)
-    hits = await view.match(namespaces, norms)
+    hits = await view.match(namespaces, norms, MATCHES_PER_NORM)
     if not hits:
         return []
     totals = await view.chunk_totals(namespaces)
     base = strongest_matches(
-        {
-            (hit.query, hit.key): hit.weight * idf(totals.get(hit.namespace, 1), hit.df)
-            for hit in hits
-        }
+        {(hit.query, hit.key): strength(hit, totals.get(hit.namespace, 1)) for hit in hits}
     )
     hits = [hit for hit in hits if (hit.query, hit.key) in base]
     mentions = await view.mentions(sorted({hit.key for hit in hits}))
@@ -390,7 +402,7 @@ async def rank_global(
         per_query: dict[tuple[str, str], float] = {}
         for hit in await view.match(namespaces, norms):
             if hit.community in communities:
-                value = hit.weight * idf(totals.get(hit.namespace, 1), hit.df)
+                value = strength(hit, totals.get(hit.namespace, 1))
                 slot = (hit.query, hit.community)
                 per_query[slot] = max(per_query.get(slot, 0.0), value)
         for (_query, community_key), value in per_query.items():
