@@ -63,9 +63,17 @@ def _scale(r: Report) -> str:
     sizes = r["sizes"]
     first, last = sizes[0], sizes[-1]
     ratio = last["latency_ms"]["p95"] / first["latency_ms"]["p95"]
-    return (
+    text = (
         f"end-to-end p95 at {last['size']} chunks = {ratio:.2f}× its p95 at {first['size']}; "
         f"{_n(last['throughput_qps'])} q/s at the largest"
+    )
+    if "cpu" not in last or "server_cores_busy" not in (last["cpu"] or {}):
+        return text
+    per = last["cpu"].get("process_cpu_ms_per_request") or {}
+    return text + (
+        f", {last['throughput_qps'] / first['throughput_qps']:.2f}× the smallest's; "
+        f"the stores' process {_ms(per.get('ragbus-child'))} of CPU a request, "
+        f"{last['cpu']['server_cores_busy']:.2f} of {last['cpu'].get('cores', 2)} cores busy"
     )
 
 

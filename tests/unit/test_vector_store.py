@@ -274,3 +274,21 @@ def test_learned_sparse_collections_skip_idf_and_a_mismatch_is_refused(opener: O
                 other.count("default")
         finally:
             other.close()
+
+
+def test_an_edge_shard_has_one_opener(tmp_path: Path) -> None:
+    """What docs/bus.md's design of read replicas rests on: Qdrant Edge locks a shard's
+    write-ahead log, so no second process (nor a second handle here) reads the owner's shard
+    in place; a replica needs a copy of its own. If a later Edge lifts this, the design can
+    be simpler."""
+    from qdrant_edge import EdgeShard
+
+    store = open_vector_store(Settings(data_dir=tmp_path, qdrant_url=""), 8)
+    doc = DocumentIn(id="d", title="T", text="Calcium builds bone.", namespace="ns")
+    chunks = chunk_document(doc)
+    vectors = np.ones((len(chunks), store.dim), dtype=np.float32)
+    store.upsert_chunks("ns", chunks, vectors, [([1], [1.0])] * len(chunks), "hash")
+    shard_dir = next(p for p in (tmp_path / "vectors").iterdir() if p.is_dir())
+    with pytest.raises(Exception, match="WAL"):
+        EdgeShard.load(str(shard_dir))
+    store.close()

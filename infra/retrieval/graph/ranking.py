@@ -419,7 +419,10 @@ async def rank_global(
     chosen = sorted(score, key=lambda k: (-score[k], k))[:COMMUNITIES_PER_QUERY]
     scores: dict[str, float] = {}
     for key in chosen:
-        for position, chunk_id in enumerate(communities[key].chunk_ids):
+        # a chunk's value falls with its place, so one past a community's first `top_k` is
+        # beaten by those `top_k` and can never be chosen: they are all a community offers
+        # (at 300k chunks a community holds thousands)
+        for position, chunk_id in enumerate(communities[key].chunk_ids[:top_k]):
             value = score[key] / (1.0 + 0.1 * position)
             scores[chunk_id] = max(scores.get(chunk_id, 0.0), value)
     return await hydrate(view, ranked(scores, Counter(), top_k), scores, top_k)
