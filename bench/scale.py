@@ -295,3 +295,45 @@ def ratios(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float | None]]
         }
         for row in rows[1:]
     }
+
+
+MEMORY_HEADROOM = 0.9
+"""Of the memory the machine has available, what a size's estimate may take."""
+
+
+def available_mb() -> float | None:
+    """The machine's MemAvailable in MB, from /proc/meminfo (None elsewhere)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_needed_mb(rows: Sequence[dict[str, Any]], target_chunks: int) -> float | None:
+    """The whole stack's memory at `target_chunks`, scaled from the largest size measured so
+    far in this run (its resident memory grows with the chunks: the stores' process holds the
+    graph and the shard's caches); None before any."""
+    measured = [
+        (int((row.get("corpus") or {}).get("chunks") or 0), (row.get("memory_mb") or {}).get("all"))
+        for row in rows
+    ]
+    known = [(chunks, mb) for chunks, mb in measured if chunks and mb]
+    if not known:
+        return None
+    chunks, mb = max(known)
+    return float(mb) * max(target_chunks / chunks, 1.0)
+
+
+def too_big(rows: Sequence[dict[str, Any]], target_chunks: int) -> str | None:
+    """Why `target_chunks` is not measured on this machine (its estimate past what is
+    available), or None: a size is left out, not let run the machine out of memory."""
+    needed, free = memory_needed_mb(rows, target_chunks), available_mb()
+    if needed is None or free is None or needed <= free * MEMORY_HEADROOM:
+        return None
+    return (
+        f"needs about {needed / 1024:.1f} GB (scaled from the largest size measured), "
+        f"{free / 1024:.1f} GB available"
+    )

@@ -32,8 +32,13 @@ def register(app: typer.Typer) -> None:
 
 def bench_scale(
     sizes: Annotated[
-        str, typer.Option(help="Corpus sizes in chunks, comma-separated (k = thousand).")
-    ] = "10k,100k,300k",
+        str,
+        typer.Option(
+            help="Corpus sizes in chunks, comma-separated (k = thousand, M = million); a size "
+            "whose memory, scaled from the largest measured before it, is past what the "
+            "machine has available is left out and named in the report."
+        ),
+    ] = "10k,300k,1M",
     source: Annotated[
         Path | None,
         typer.Option(help="Data dir holding the ingested namespace (default: RAGBUS_DATA_DIR)."),
@@ -55,7 +60,7 @@ def bench_scale(
     from an ingested namespace (perturbed copies: bench/scale.py says how), then served by
     its own `ragbus up` and loaded like `ragbus bench`."""
     from bench.load import load_queries
-    from bench.scale import measure, ratios, size_label, table
+    from bench.scale import measure, ratios, size_label, table, too_big
 
     settings = Settings()
     interactive_logging(settings, verbose)
@@ -68,7 +73,13 @@ def bench_scale(
         raise typer.Exit(2) from None
     texts = load_queries(queries)
     rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
     for target in targets:
+        reason = too_big(rows, target)
+        if reason is not None:
+            errors.print(f"[yellow]{size_label(target)} left out:[/yellow] {reason}")
+            skipped.append({"size": size_label(target), "skipped": reason})
+            continue
         corpus_dir = root / size_label(target)
         built = corpus_dir / "scale.json"
         if not built.exists():
@@ -89,7 +100,9 @@ def bench_scale(
         row["size"] = size_label(target)
         rows.append(row)
         console.print(table(rows))
-        save_json({"sizes": rows, "table": table(rows), "ratios": ratios(rows)}, out)
+        save_json(_report(rows, skipped), out)  # each size as it is measured
+    if skipped and rows:
+        save_json(_report(rows, skipped), out)
     for size, against in ratios(rows).items():
         console.print(
             f"{size} against {rows[0].get('size')}: q/s {_times(against['throughput'])}, "
@@ -97,6 +110,12 @@ def bench_scale(
             f"{_times(against['stores_cpu_per_request'])}"
         )
     console.print(f"wrote {out}")
+
+
+def _report(rows: list[dict[str, Any]], skipped: list[dict[str, str]]) -> dict[str, Any]:
+    from bench.scale import ratios, table
+
+    return {"sizes": rows, "table": table(rows), "ratios": ratios(rows), "skipped": skipped}
 
 
 def _times(value: float | None) -> str:
@@ -123,7 +142,8 @@ def _build_scaled(source_dir: Path, namespace: str, target: int, corpus_dir: Pat
 
 def _chunk_count(size: str) -> int:
     size = size.strip().lower()
-    value = float(size[:-1]) * 1000 if size.endswith("k") else float(size)
+    scale = {"k": 1_000, "m": 1_000_000}.get(size[-1:], 1)
+    value = float(size[:-1] if scale > 1 else size) * scale
     if value < 1:
         raise ValueError(f"{size!r} is not a corpus size")
     return int(value)

@@ -459,3 +459,37 @@ def test_memory_is_read_of_live_processes_and_their_children() -> None:
     me = found["processes"]["me"]
     assert "gone" not in found["processes"]
     assert 0 < me["rss"] <= me["peak"] and found["all"] >= me["rss"]
+
+
+def test_a_size_past_the_memory_available_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.scale as scale
+
+    measured = [
+        {"corpus": {"chunks": 10_000}, "memory_mb": {"all": 1_300.0}},
+        {"corpus": {"chunks": 300_000}, "memory_mb": {"all": 5_800.0}},
+    ]
+    # scaled from the largest measured: 300k's 5.8 GB, times 1M / 300k
+    assert scale.memory_needed_mb(measured, 1_000_000) == pytest.approx(5_800 * 10 / 3)
+    assert scale.memory_needed_mb(measured, 100_000) == 5_800.0  # never below what was seen
+    assert scale.memory_needed_mb([], 1_000_000) is None
+    monkeypatch.setattr(scale, "available_mb", lambda: 20_000.0)
+    reason = scale.too_big(measured, 1_000_000)
+    assert reason is not None and "18.9 GB" in reason and "19.5 GB available" in reason
+    assert scale.too_big(measured, 600_000) is None  # 11.6 GB of 20
+    assert scale.too_big([], 10_000_000) is None  # nothing to scale from: tried
+    monkeypatch.setattr(scale, "available_mb", lambda: None)
+    assert scale.too_big(measured, 1_000_000) is None
+
+
+def test_sizes_are_read_in_thousands_and_millions() -> None:
+    from cli.bench_scale import _chunk_count
+
+    assert [_chunk_count(s) for s in ("10k", "12.5k", "1M", " 1.5m ", "9299")] == [
+        10_000,
+        12_500,
+        1_000_000,
+        1_500_000,
+        9_299,
+    ]
+    with pytest.raises(ValueError, match="not a corpus size"):
+        _chunk_count("0.0001k")
