@@ -176,10 +176,16 @@ def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, 
 
 
 async def record(
-    pid: int, *, delay_s: float, seconds: float, rate: int = 100, subprocesses: bool = False
+    pid: int,
+    *,
+    delay_s: float,
+    seconds: float,
+    rate: int = 100,
+    subprocesses: bool = False,
+    gil: bool = False,
 ) -> list[str]:
     """py-spy's raw samples of `pid` (and of its children, with `subprocesses`) for `seconds`,
-    starting after `delay_s`."""
+    starting after `delay_s`; with `gil`, only of the thread holding the GIL."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     await asyncio.sleep(delay_s)
     with tempfile.TemporaryDirectory(prefix="ragbus-ledger-") as tmp:
@@ -188,6 +194,7 @@ async def record(
             spy, "record", "--format", "raw", "--nonblocking",
             "-r", str(rate), "-d", str(max(1, round(seconds))), "-p", str(pid), "-o", str(out),
             *(["--subprocesses"] if subprocesses else []),
+            *(["--gil"] if gil else []),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         _, err = await child.communicate()

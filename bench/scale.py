@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import scale_profile
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
 from bench.scale_build import SCALE_FILE, STACK_LOG
 from bench.scale_source import read_json
@@ -131,12 +132,14 @@ async def measure(
     namespace: str,
     timeout_s: float = REQUEST_TIMEOUT_S,
     extra_env: dict[str, str] | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Serve `out_data_dir` with `ragbus up` (own nats-server and redis-server on free ports,
     temporary storage; the stack's log in `out_data_dir/bench-scale-stack.log`), wait for
     /readyz, ask until the stores and models are loaded, then run `ragbus bench`'s closed loop
     on `namespace`. Returns the `run_bench` report plus `channels` (per search channel p50 /
-    p95), `ready_s`, `first_request` and `corpus` (the build's `scale.json`)."""
+    p95), `ready_s`, `first_request` and `corpus` (the build's `scale.json`); with `profile`,
+    `profile` (`bench.scale_profile`: the stores' process's GIL by work, the API's CPU)."""
     out_data_dir = _corpus_dir(out_data_dir, namespace)
     if not queries:
         raise ValueError("no queries")
@@ -159,6 +162,11 @@ async def measure(
     ) as stack:
         ready_s = time.perf_counter() - started
         first = await _prime(stack.url, queries, namespace, timeout_s)
+        sampling = (
+            scale_profile.start(stack.pids, warmup_s=warmup_s, duration_s=duration_s)
+            if profile
+            else None
+        )
         report = await run_bench(
             stack.url,
             queries,
@@ -170,6 +178,8 @@ async def measure(
             namespace=namespace,
         )
         report["memory_mb"] = memory_mb(stack.pids)
+        if sampling is not None:
+            report["profile"] = scale_profile.summarise(await sampling, report)
     report["channels"] = channel_latencies(report)
     report["ready_s"] = round(ready_s, 3)
     report["first_request"] = first

@@ -54,6 +54,13 @@ def bench_scale(
     out: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "results/scale.json"
     ),
+    profile: Annotated[
+        bool,
+        typer.Option(
+            help="Sample the stores' process (py-spy --gil) and the API's process through each "
+            "size's run, and report each one's work in ms a request (bench/scale_profile.py)."
+        ),
+    ] = False,
     verbose: Verbose = False,
 ) -> None:
     """Per-channel search and end-to-end latency as the corpus grows: each size is built once
@@ -95,9 +102,12 @@ def bench_scale(
                 duration_s=duration,
                 warmup_s=warmup,
                 namespace=namespace,
+                profile=profile,
             )
         )
         row["size"] = size_label(target)
+        if profile:
+            _print_profile(row)
         rows.append(row)
         console.print(table(rows))
         save_json(_report(rows, skipped), out)  # each size as it is measured
@@ -110,6 +120,16 @@ def bench_scale(
             f"{_times(against['stores_cpu_per_request'])}"
         )
     console.print(f"wrote {out}")
+
+
+def _print_profile(row: dict[str, Any]) -> None:
+    stores = row["profile"]["stores_gil"]
+    console.print(
+        f"{row['size']}: the stores' process held its GIL {stores['gil_busy']:.0%} of the time, "
+        f"{stores['gil_ms_per_request']:.1f} ms a request:"
+    )
+    for work in stores["by_work"]:
+        console.print(f"  {work['gil_ms_per_request']:6.2f} ms  {work['name']}")
 
 
 def _report(rows: list[dict[str, Any]], skipped: list[dict[str, str]]) -> dict[str, Any]:

@@ -82,4 +82,4 @@ async def search_channel(
     embedding when the channel had to make it. `ChannelTimedOut` past `deadline_at`."""
     search: ChannelSearch = getattr(channels, CHANNEL_FUNCTIONS[channel])
     found = await within(search(resources, cmd), deadline_at)
-    return Found(ranked(found.chunks, channel)[: cmd.top_k], found.query_vector)
+    return Found(ranked(found.chunks[: cmd.top_k], channel), found.query_vector)

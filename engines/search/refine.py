@@ -73,7 +73,7 @@ async def refine(
     found, moved_vector, terms = again
     # marked as they are ranked; their completions, copies of the other's, keep the mark
     fed = {
-        channel: ranked(chunks, channel, feedback=True)[: cmd.top_k]
+        channel: ranked(chunks[: cmd.top_k], channel, feedback=True)
         for channel, chunks in found.items()
     }
     added = (
