@@ -323,18 +323,20 @@ def available_mb() -> float | None:
 
 
 def memory_needed_mb(rows: Sequence[dict[str, Any]], target_chunks: int) -> float | None:
-    """The whole stack's memory at `target_chunks`, scaled from the largest size measured so
-    far in this run (its resident memory grows with the chunks: the stores' process holds the
-    graph and the shard's caches); None before any."""
-    measured = [
-        (int((row.get("corpus") or {}).get("chunks") or 0), (row.get("memory_mb") or {}).get("all"))
+    """The whole stack's memory at `target_chunks`, on the line through the two largest sizes
+    measured so far in this run (a part of it is the same at any size: the interpreter, the
+    models; the rest grows with the chunks: the graph, the shard's caches); None before two."""
+    measured = sorted(
+        (int((row.get("corpus") or {}).get("chunks") or 0), float(mb))
         for row in rows
-    ]
-    known = [(chunks, mb) for chunks, mb in measured if chunks and mb]
-    if not known:
+        if (mb := (row.get("memory_mb") or {}).get("all"))
+    )
+    known = [(chunks, mb) for chunks, mb in measured if chunks]
+    if len(known) < 2 or known[-1][0] == known[-2][0]:
         return None
-    chunks, mb = max(known)
-    return float(mb) * max(target_chunks / chunks, 1.0)
+    (c1, m1), (c2, m2) = known[-2], known[-1]
+    per_chunk = max((m2 - m1) / (c2 - c1), 0.0)
+    return max(m2 + per_chunk * (target_chunks - c2), m2)
 
 
 def too_big(rows: Sequence[dict[str, Any]], target_chunks: int) -> str | None:
@@ -344,6 +346,6 @@ def too_big(rows: Sequence[dict[str, Any]], target_chunks: int) -> str | None:
     if needed is None or free is None or needed <= free * MEMORY_HEADROOM:
         return None
     return (
-        f"needs about {needed / 1024:.1f} GB (scaled from the largest size measured), "
+        f"needs about {needed / 1024:.1f} GB (on the line through the two largest sizes measured), "
         f"{free / 1024:.1f} GB available"
     )

@@ -90,8 +90,14 @@ def start(pids: dict[str, int], *, warmup_s: float, duration_s: float) -> asynci
 
     async def both() -> dict[str, Any]:
         stores, api = await asyncio.gather(
-            record(pids["ragbus-child"], delay_s=warmup_s + 1, seconds=seconds, gil=True),
-            record(pids["ragbus"], delay_s=warmup_s + 1, seconds=seconds),
+            record(
+                pids["ragbus-child"],
+                delay_s=warmup_s + 1,
+                seconds=seconds,
+                rate=RATE_HZ,
+                gil=True,
+            ),
+            record(pids["ragbus"], delay_s=warmup_s + 1, seconds=seconds, rate=RATE_HZ),
         )
         return {"seconds": round(seconds), "stores": stores, "api": api}
 

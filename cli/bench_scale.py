@@ -35,8 +35,8 @@ def bench_scale(
         str,
         typer.Option(
             help="Corpus sizes in chunks, comma-separated (k = thousand, M = million); a size "
-            "whose memory, scaled from the largest measured before it, is past what the "
-            "machine has available is left out and named in the report."
+            "whose memory, on the line through the two largest measured before it, is past "
+            "what the machine has available is left out and named in the report."
         ),
     ] = "10k,300k,1M",
     source: Annotated[

@@ -466,17 +466,20 @@ def test_a_size_past_the_memory_available_is_left_out(monkeypatch: pytest.Monkey
 
     measured = [
         {"corpus": {"chunks": 10_000}, "memory_mb": {"all": 1_300.0}},
+        {"corpus": {"chunks": 0}, "memory_mb": {"all": 900.0}},  # no corpus: not on the line
         {"corpus": {"chunks": 300_000}, "memory_mb": {"all": 5_800.0}},
     ]
-    # scaled from the largest measured: 300k's 5.8 GB, times 1M / 300k
-    assert scale.memory_needed_mb(measured, 1_000_000) == pytest.approx(5_800 * 10 / 3)
+    # on the line through the two: 4.5 GB more for 290k chunks more
+    per_chunk = 4_500 / 290_000
+    assert scale.memory_needed_mb(measured, 1_000_000) == pytest.approx(5_800 + per_chunk * 700_000)
     assert scale.memory_needed_mb(measured, 100_000) == 5_800.0  # never below what was seen
+    assert scale.memory_needed_mb(measured[:1], 1_000_000) is None  # one size: no line
     assert scale.memory_needed_mb([], 1_000_000) is None
-    monkeypatch.setattr(scale, "available_mb", lambda: 20_000.0)
+    monkeypatch.setattr(scale, "available_mb", lambda: 15_000.0)
     reason = scale.too_big(measured, 1_000_000)
-    assert reason is not None and "18.9 GB" in reason and "19.5 GB available" in reason
-    assert scale.too_big(measured, 600_000) is None  # 11.6 GB of 20
-    assert scale.too_big([], 10_000_000) is None  # nothing to scale from: tried
+    assert reason is not None and "16.3 GB" in reason and "14.6 GB available" in reason
+    assert scale.too_big(measured, 600_000) is None  # 10.5 GB of 15
+    assert scale.too_big(measured[:1], 10_000_000) is None  # nothing to scale from: tried
     monkeypatch.setattr(scale, "available_mb", lambda: None)
     assert scale.too_big(measured, 1_000_000) is None
 
