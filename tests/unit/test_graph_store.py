@@ -303,27 +303,30 @@ async def test_a_scope_keeps_the_graph_channels_to_its_documents(
 
 
 async def test_matches_are_kept_until_a_write_or_new_communities(tmp_path: Path) -> None:
-    """What a norm meets is found once (`EmbeddedGraphIndex._matched`) and never outlives a
-    write, which changes the entities and how common each is, nor new communities, which a
-    hit names."""
+    """What a norm meets is found once (`EmbeddedGraphIndex._matched`: its strongest entities,
+    each community's strongest) and never outlives a write, which changes the entities and
+    how common each is, nor new communities, which a hit names."""
     graph = EmbeddedGraphStore(tmp_path)
     graph.load()
     ns = "kept"
     for doc_id, text in DOCS.items():
         await _put(graph, ns, doc_id, text)
     assert _ids(await graph.local_search([ns], ["calcium"], 5)) == ["bone"]
-    first = await graph.match([ns], ["calcium"])
-    assert first and await graph.match([ns], ["calcium"]) == first
+    first = await graph.match([ns], ["calcium"], MATCHES_PER_NORM)
+    assert first and await graph.match([ns], ["calcium"], MATCHES_PER_NORM) == first
     await _put(graph, ns, "bone", "Magnesium matters. Magnesium intake matters for adults.")
-    assert await graph.match([ns], ["calcium"]) == []
+    assert await graph.match([ns], ["calcium"], MATCHES_PER_NORM) == []
     assert await graph.local_search([ns], ["calcium"], 5) == []
     assert _ids(await graph.local_search([ns], ["magnesium"], 5)) == ["bone"]
-    before = await graph.match([ns], ["magnesium"])
+    before = await graph.match([ns], ["magnesium"], MATCHES_PER_NORM)
     assert {hit.community for hit in before} == {None}
+    assert await graph.match_communities([ns], ["magnesium"]) == []
     assert await graph.recompute_communities() > 0
-    after = await graph.match([ns], ["magnesium"])
+    after = await graph.match([ns], ["magnesium"], MATCHES_PER_NORM)
     assert [hit.key for hit in after] == [hit.key for hit in before]
     assert all(hit.community is not None for hit in after)
+    by_community = await graph.match_communities([ns], ["magnesium"])
+    assert {hit.community for hit in by_community} == {hit.community for hit in after}
     await graph.aclose()
 
 
@@ -357,4 +360,15 @@ async def test_per_norm_keeps_each_norms_strongest_entities(tmp_path: Path) -> N
             for h in await graph.match(["a", "b"], norms, MATCHES_PER_NORM)
         }
     ) == strongest_matches(strengths)
+    # a global search weighs a community by each norm's strongest entity in it: kept
+    await graph.recompute_communities()
+    every = await graph.match(["a", "b"], norms)
+    best: dict[tuple[str, str], float] = {}
+    for h in every:
+        if h.community is not None:
+            slot = (h.query, h.community)
+            best[slot] = max(best.get(slot, 0.0), strength(h, totals[h.namespace]))
+    kept = await graph.match_communities(["a", "b"], norms)
+    assert len({(h.query, h.community) for h in kept}) == len(kept)  # one a community
+    assert {(h.query, h.community): strength(h, totals[h.namespace]) for h in kept} == best
     await graph.aclose()

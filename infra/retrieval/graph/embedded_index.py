@@ -42,9 +42,25 @@ class EntityRecord:
 KIND_RANK = {"acronym": 0, "proper": 1, "term": 2}
 RELATED_CACHE = 10_000
 """Entities whose neighbours `EmbeddedGraphIndex` keeps (eight each): about 12 MB at most."""
-MATCHED_CACHE = 200_000
-"""Hits `EmbeddedGraphIndex` keeps of the query norms it matched (a few dozen bytes each, so
-some MB), until any write."""
+MATCHED_CACHE = 1_000_000
+"""Hits `EmbeddedGraphIndex` keeps of the query norms it matched (about a hundred bytes each,
+so 100 MB at most), until any write."""
+KEPT_PER_NORM = 64
+"""A norm's strongest matches kept (`_Matched.strongest`): four times what a local search
+reads (`MATCHES_PER_NORM`)."""
+
+
+@dataclass(frozen=True)
+class _Matched:
+    """What a norm meets in a namespace, as the searches read it: its strongest entities, and
+    each community's strongest one (what a global search weighs a community by)."""
+
+    strongest: list[Hit]
+    by_community: list[Hit]
+
+    @property
+    def size(self) -> int:
+        return len(self.strongest) + len(self.by_community)
 
 
 class EmbeddedGraphIndex:
@@ -69,11 +85,12 @@ class EmbeddedGraphIndex:
         self._related: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
         """(entity key, limit) -> `neighbours`' answer for it, until any write: the walk's
         expansions are most of a local search's time, and queries share their entities."""
-        self._matched: dict[tuple[str, str], list[Hit]] = {}
-        """(namespace, query norm) -> the entities it meets there, strongest first, until any
-        write: a common word is a token of thousands of entities in a big corpus, and the
-        scan that finds them, weighs them and orders them is most of a local search's time
-        there, while the strongest few are all it keeps (`match`'s `per_norm`)."""
+        self._matched: dict[tuple[str, str], _Matched] = {}
+        """(namespace, query norm) -> what it meets there, until any write: a common word is a
+        token of thousands of entities in a big corpus, and the scan that finds them, weighs
+        them and orders them was most of a local search's time there, while a local search
+        keeps the strongest few (`match`'s `per_norm`) and a global one each community's
+        strongest (`match_communities`)."""
         self._matched_hits = 0
         self._titles: dict[tuple[str, str], list[str]] = defaultdict(list)
         """(namespace, title norm) -> document keys, for `documents_about`."""
@@ -185,15 +202,39 @@ class EmbeddedGraphIndex:
         hits: list[Hit] = []
         for namespace in dict.fromkeys(namespaces):
             for query in dict.fromkeys(norms):
-                hits.extend(self._matches(namespace, query)[:per_norm])
+                if per_norm is not None and per_norm <= KEPT_PER_NORM:
+                    hits.extend(self._matched_of(namespace, query).strongest[:per_norm])
+                else:
+                    hits.extend(self._all_matches(namespace, query)[:per_norm])
         return hits
 
-    def _matches(self, namespace: str, query: str) -> list[Hit]:
-        """The entities `query` meets in `namespace`, strongest first (`strength`, then key),
-        found once until the next write."""
+    async def match_communities(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        hits: list[Hit] = []
+        for namespace in dict.fromkeys(namespaces):
+            for query in dict.fromkeys(norms):
+                hits.extend(self._matched_of(namespace, query).by_community)
+        return hits
+
+    def _matched_of(self, namespace: str, query: str) -> _Matched:
+        """What the searches read of `query`'s matches in `namespace`, found once until the
+        next write."""
         known = self._matched.get((namespace, query))
         if known is not None:
             return known
+        found = self._all_matches(namespace, query)
+        best: dict[str, Hit] = {}
+        for hit in found:  # strongest first: a community's first hit is its strongest
+            if hit.community is not None:
+                best.setdefault(hit.community, hit)
+        matched = _Matched(found[:KEPT_PER_NORM], list(best.values()))
+        if self._matched_hits + matched.size > MATCHED_CACHE:
+            self.forget_matches()
+        self._matched[(namespace, query)] = matched
+        self._matched_hits += matched.size
+        return matched
+
+    def _all_matches(self, namespace: str, query: str) -> list[Hit]:
+        """Every entity `query` meets in `namespace`, strongest first (`strength`, then key)."""
         candidates = set(self._tokens.get((namespace, query), ()))
         if entity_key(namespace, query) in self._entities:
             candidates.add(entity_key(namespace, query))
@@ -213,10 +254,6 @@ class EmbeddedGraphIndex:
                 )
         total = self._totals.get(namespace, 0)
         found.sort(key=lambda hit: (-strength(hit, total), hit.key))
-        if self._matched_hits + len(found) > MATCHED_CACHE:
-            self.forget_matches()
-        self._matched[(namespace, query)] = found
-        self._matched_hits += len(found)
         return found
 
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:

@@ -172,6 +172,10 @@ class Neo4jGraphStore:
                 )
         return hits
 
+    async def match_communities(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        """Every hit (`rank_global` keeps each community's strongest itself)."""
+        return await self.match(namespaces, norms)
+
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
         rows = await self._run(
             "MATCH (c:Chunk) WHERE c.namespace IN $namespaces "

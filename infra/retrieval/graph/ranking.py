@@ -69,6 +69,11 @@ class GraphView(Protocol):
         all `rank_local` reads of them (`strongest_matches`), which cuts whatever it gets."""
         ...
 
+    async def match_communities(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        """Of what each norm meets, at least each community's strongest entity (`strength`):
+        all `rank_global` weighs a community by. A backend may return every hit."""
+        ...
+
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]: ...
     async def mentions(self, keys: Sequence[str]) -> dict[str, list[str]]:
         """Each entity's chunks in id order, `MENTIONS_CAP` at most."""
@@ -130,6 +135,9 @@ class ScopedView:
         self, namespaces: Sequence[str], norms: Sequence[str], per_norm: int | None = None
     ) -> list[Hit]:
         return await self._view.match(namespaces, norms, per_norm)
+
+    async def match_communities(self, namespaces: Sequence[str], norms: Sequence[str]) -> list[Hit]:
+        return await self._view.match_communities(namespaces, norms)
 
     async def chunk_totals(self, namespaces: Sequence[str]) -> dict[str, int]:
         return await self._view.chunk_totals(namespaces)
@@ -400,7 +408,7 @@ async def rank_global(
     if norms:
         totals = await view.chunk_totals(namespaces)
         per_query: dict[tuple[str, str], float] = {}
-        for hit in await view.match(namespaces, norms):
+        for hit in await view.match_communities(namespaces, norms):
             if hit.community in communities:
                 value = strength(hit, totals.get(hit.namespace, 1))
                 slot = (hit.query, hit.community)
