@@ -62,19 +62,33 @@ def _bus(r: Report) -> str:
 def _scale(r: Report) -> str:
     sizes = r["sizes"]
     first, last = sizes[0], sizes[-1]
-    ratio = last["latency_ms"]["p95"] / first["latency_ms"]["p95"]
-    text = (
-        f"end-to-end p95 at {last['size']} chunks = {ratio:.2f}× its p95 at {first['size']}; "
-        f"{_n(last['throughput_qps'])} q/s at the largest"
-    )
     if "cpu" not in last or "server_cores_busy" not in (last["cpu"] or {}):
-        return text
-    per = last["cpu"].get("process_cpu_ms_per_request") or {}
-    return text + (
-        f", {last['throughput_qps'] / first['throughput_qps']:.2f}× the smallest's; "
-        f"the stores' process {_ms(per.get('ragbus-child'))} of CPU a request, "
-        f"{last['cpu']['server_cores_busy']:.2f} of {last['cpu'].get('cores', 2)} cores busy"
+        ratio = last["latency_ms"]["p95"] / first["latency_ms"]["p95"]
+        return (
+            f"end-to-end p95 at {last['size']} chunks = {ratio:.2f}× its p95 at "
+            f"{first['size']}; {_n(last['throughput_qps'])} q/s at the largest"
+        )
+    ratios = [
+        (
+            row["size"],
+            row["throughput_qps"] / first["throughput_qps"],
+            row["latency_ms"]["p95"] / first["latency_ms"]["p95"],
+        )
+        for row in sizes[1:]
+    ]
+    size, qps, p95 = ratios[0]
+    text = (
+        f"{size}: {qps:.2f}× the q/s and {p95:.2f}× the p95 of {first['size']} "
+        f"({_n(first['throughput_qps'])} q/s, {_ms(first['latency_ms']['p95'])})"
     )
+    text += "".join(f"; {size}: {qps:.2f}× and {p95:.2f}×" for size, qps, p95 in ratios[1:])
+    stores_cpu = last["cpu"]["process_cpu_ms_per_request"].get("ragbus-child")
+    memory = ((last.get("memory_mb") or {}).get("processes") or {}).get("ragbus-child") or {}
+    text += f"; at {last['size']} the stores' process {_ms(stores_cpu)} of CPU a request"
+    if memory.get("rss"):
+        text += f" and {memory['rss'] / 1024:.1f} GB"
+    cores = last["cpu"]["server_cores_busy"]
+    return text + f", {cores:.2f} of {last['cpu'].get('cores', 2)} cores busy"
 
 
 def _ingest(r: Report) -> str:
@@ -390,7 +404,7 @@ ROWS = (
     Row("metadata filters: every channel kept to the filter", "bench-filters.json", _filters),
     Row("a filter keeping 10 % of the documents, c = 8", "bench-filter-cost.json", _filter_cost),
     Row("a user's questions, c = 8", "bench-issue56-users.json", _user_cost),
-    Row("scale, 10k → 300k chunks", "scale.json", _scale),
+    Row("scale, 10k → 1M chunks", "scale.json", _scale),
     Row("ingestion", "ingest.json", _ingest),
     Row("a folder source kept in sync", "bench-sync.json", _sync),
     Row(
