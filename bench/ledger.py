@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,16 @@ def part(frames: list[tuple[str, str]]) -> str:
     return PARTS["runtime"]
 
 
+def samples(lines: Iterable[str]) -> Iterator[tuple[list[tuple[str, str]], int]]:
+    """py-spy's raw lines (`stack count`) as (frames, count); a line that is neither is
+    skipped."""
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        frames = parse_frames(stack)
+        if frames and count.isdigit():
+            yield frames, int(count)
+
+
 def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, Any]:
     """Shares of the samples by role, by layer and by part against the floor (and in ms a
     request, given the CPU)."""
@@ -146,12 +156,7 @@ def ledger(lines: Iterable[str], cpu_ms_per_request: float | None) -> dict[str, 
     by_layer: Counter[str] = Counter()
     by_part: Counter[str] = Counter()
     total = 0
-    for line in lines:
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        frames = parse_frames(stack)
-        if not frames or not count.isdigit():
-            continue
-        n = int(count)
+    for frames, n in samples(lines):
         total += n
         by_role[role(frames)] += n
         by_layer[layer(frames[-1][1])] += n

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from bench.ledger import ledger, parse_frames, record
+from bench.ledger import ledger, record, samples
 
 RATE_HZ = 50
 """py-spy's samples a second: enough for shares of a percent over 25 s, little overhead."""
@@ -64,13 +64,9 @@ def gil_ledger(lines: Iterable[str], seconds: float, requests: int) -> dict[str,
     of the `RATE_HZ` samples a second it was held) and each work's GIL ms a request."""
     by_work: Counter[str] = Counter()
     total = 0
-    for line in lines:
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        frames = parse_frames(stack)
-        if not frames or not count.isdigit():
-            continue
-        total += int(count)
-        by_work[store_work(frames)] += int(count)
+    for frames, count in samples(lines):
+        total += count
+        by_work[store_work(frames)] += count
     per_sample_ms = 1000 / RATE_HZ
     return {
         "samples": total,
