@@ -130,6 +130,11 @@ def _round(value: float | None) -> float | None:
 
 
 SERVERS = ("nats-server", "redis-server")
+API_PROCESS = "ragbus"
+STORES_PROCESS = "ragbus-child"
+"""How a stack's processes are named (`bench.stack.stack_pids`): `ragbus up`'s own process
+(the API, the saga, classification, generation, the critic) and its worker child, which owns
+the embedded stores."""
 
 
 def python_cpu_ms(per_process: dict[str, float | None]) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.cpu import python_cpu_ms
+from bench.cpu import STORES_PROCESS, python_cpu_ms
 
 Report = dict[str, Any]
 
@@ -82,8 +82,8 @@ def _scale(r: Report) -> str:
         f"({_n(first['throughput_qps'])} q/s, {_ms(first['latency_ms']['p95'])})"
     )
     text += "".join(f"; {size}: {qps:.2f}× and {p95:.2f}×" for size, qps, p95 in ratios[1:])
-    stores_cpu = last["cpu"]["process_cpu_ms_per_request"].get("ragbus-child")
-    memory = ((last.get("memory_mb") or {}).get("processes") or {}).get("ragbus-child") or {}
+    stores_cpu = last["cpu"]["process_cpu_ms_per_request"].get(STORES_PROCESS)
+    memory = ((last.get("memory_mb") or {}).get("processes") or {}).get(STORES_PROCESS) or {}
     text += f"; at {last['size']} the stores' process {_ms(stores_cpu)} of CPU a request"
     if memory.get("rss"):
         text += f" and {memory['rss'] / 1024:.1f} GB"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import scale_profile
+from bench.cpu import API_PROCESS, STORES_PROCESS
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
 from bench.scale_build import SCALE_FILE, STACK_LOG
 from bench.scale_source import read_json
@@ -60,13 +61,14 @@ def memory_mb(pids: dict[str, int]) -> dict[str, Any]:
     now (`rss`) and at its peak (`peak`), in MB, and `all`, the resident memory of every
     process of the stack (the worker's own children, which encode and detect communities,
     included) and of its servers."""
+    every = set(pids.values()) | {d for pid in pids.values() for d in _descendants(pid)}
+    status = {pid: _status_kb(pid) for pid in every}
     named = {
         name: {"rss": kb.get("VmRSS", 0) / 1024, "peak": kb.get("VmHWM", 0) / 1024}
         for name, pid in pids.items()
-        if (kb := _status_kb(pid))
+        if (kb := status[pid])
     }
-    every = set(pids.values()) | {d for pid in pids.values() for d in _descendants(pid)}
-    total = sum(_status_kb(pid).get("VmRSS", 0) for pid in every) / 1024
+    total = sum(kb.get("VmRSS", 0) for kb in status.values()) / 1024
     return {
         "processes": {
             name: {key: round(value, 1) for key, value in sizes.items()}
@@ -210,10 +212,6 @@ def _count(value: Any) -> str:
 
 
 TABLE_CHANNELS = (Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL)
-API_PROCESS = "ragbus"
-STORES_PROCESS = "ragbus-child"
-"""`ragbus up`'s own process (the API, the saga, classification, generation, the critic) and
-its worker child, which owns the embedded stores (`bench.stack.stack_pids` names them)."""
 
 
 def _cost(row: dict[str, Any]) -> list[str]:

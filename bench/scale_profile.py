@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from bench.cpu import API_PROCESS, STORES_PROCESS
 from bench.ledger import ledger, record, samples
 
 RATE_HZ = 50
@@ -87,13 +88,13 @@ def start(pids: dict[str, int], *, warmup_s: float, duration_s: float) -> asynci
     async def both() -> dict[str, Any]:
         stores, api = await asyncio.gather(
             record(
-                pids["ragbus-child"],
+                pids[STORES_PROCESS],
                 delay_s=warmup_s + 1,
                 seconds=seconds,
                 rate=RATE_HZ,
                 gil=True,
             ),
-            record(pids["ragbus"], delay_s=warmup_s + 1, seconds=seconds, rate=RATE_HZ),
+            record(pids[API_PROCESS], delay_s=warmup_s + 1, seconds=seconds, rate=RATE_HZ),
         )
         return {"seconds": round(seconds), "stores": stores, "api": api}
 
@@ -110,5 +111,5 @@ def summarise(recorded: dict[str, Any], report: dict[str, Any]) -> dict[str, Any
         "rate_hz": RATE_HZ,
         "seconds": seconds,
         "stores_gil": gil_ledger(recorded["stores"], seconds, requests),
-        "api_cpu": ledger(recorded["api"], per_process.get("ragbus")),
+        "api_cpu": ledger(recorded["api"], per_process.get(API_PROCESS)),
     }

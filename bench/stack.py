@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.cpu import API_PROCESS, STORES_PROCESS
 from infra.runtime.services import free_port, start_nats, start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,9 +46,9 @@ def child_pids(pid: int) -> list[int]:
 
 def stack_pids(pid: int) -> dict[str, int]:
     """The stack's own processes by name: `ragbus`, then `ragbus-child` (and `-2`, ...)."""
-    pids = {"ragbus": pid}
+    pids = {API_PROCESS: pid}
     for n, child in enumerate(child_pids(pid), start=1):
-        pids["ragbus-child" if n == 1 else f"ragbus-child-{n}"] = child
+        pids[STORES_PROCESS if n == 1 else f"{STORES_PROCESS}-{n}"] = child
     return pids
 
 
