@@ -132,9 +132,10 @@ def _round(value: float | None) -> float | None:
 SERVERS = ("nats-server", "redis-server")
 API_PROCESS = "ragbus"
 STORES_PROCESS = "ragbus-child"
+REPLICA_PROCESS = "ragbus-replica"
 """How a stack's processes are named (`bench.stack.stack_pids`): `ragbus up`'s own process
-(the API, the saga, classification, generation, the critic) and its worker child, which owns
-the embedded stores."""
+(the API, the saga, classification, generation, the critic), its worker child, which owns
+the embedded stores, and that child's search replicas (`RAGBUS_SEARCH_REPLICAS`)."""
 
 
 def python_cpu_ms(per_process: dict[str, float | None]) -> float:

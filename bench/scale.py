@@ -9,17 +9,18 @@ renders one row per size, printed and saved in the report (`results/scale.json`)
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import scale_profile
-from bench.cpu import API_PROCESS, STORES_PROCESS
+from bench.cpu import API_PROCESS, REPLICA_PROCESS, STORES_PROCESS
 from bench.load import REQUEST_TIMEOUT_S, run_bench, run_one
 from bench.scale_build import SCALE_FILE, STACK_LOG
 from bench.scale_source import read_json
-from bench.stack import child_pids, served_stack
+from bench.stack import child_pids, replicas_serving, served_stack, stack_pids
 from client import RagbusClient
 from contracts.enums import CHANNEL_PHASE, Channel
 from infra.retrieval.vectors.edge import CONFIG_FILE
@@ -135,6 +136,7 @@ async def measure(
     timeout_s: float = REQUEST_TIMEOUT_S,
     extra_env: dict[str, str] | None = None,
     profile: bool = False,
+    replicas: int = 0,
 ) -> dict[str, Any]:
     """Serve `out_data_dir` with `ragbus up` (own nats-server and redis-server on free ports,
     temporary storage; the stack's log in `out_data_dir/bench-scale-stack.log`), wait for
@@ -152,6 +154,7 @@ async def measure(
         # one tenant asks as fast as the stack answers: its submission quota (50 a second by
         # default) would cap a fast run and answer the rest with a 429 each
         "RAGBUS_QUOTA_REQUESTS_PER_S": "0",
+        "RAGBUS_SEARCH_REPLICAS": str(replicas),
         **(extra_env or {}),
     }
     started = time.perf_counter()
@@ -164,6 +167,12 @@ async def measure(
     ) as stack:
         ready_s = time.perf_counter() - started
         first = await _prime(stack.url, queries, namespace, timeout_s)
+        replicas_s = (
+            await replicas_serving(stack.nats_url, replicas, READY_TIMEOUT_S) if replicas else None
+        )
+        # the replicas, as they are once serving (one restarted meanwhile has a new PID)
+        pids = {**stack.pids, **stack_pids(stack.pids[API_PROCESS])}
+        stack = dataclasses.replace(stack, pids=pids)
         sampling = (
             scale_profile.start(stack.pids, warmup_s=warmup_s, duration_s=duration_s)
             if profile
@@ -184,6 +193,8 @@ async def measure(
             report["profile"] = scale_profile.summarise(await sampling, report)
     report["channels"] = channel_latencies(report)
     report["ready_s"] = round(ready_s, 3)
+    report["search_replicas"] = replicas
+    report["replicas_ready_s"] = None if replicas_s is None else round(replicas_s, 3)
     report["first_request"] = first
     report["namespace"] = namespace
     report["corpus"] = read_json(out_data_dir / SCALE_FILE)
@@ -215,18 +226,24 @@ TABLE_CHANNELS = (Channel.VECTOR, Channel.SPARSE, Channel.GRAPH_LOCAL)
 
 
 def _cost(row: dict[str, Any]) -> list[str]:
-    """CPU a request of the API's process and of the stores' process, the cores the stack kept
-    busy, and the resident memory of the stores' process and of the whole stack."""
+    """CPU a request of the API's process and of the stores' process (and of its search
+    replicas, after a +), the cores the stack kept busy, and the resident memory of the
+    stores' process with its replicas and of the whole stack."""
     cpu = row.get("cpu") or {}
     per = cpu.get("process_cpu_ms_per_request") or {}
     busy = cpu.get("server_cores_busy")
     memory = row.get("memory_mb") or {}
-    stores = ((memory.get("processes") or {}).get(STORES_PROCESS) or {}).get("rss")
+    processes = memory.get("processes") or {}
+    replicas = [name for name in per if name.startswith(REPLICA_PROCESS)]
+    stores = _ms(per.get(STORES_PROCESS))
+    if replicas:
+        stores += " + " + " + ".join(_ms(per.get(name)) for name in replicas)
+    resident = [(processes.get(name) or {}).get("rss") for name in (STORES_PROCESS, *replicas)]
     every = memory.get("all")
     return [
-        f"{_ms(per.get(API_PROCESS))} / {_ms(per.get(STORES_PROCESS))}",
+        f"{_ms(per.get(API_PROCESS))} / {stores}",
         "–" if busy is None else f"{float(busy):.2f}",
-        f"{_gb(stores)} / {_gb(every)}",
+        f"{_gb(sum(resident) if None not in resident else None)} / {_gb(every)}",
     ]
 
 
@@ -259,6 +276,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         chunks = row.get("chunks", corpus.get("chunks"))
         target = corpus.get("target_chunks") or chunks
         size = row.get("size") or (size_label(int(target)) if target else "–")
+        if row.get("search_replicas"):
+            size = f"{size}, {row['search_replicas']} replica(s)"
         channels = row.get("channels") or channel_latencies(row)
         latency = row.get("latency_ms") or {}
         qps = row.get("throughput_qps")

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from bench.cpu import API_PROCESS, STORES_PROCESS
+from bench.cpu import API_PROCESS, REPLICA_PROCESS, STORES_PROCESS
 from infra.runtime.services import free_port, start_nats, start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +46,58 @@ def child_pids(pid: int) -> list[int]:
 
 
 def stack_pids(pid: int) -> dict[str, int]:
-    """The stack's own processes by name: `ragbus`, then `ragbus-child` (and `-2`, ...)."""
+    """The stack's own processes by name: `ragbus`, then `ragbus-child` (and `-2`, ...), then
+    the store owner's search replicas, `ragbus-replica` (and `-2`, ...)."""
     pids = {API_PROCESS: pid}
-    for n, child in enumerate(child_pids(pid), start=1):
+    children = child_pids(pid)
+    for n, child in enumerate(children, start=1):
         pids[STORES_PROCESS if n == 1 else f"{STORES_PROCESS}-{n}"] = child
+    replicas = [p for child in children for p in child_pids(child) if is_replica(p)]
+    for n, replica in enumerate(replicas, start=1):
+        pids[REPLICA_PROCESS if n == 1 else f"{REPLICA_PROCESS}-{n}"] = replica
     return pids
+
+
+def is_replica(pid: int) -> bool:
+    """Whether `pid` is a search replica (`python -m cli search-replica NAME`)."""
+    try:
+        return b"search-replica" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+async def replicas_serving(nats_url: str, count: int, timeout_s: float) -> float:
+    """Wait until `count` search replicas serve from a copy that holds every write (their
+    announcements against the owner's version); the seconds it took. `TimeoutError` past
+    `timeout_s`."""
+    import nats
+
+    from contracts import subjects as sj
+    from contracts.replicas import ReplicaSeen, StoresVersion
+
+    started = time.perf_counter()
+    client = await nats.connect(nats_url)
+    seen: dict[str, StoresVersion | None] = {}
+
+    async def note(msg: Any) -> None:
+        announced = ReplicaSeen.model_validate_json(msg.data)
+        seen[announced.replica] = announced.version
+
+    try:
+        await client.subscribe(sj.SEARCH_REPLICAS, cb=note)
+        while time.perf_counter() - started < timeout_s:
+            try:
+                reply = await client.request(sj.STORES_VERSION, b"", timeout=2.0)
+            except Exception:
+                await asyncio.sleep(0.5)
+                continue
+            version = StoresVersion.model_validate_json(reply.data)
+            if sum(1 for v in seen.values() if v == version) >= count:
+                return time.perf_counter() - started
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+    raise TimeoutError(f"{count} search replica(s) not serving after {timeout_s:g} s")
 
 
 def _tail(log_path: Path) -> str:

@@ -61,6 +61,15 @@ def bench_scale(
             "size's run, and report each one's work in ms a request (bench/scale_profile.py)."
         ),
     ] = False,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=8,
+            help="Search replicas beside the stores' process (RAGBUS_SEARCH_REPLICAS); each "
+            "size is measured once they serve from a current copy.",
+        ),
+    ] = 0,
     verbose: Verbose = False,
 ) -> None:
     """Per-channel search and end-to-end latency as the corpus grows: each size is built once
@@ -103,6 +112,7 @@ def bench_scale(
                 warmup_s=warmup,
                 namespace=namespace,
                 profile=profile,
+                replicas=replicas,
             )
         )
         row["size"] = size_label(target)

@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
     app.command()(orchestrator)
     app.command()(worker)
     app.command()(ping)
+    app.command("search-replica", hidden=True)(search_replica)
 
 
 def _serve(
@@ -117,6 +118,27 @@ def worker(
         typer.secho(f"ragbus: {problem}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2)
     _serve(api=False, orchestrator=False, workers=chosen)
+
+
+def search_replica(
+    name: Annotated[str, typer.Argument(help="The replica's name (r0, r1, ...).")],
+) -> None:
+    """A search replica (started by the process that owns the embedded stores, with
+    RAGBUS_SEARCH_REPLICAS): search commands answered from a copy of the stores."""
+    settings = Settings()
+    server_logging(settings)
+
+    async def run() -> None:
+        from launcher.replicas import run_replica
+
+        stop = asyncio.Event()
+        with SIGNALS.listen(stop.set):
+            try:
+                await run_replica(settings, name, stop)
+            finally:
+                SIGNALS.stopped(0)
+
+    asyncio.run(run())
 
 
 def ping(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 3.0) -> None:

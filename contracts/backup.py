@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.replicas import StoresVersion
 
 STORE_PARTS = ("vectors", "graph", "memory")
 """The embedded stores, each a directory under the data directory, in a backup's `stores/`."""
@@ -19,6 +23,10 @@ class CopyStores(BaseModel):
         max_length=4096,
         description="An absolute path on the store owner's machine, empty or absent.",
     )
+    stores: list[Literal["vectors", "graph", "memory"]] | None = Field(
+        default=None,
+        description="Only these stores (a search replica's copy needs no memory); all by default.",
+    )
 
 
 class StoresCopied(BaseModel):
@@ -28,3 +36,7 @@ class StoresCopied(BaseModel):
         description="Stores on servers, which the operator backs up with the servers' tools.",
     )
     error: str | None = None
+    version: StoresVersion | None = Field(
+        default=None,
+        description="The writes the copied vectors and graph hold (both embedded and copied).",
+    )

@@ -41,6 +41,17 @@ SOURCES_BUCKET: Final = "RAG_SOURCES"
 BACKUP_STORES: Final = "rag.ctl.backup.stores"
 """A request (core NATS, no stream) to the process that owns the embedded stores: copy them,
 at one point, into a directory (`contracts.backup.CopyStores`); `ragbus backup` sends it."""
+STORES_VERSION: Final = "rag.ctl.stores.version"
+"""A request (core NATS) to the process that owns the embedded stores: which writes they hold
+now (`contracts.replicas.StoresVersion`); a search replica asks it to know when its copy is
+behind."""
+SEARCH_REPLICAS: Final = "rag.ctl.search.replicas"
+"""Search replicas say here, every few seconds and after each new copy, which copy they serve
+from (`contracts.replicas.ReplicaSeen`); the store owner hands commands only to one whose copy
+holds every write (`infra.runtime.replica_hub`)."""
+SEARCH_REPLICA_PREFIX: Final = "rag.ctl.search.replica"
+"""`rag.ctl.search.replica.<replica>`: a search command handed to one replica (a request,
+`contracts.replicas.ReplicaTask` -> `ReplicaAnswer`)."""
 DLQ_PREFIX: Final = "rag.dlq"
 INTAKE_PREFIX: Final = "rag.intake"
 """`rag.intake.<tenant>`: a tenant's document batches over the bus, in the service account
@@ -129,3 +140,8 @@ def ingest_events_subject(job_id: str) -> str:
 
 def dlq_subject(original_subject: str) -> str:
     return f"{DLQ_PREFIX}.{original_subject}"
+
+
+def search_replica_subject(replica: str) -> str:
+    """Where one search replica takes the commands its store owner hands it."""
+    return f"{SEARCH_REPLICA_PREFIX}.{_checked(replica)}"

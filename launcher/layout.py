@@ -76,3 +76,12 @@ def embedded_layout_problem(settings: Settings, kinds: Sequence[str]) -> str | N
         "`ragbus worker search fuse tool ingest`, or `ragbus up`), or use the servers "
         "(RAGBUS_QDRANT_URL, RAGBUS_NEO4J_URI)"
     )
+
+
+def replicas_wanted(settings: Settings, kinds: Sequence[str]) -> int:
+    """How many search replicas a process running `kinds` starts (`launcher.replicas`):
+    `RAGBUS_SEARCH_REPLICAS` when it owns the embedded stores (it ingests) and searches them;
+    else none."""
+    embedded = not settings.qdrant_url and not settings.neo4j_uri
+    owns = "ingest" in kinds and "search" in kinds
+    return settings.search_replicas if embedded and owns else 0

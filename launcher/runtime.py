@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from contracts import subjects as sj
-from contracts.backup import CopyStores, StoresCopied
+from contracts.backup import STORE_PARTS, CopyStores, StoresCopied
 from infra.backup.stores import copy_stores
 from infra.documents.readers import check_readers_apart
 from infra.logging import get_logger
@@ -36,9 +36,10 @@ from infra.runtime.tenant_lanes import LanesRouter
 from infra.runtime.topology import declare_topology
 from infra.settings import Settings
 from infra.tenancy import tenants
-from launcher.layout import STORE_OWNERS, WORKER_KINDS
+from launcher.layout import STORE_OWNERS, WORKER_KINDS, replicas_wanted
 
 if TYPE_CHECKING:
+    from launcher.replicas import Replicas
     from orchestrator.service import Orchestrator
 
 log = get_logger(__name__)
@@ -111,6 +112,8 @@ class Runtime:
         """Roles this process runs but does not announce, with why (`_readers_load`)."""
         self.lanes: list[LanesRouter] = []
         """Routers whose subscribers open as tenants' work appears, once the broker runs."""
+        self.replicas: Replicas | None = None
+        """The search replicas this process started, when it owns the stores and has some."""
 
     async def start(self) -> None:
         owners = STORE_OWNERS.intersection([*self.workers, *self.child_workers])
@@ -155,6 +158,12 @@ class Runtime:
         await self.broker.start()
         if INGEST in self.workers:  # this process owns the embedded stores: it copies them
             await self.broker.connection.subscribe(sj.BACKUP_STORES, cb=self._copy_stores)
+        replicas = replicas_wanted(self.settings, self.workers)
+        if replicas:
+            from launcher.replicas import Replicas
+
+            self.replicas = Replicas(self.settings, replicas)
+            await self.replicas.start(self.resources, self.broker.connection)
         for lanes in self.lanes:
             await lanes.open(js)
         if self.orchestrator is not None:
@@ -180,7 +189,9 @@ class Runtime:
         assert self.resources is not None
         try:
             request = CopyStores.model_validate_json(msg.data)
-            answer = await copy_stores(self.resources, Path(request.directory))
+            answer = await copy_stores(
+                self.resources, Path(request.directory), request.stores or STORE_PARTS
+            )
         except ValidationError as exc:
             answer = StoresCopied(error=f"a malformed request ({exc.error_count()} errors)")
         except Exception as exc:
@@ -229,6 +240,8 @@ class Runtime:
             await _bounded("readiness", self.beacon.stop())
         if self.orchestrator is not None:
             await _bounded("orchestrator", self.orchestrator.stop_timer())
+        if self.replicas is not None and self.resources is not None:
+            await _bounded("search replicas", self.replicas.stop(self.resources))
         for lanes in self.lanes:
             await _bounded("lanes", lanes.close())
         if self.broker is not None:

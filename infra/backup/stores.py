@@ -8,9 +8,11 @@ the operator to back up with the servers' own tools.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from pathlib import Path
 
-from contracts.backup import StoresCopied
+from contracts.backup import STORE_PARTS, StoresCopied
+from contracts.replicas import StoresVersion
 from infra.retrieval.graph.embedded import EmbeddedGraphStore
 from infra.runtime.resources import Resources
 from infra.settings import Settings
@@ -30,10 +32,14 @@ def external_stores(settings: Settings) -> list[str]:
     return named
 
 
-async def copy_stores(resources: Resources, destination: Path) -> StoresCopied:
-    """What the store owner does for `ragbus backup`: each embedded store it owns copied
-    into `destination/<store>` at one point (writes to that store wait meanwhile; searches
-    go on)."""
+async def copy_stores(
+    resources: Resources, destination: Path, stores: Collection[str] = STORE_PARTS
+) -> StoresCopied:
+    """What the store owner does for `ragbus backup` (and for a search replica, which asks for
+    the vectors and the graph): each embedded store it owns, of `stores`, copied into
+    `destination/<store>` at one point (writes to that store wait meanwhile; searches go on).
+    When both the vectors and the graph are embedded and copied, the answer says which writes
+    the copies hold (`StoresCopied.version`)."""
     settings = resources.settings
     if not made_empty(destination):
         return StoresCopied(
@@ -42,15 +48,28 @@ async def copy_stores(resources: Resources, destination: Path) -> StoresCopied:
         )
     copied: list[str] = []
     vectors = await resources.vectors()
-    if await asyncio.to_thread(vectors.copy_to, destination / "vectors"):
+    if "vectors" in stores and await asyncio.to_thread(vectors.copy_to, destination / "vectors"):
         copied.append("vectors")
     graph = await resources.graph()
-    if isinstance(graph, EmbeddedGraphStore) and await graph.copy_to(destination / "graph"):
+    if (
+        "graph" in stores
+        and isinstance(graph, EmbeddedGraphStore)
+        and await graph.copy_to(destination / "graph")
+    ):
         copied.append("graph")
-    memory = await resources.memory_vectors()
-    if await asyncio.to_thread(memory.store.copy_to, destination / "memory"):
-        copied.append("memory")
-    return StoresCopied(copied=copied, external=external_stores(settings))
+    if "memory" in stores:
+        memory = await resources.memory_vectors()
+        if await asyncio.to_thread(memory.store.copy_to, destination / "memory"):
+            copied.append("memory")
+    version = None
+    if {"vectors", "graph"} <= set(copied):
+        assert isinstance(graph, EmbeddedGraphStore)
+        version = StoresVersion(
+            owner=resources.stores_token,
+            vectors=vectors.copied_writes or 0,
+            graph=graph.copied_changes or 0,
+        )
+    return StoresCopied(copied=copied, external=external_stores(settings), version=version)
 
 
 def made_empty(destination: Path) -> bool:

@@ -47,6 +47,24 @@ class RetrievalSettings(BaseModel):
         "then. Needs RAGBUS_SEARCH_BATCH and RAGBUS_FUSE_WITH_SEARCH (false: a classify step "
         "for every question, for deployments that run the classifier in other processes).",
     )
+    search_replicas: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="Search replicas the process that owns the embedded stores starts beside "
+        "itself: each serves search commands from a copy of the vectors and the graph, in its "
+        "own process and GIL, while its copy holds every write; the owner answers the rest "
+        "(docs/bus.md, The store-owning process's reads). Each costs the stores' size again in "
+        "memory and on disk.",
+    )
+    search_replica_settle_s: float = Field(
+        5.0,
+        ge=0.0,
+        le=3600.0,
+        description="How long the stores must go unwritten before a replica whose copy is "
+        "behind fetches a new one: during an ingest the owner answers alone, rather than "
+        "copying the stores again for every batch.",
+    )
     submit_in_process: bool = Field(
         True,
         description="Where the API runs in the orchestrator's process (`ragbus up`), it hands "

@@ -9,6 +9,7 @@ shares one encoder, one Qdrant client and one graph store between every worker i
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from infra.retrieval.sparse import SparseModel
     from infra.retrieval.vectors import VectorStore
     from infra.runtime.background import BackgroundWork
+    from infra.runtime.replica_hub import ReplicaHub
 
 
 BACKGROUND_RUNTIMES = frozenset({"onnx", "torch"})
@@ -65,6 +67,12 @@ class Resources:
         self._lock = asyncio.Lock()
         self._warm_ups: list[Callable[[], Awaitable[object]]] = []
         self._closes: list[Callable[[], Awaitable[object]]] = []
+        self.stores_token = uuid.uuid4().hex
+        """Names this process's opening of the embedded stores in their version
+        (`contracts.replicas.StoresVersion`): a copy made by an earlier owner never passes
+        for one of this one's."""
+        self.search_replicas: ReplicaHub | None = None
+        """The store owner's search replicas, once they are started (`launcher.replicas`)."""
 
     def on_warm_up(self, *loads: Callable[[], Awaitable[object]]) -> None:
         """What a worker needs loaded before it takes its first message (`warm_up`)."""
@@ -226,6 +234,15 @@ class Resources:
                 if isinstance(self._graph, EmbeddedGraphStore) and self.settings.background_process:
                     self._graph.run_cpu = self.graph_background().call
             return self._graph
+
+    def use_stores(
+        self, vectors: VectorStore, graph: GraphStore
+    ) -> tuple[VectorStore | None, GraphStore | None]:
+        """Serve from these stores from now on (a search replica's copy); the ones they
+        replace, for the caller to close once nothing reads them."""
+        previous = (self._vectors, self._graph)
+        self._vectors, self._graph = vectors, graph
+        return previous
 
     def llm(self) -> LLMClient | None:
         """The shared OpenAI-compatible client when `llm_base_url` is set, else None."""

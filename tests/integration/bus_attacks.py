@@ -132,6 +132,9 @@ async def run(p: Parties) -> list[Attack]:
             "$KV.{m}.key",
             "$O.{m}.C.x",
             "rag.ctl.backup.stores",
+            # a forged announcement would steer the store owner's searches to a replica
+            "rag.ctl.search.replicas",
+            "rag.ctl.search.replica.r0",
         ):
             m = _marker()
             await attacker.publish(subject.format(m=m), json.dumps({"marker": m}).encode())
@@ -175,6 +178,9 @@ async def run(p: Parties) -> list[Attack]:
                 ("$JS.API.CONSUMER.CREATE.RAG_EVENTS", b'{"stream_name": "RAG_EVENTS"}'),
                 # the store owner's control request: a copy of every store, where it is told
                 ("rag.ctl.backup.stores", b'{"directory": "/tmp/{m}"}'),
+                # the stores' version, and a search command handed to a replica
+                ("rag.ctl.stores.version", b""),
+                ("rag.ctl.search.replica.r0", b'{"version": "{m}"}'),
                 ("$SYS.REQ.CLAIMS.LIST", b""),
                 ("$SYS.REQ.SERVER.PING", b""),
                 ("$SYS.REQ.ACCOUNT.PING.CONNZ", b""),

@@ -372,3 +372,30 @@ async def test_per_norm_keeps_each_norms_strongest_entities(tmp_path: Path) -> N
     assert len({(h.query, h.community) for h in kept}) == len(kept)  # one a community
     assert {(h.query, h.community): strength(h, totals[h.namespace]) for h in kept} == best
     await graph.aclose()
+
+
+async def test_changes_count_writes_and_new_communities_and_a_copy_holds_them(
+    tmp_path: Path,
+) -> None:
+    """A search replica's fence: what a search can see change (a document written or deleted,
+    communities detected again) is counted, and a copy records the count at its point."""
+    graph = await open_graph_store(Settings(data_dir=tmp_path))
+    assert isinstance(graph, EmbeddedGraphStore)
+    try:
+        assert graph.changes == 0
+        for doc_id, text in list(DOCS.items())[:3]:
+            await _put(graph, "ns", doc_id, text)
+        assert graph.changes == 3
+        await graph.local_search(["ns"], ["vitamin d"], 5)
+        assert graph.changes == 3, "a search is no change"
+        await graph.recompute_communities(_fake_embed)
+        assert graph.changes == 4
+        assert await graph.copy_to(tmp_path / "copy")
+        assert graph.copied_changes == 4
+        await graph.delete_document("ns", next(iter(DOCS)))
+        assert graph.changes == 5 and graph.copied_changes == 4
+    finally:
+        await graph.aclose()
+    copy = EmbeddedGraphStore(tmp_path / "copy")
+    copy.load()
+    assert len(copy._documents) == 3

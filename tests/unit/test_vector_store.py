@@ -292,3 +292,31 @@ def test_an_edge_shard_has_one_opener(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="WAL"):
         EdgeShard.load(str(shard_dir))
     store.close()
+
+
+def test_writes_are_counted_and_a_copy_says_which_it_holds(tmp_path: Path) -> None:
+    """A search replica's fence (`contracts.replicas.StoresVersion`): every write is counted
+    under the write lock, and a copy records the count at its point; reads count nothing."""
+    store = open_vector_store(Settings(data_dir=tmp_path, qdrant_url=""), DIM)
+    try:
+        assert store.writes == 0 and store.copied_writes is None
+        _index(store, STATINS)
+        assert store.writes == 1
+        store.announce("default", "statins", {"team": "bone"})
+        assert store.writes == 2
+        store.search_dense(["default"], _vectors(["Statins"])[0], 3)
+        store.hydrate(store.search_sparse(["default"], *SPARSE.encode_query("statins"), 3))
+        assert store.writes == 2, "a read is no write"
+        assert store.copy_to(tmp_path / "copy" / "vectors")
+        assert store.copied_writes == 2
+        store.delete_document("default", "statins")
+        assert store.writes == 3 and store.copied_writes == 2
+        store.drop_namespace("default")
+        assert store.writes == 4
+    finally:
+        store.close()
+    copy = open_vector_store(Settings(data_dir=tmp_path / "copy", qdrant_url=""), DIM)
+    try:
+        assert copy.document_hash("default", "statins") == STATINS.content_hash()
+    finally:
+        copy.close()

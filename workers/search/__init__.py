@@ -26,17 +26,21 @@ engines and says what they did: phase events, claimed rankings, the result.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from faststream.nats import NatsRouter
+from pydantic import ValidationError
 
+from contracts import subjects as sj
 from contracts.commands import SKIPPED_BY_WEIGHT, FuseSpec, SearchCommand, weighed
 from contracts.enums import CHANNEL_PHASE, Channel, Intent, Phase, PhaseStatus, Step, StepStatus
 from contracts.envelope import utcnow
 from contracts.events import PhaseData, PhaseEvent
 from contracts.models import ErrorInfo, RetrievedChunk
+from contracts.replicas import ReplicaAnswer, ReplicaTask
 from contracts.results import CHANNEL_TIMED_OUT, ChannelOutcome, Classified, Fused, SearchResult
 from engines.classify.classifier import Classification, IntentClassifier, described
 from engines.classify.model_meta import model_dir
@@ -46,9 +50,10 @@ from engines.search.channels import scope_of
 from engines.search.refine import refine
 from infra.errors import PoisonMessage, describe_error, is_transient
 from infra.logging import get_logger
-from infra.runtime.phase_events import phase, send_while_live
+from infra.runtime.phase_events import holding_phase_events, phase, send_while_live
+from infra.runtime.replica_hub import REPLICA_CONCURRENCY, ServedCopy
 from infra.runtime.resources import Resources
-from infra.runtime.step_context import RequestNotLive
+from infra.runtime.step_context import RequestNotLive, current_deliveries, message_context
 from infra.runtime.topology import step_consumer, subscriber_kwargs
 from infra.runtime.worker_runtime import (
     SHOWN_QUERY_CHARS,
@@ -133,9 +138,15 @@ def _as_classified(found: Classification | None) -> Classified | None:
     )
 
 
-def create_router(resources: Resources) -> NatsRouter:
+Answer = Callable[[SearchCommand, Channel], Awaitable[None]]
+"""A search command answered on one channel's subject: searched, fused, its result published."""
+
+
+def _answerer(resources: Resources, router: NatsRouter) -> Answer:
+    """The search worker's work on one command, its results published through `router`: the
+    same whether the command came from its JetStream consumer or from the store owner to a
+    replica (`create_replica_router`)."""
     settings, bus = resources.settings, resources.bus
-    router = step_router(resources)
     claims = resources.claims()
     # the reranker too (when one is set): this worker fuses what it searched, as a rule
     resources.on_warm_up(
@@ -267,51 +278,78 @@ def create_router(resources: Resources) -> NatsRouter:
             log.exception("fusion_with_search_failed")
             return None
 
-    def register(channel: Channel) -> None:
-        publisher = ResultPublisher(router, Step.SEARCH, SearchResult, channel)
+    publishers = {
+        channel: ResultPublisher(router, Step.SEARCH, SearchResult, channel)
+        for channel in CHANNEL_FUNCTIONS
+    }
 
+    async def answer(cmd: SearchCommand, channel: Channel) -> None:
+        cmd = await claims.with_vector(cmd)
+        classified: Classification | None = None
+        wanted = cmd.channels
+        if cmd.classify is not None:
+            classified, wanted = await classify_first(cmd)
+            cmd = _classified_search(cmd, classified)
+        if wanted == [channel] and classified is None:
+            # one channel: its failure takes the error policy's way (retry, report)
+            searched = [await search_one(cmd, channel)]
+        else:  # a classifying search reports a failed channel beside its classification
+            searched = await search_all(cmd, wanted) if wanted else []
+        if searched and settings.fusion == "convex":
+            await refine_text_channels(cmd, searched)
+        fuse = cmd.fuse if searched else None
+        fused = await fuse_searched(cmd, fuse, searched) if fuse else None
+        if fused is None and searched:
+            await claim(cmd, searched)
+        by_channel = {s.channel: s for s in searched}
+        own = by_channel.pop(channel, None) or Searched(channel)  # unsearched: not awaited
+        inline = fused is None
+        vector = own.query_vector or (classified.query_vector if classified else None)
+        result = SearchResult(
+            **cmd.correlation(),
+            **own.answer(inline=inline),
+            command_id=cmd.event_id,
+            event_id=result_event_id(cmd),
+            channel=channel,
+            query_vector=await claims.put_vector(cmd.request_id, cmd.query, vector),
+            also=[
+                ChannelOutcome(channel=s.channel, **s.answer(inline=inline))
+                for s in by_channel.values()
+            ],
+            fused=fused,
+            classified=_as_classified(classified),
+        )
+        await publishers[channel].publish(result)
+
+    return answer
+
+
+def _checked(cmd: SearchCommand, channel: Channel) -> None:
+    """`PoisonMessage` for a command this worker cannot answer as sent."""
+    if cmd.channel is not channel:
+        raise PoisonMessage(f"a {cmd.channel} command on the {channel} subject")
+    unknown = [c for c in cmd.also if c not in CHANNEL_FUNCTIONS]
+    if unknown:
+        raise PoisonMessage(f"the search worker has no {unknown[0]} channel")
+
+
+def create_router(resources: Resources) -> NatsRouter:
+    """One durable consumer per document channel. In the process that owns the embedded stores
+    with search replicas beside it (`Resources.search_replicas`), a command goes to a replica
+    whose copy holds every write (`infra.runtime.replica_hub`), else it is answered here."""
+    settings = resources.settings
+    router = step_router(resources)
+    answer = _answerer(resources, router)
+
+    def register(channel: Channel) -> None:
         async def handle(cmd: SearchCommand) -> None:
-            if cmd.channel is not channel:
-                raise PoisonMessage(f"a {cmd.channel} command on the {channel} subject")
-            unknown = [c for c in cmd.also if c not in CHANNEL_FUNCTIONS]
-            if unknown:
-                raise PoisonMessage(f"the search worker has no {unknown[0]} channel")
-            cmd = await claims.with_vector(cmd)
-            classified: Classification | None = None
-            wanted = cmd.channels
-            if cmd.classify is not None:
-                classified, wanted = await classify_first(cmd)
-                cmd = _classified_search(cmd, classified)
-            if wanted == [channel] and classified is None:
-                # one channel: its failure takes the error policy's way (retry, report)
-                searched = [await search_one(cmd, channel)]
-            else:  # a classifying search reports a failed channel beside its classification
-                searched = await search_all(cmd, wanted) if wanted else []
-            if searched and settings.fusion == "convex":
-                await refine_text_channels(cmd, searched)
-            fuse = cmd.fuse if searched else None
-            fused = await fuse_searched(cmd, fuse, searched) if fuse else None
-            if fused is None and searched:
-                await claim(cmd, searched)
-            by_channel = {s.channel: s for s in searched}
-            own = by_channel.pop(channel, None) or Searched(channel)  # unsearched: not awaited
-            inline = fused is None
-            vector = own.query_vector or (classified.query_vector if classified else None)
-            result = SearchResult(
-                **cmd.correlation(),
-                **own.answer(inline=inline),
-                command_id=cmd.event_id,
-                event_id=result_event_id(cmd),
-                channel=channel,
-                query_vector=await claims.put_vector(cmd.request_id, cmd.query, vector),
-                also=[
-                    ChannelOutcome(channel=s.channel, **s.answer(inline=inline))
-                    for s in by_channel.values()
-                ],
-                fused=fused,
-                classified=_as_classified(classified),
-            )
-            await publisher.publish(result)
+            _checked(cmd, channel)
+            replicas = resources.search_replicas
+            if replicas is None:
+                await answer(cmd, channel)
+            elif not await replicas.hand_off(cmd, channel, current_deliveries()):
+                with replicas.answering_here():
+                    await answer(cmd, channel)
 
         handle.__name__ = f"search_{channel.value}"
         router.subscriber(
@@ -321,4 +359,54 @@ def create_router(resources: Resources) -> NatsRouter:
 
     for channel in CHANNEL_FUNCTIONS:  # the memory channel is the memory worker's
         register(channel)
+    return router
+
+
+def create_replica_router(resources: Resources, replica: str, served: ServedCopy) -> NatsRouter:
+    """A search replica's one subscriber (core NATS, no stream): the commands its store owner
+    hands it, each answered as the search worker answers it, from the copy `served` names,
+    when that copy holds the writes the command needs (else `stale`: the owner answers it).
+    Its phase events and result go out as the worker's own; a failure is told to the owner,
+    which answers the command itself, so the error policy stays the owner's."""
+    router = NatsRouter()
+    answer = _answerer(resources, router)
+
+    @router.subscriber(
+        sj.search_replica_subject(replica),
+        max_workers=REPLICA_CONCURRENCY,
+        title=f"search replica {replica}",
+        include_in_schema=False,
+    )
+    async def take(body: Any) -> bytes:
+        # the body as FastStream decodes it (JSON: a dict), validated here, so a malformed
+        # task is answered `failed` (the owner answers the command) rather than never
+        return (await take_task(body)).model_dump_json().encode()
+
+    async def take_task(body: Any) -> ReplicaAnswer:
+        try:
+            if isinstance(body, bytes | str):
+                task = ReplicaTask.model_validate_json(body)
+            else:
+                task = ReplicaTask.model_validate(body)
+        except ValidationError as exc:
+            return ReplicaAnswer(status="failed", error=f"a malformed task: {exc.error_count()}")
+        if not served.holds(task.version):
+            return ReplicaAnswer(status="stale")
+        with (
+            served.answering(),
+            message_context(resources.is_live, task.deliveries),
+            holding_phase_events(resources.bus) as held,
+        ):
+            try:
+                _checked(task.command, task.channel)
+                await answer(task.command, task.channel)
+                await held.flush()
+            except RequestNotLive:
+                held.drop()  # nothing waits: the owner acknowledges the command
+            except Exception as exc:
+                held.drop()  # the owner answers the command itself, with its own events
+                log.exception("replica_search_failed", request_id=task.command.request_id)
+                return ReplicaAnswer(status="failed", error=describe_error(exc)[:2000])
+        return ReplicaAnswer(status="done")
+
     return router

@@ -302,6 +302,7 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
                     if key in self._entities:  # unless deleted while summarising
                         self._entities[key].community = community.key
             self.forget_matches()  # they name each entity's community
+            self.changes += 1
             self._dirty = self._writes != writes
             await self._compact(force=True)
         log.info("communities_recomputed", communities=len(found))
@@ -320,6 +321,7 @@ class EmbeddedGraphStore(EmbeddedGraphIndex):
             if self._snapshotting is not None:
                 await self._snapshotting
             await asyncio.to_thread(self._copy_files, destination)
+            self.copied_changes = self.changes
         return True
 
     def _copy_files(self, destination: Path) -> None:

@@ -98,6 +98,11 @@ class EmbeddedGraphIndex:
         """Whether a write came since the communities were detected."""
         self._writes = 0
         """Writes applied so far: a recompute that saw writes land meanwhile stays dirty."""
+        self.changes = 0
+        """Changes a search can see (writes, and new communities) since the graph was loaded:
+        what a search replica's copy is fenced by (`contracts.replicas.StoresVersion`)."""
+        self.copied_changes: int | None = None
+        """`changes` at the point the last copy of the graph copied."""
 
     # ---------------------------------------------------------------- writes
 
@@ -110,6 +115,7 @@ class EmbeddedGraphIndex:
         self.forget_matches()
         self._dirty = True
         self._writes += 1
+        self.changes += 1
 
     def forget_matches(self) -> None:
         """Drop the matches kept (`_matched`): a write changes what a norm meets and how

@@ -15,9 +15,10 @@ millisecond (searches against an in-process shard).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,6 +76,18 @@ class VectorStore(ABC):
         self.dim = dim
         self.sparse_idf = sparse_idf
         self._write_lock = threading.Lock()
+        self.writes = 0
+        """Writes taken since the store was opened (each under the write lock): what a search
+        replica's copy is fenced by (`contracts.replicas.StoresVersion`)."""
+        self.copied_writes: int | None = None
+        """`writes` at the point the last `copy_to` copied."""
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The write lock, and the write counted."""
+        with self._write_lock:
+            self.writes += 1
+            yield
 
     # ---------------------------------------------------------------- writes
 
@@ -109,7 +122,7 @@ class VectorStore(ABC):
             )
         ]
         points.sort(key=lambda point: point.payload["index"] == 0)  # the commit marker last
-        with self._write_lock:
+        with self._writing():
             self._ensure(namespace)
             previous = self._first_payload(namespace, document_id)
             for start in range(0, len(points), UPSERT_BATCH):
@@ -126,13 +139,13 @@ class VectorStore(ABC):
         passages are narrowed by what this store decides (`infra.retrieval.scope`): a version
         sent with narrower readers (`contracts.access`) is never shown through the graph to
         someone its old readers let in, in the moment before its chunks are written here."""
-        with self._write_lock:
+        with self._writing():
             if self._exists(namespace):
                 self._announced(namespace, document_id, metadata)
 
     def write_points(self, namespace: str, points: Sequence[StoredPoint]) -> None:
         """Write prepared points as they are (a migration keeps ids, payloads and vectors)."""
-        with self._write_lock:
+        with self._writing():
             self._ensure(namespace)
             for start in range(0, len(points), UPSERT_BATCH):
                 self._upsert(namespace, points[start : start + UPSERT_BATCH])
@@ -143,7 +156,7 @@ class VectorStore(ABC):
 
     def delete_document(self, namespace: str, document_id: str) -> int:
         """Remove a document's chunks; returns how many there were."""
-        with self._write_lock:
+        with self._writing():
             if not self._exists(namespace):
                 return 0
             self._document_removed(namespace, document_id)
@@ -302,7 +315,7 @@ class VectorStore(ABC):
 
     def drop_namespace(self, namespace: str) -> bool:
         """Delete a namespace's collection and everything in it; False when it had none."""
-        with self._write_lock:
+        with self._writing():
             if not self._exists(namespace):
                 return False
             self._drop(namespace)

@@ -420,6 +420,7 @@ class EdgeVectorStore(VectorStore):
             for shard in self._shards.values():
                 shard.flush()
             copy_tree(self._dir, destination)
+            self.copied_writes = self.writes
         return True
 
     def ping(self) -> bool:
