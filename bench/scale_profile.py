@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from bench.cpu import API_PROCESS, STORES_PROCESS
+from bench.cpu import API_PROCESS, REPLICA_PROCESS, STORES_PROCESS
 from bench.ledger import ledger, record, samples
 
 RATE_HZ = 50
@@ -40,6 +40,8 @@ STORE_WORK: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fusion and feedback (their own code)", ("fuse_rankings",)),
     ("classification", ("classify_first",)),
     ("phase events", ("phase",)),
+    ("handing commands to a search replica", ("hand_off",)),
+    ("a replica taking a command", ("take_task",)),
 )
 EDGE_OTHER = "Edge: other calls"
 MESSAGING = "messaging, contracts and the consume path"
@@ -81,24 +83,27 @@ def gil_ledger(lines: Iterable[str], seconds: float, requests: int) -> dict[str,
 
 
 def start(pids: dict[str, int], *, warmup_s: float, duration_s: float) -> asyncio.Task[Any]:
-    """Sample the stores' process (`--gil`) and the API's process side by side through the
-    measured part of a run (after its warm-up, a second short of each end)."""
+    """Sample the stores' process (`--gil`), its first search replica where it has one (also
+    `--gil`) and the API's process side by side through the measured part of a run (after
+    its warm-up, a second short of each end)."""
     seconds = max(duration_s - 2, 1)
+    delay_s = warmup_s + 1
 
-    async def both() -> dict[str, Any]:
-        stores, api = await asyncio.gather(
-            record(
-                pids[STORES_PROCESS],
-                delay_s=warmup_s + 1,
-                seconds=seconds,
-                rate=RATE_HZ,
-                gil=True,
-            ),
-            record(pids[API_PROCESS], delay_s=warmup_s + 1, seconds=seconds, rate=RATE_HZ),
+    async def each() -> dict[str, Any]:
+        gil = [pids[STORES_PROCESS], *([pids[REPLICA_PROCESS]] if REPLICA_PROCESS in pids else [])]
+        recorded = await asyncio.gather(
+            record(pids[API_PROCESS], delay_s=delay_s, seconds=seconds, rate=RATE_HZ),
+            *(record(pid, delay_s=delay_s, seconds=seconds, rate=RATE_HZ, gil=True) for pid in gil),
         )
-        return {"seconds": round(seconds), "stores": stores, "api": api}
+        api, stores, *replica = recorded
+        return {
+            "seconds": round(seconds),
+            "stores": stores,
+            "api": api,
+            **({"replica": replica[0]} if replica else {}),
+        }
 
-    return asyncio.create_task(both())
+    return asyncio.create_task(each())
 
 
 def summarise(recorded: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
@@ -111,5 +116,10 @@ def summarise(recorded: dict[str, Any], report: dict[str, Any]) -> dict[str, Any
         "rate_hz": RATE_HZ,
         "seconds": seconds,
         "stores_gil": gil_ledger(recorded["stores"], seconds, requests),
+        **(
+            {"replica_gil": gil_ledger(recorded["replica"], seconds, requests)}
+            if "replica" in recorded
+            else {}
+        ),
         "api_cpu": ledger(recorded["api"], per_process.get(API_PROCESS)),
     }

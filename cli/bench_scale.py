@@ -133,13 +133,16 @@ def bench_scale(
 
 
 def _print_profile(row: dict[str, Any]) -> None:
-    stores = row["profile"]["stores_gil"]
-    console.print(
-        f"{row['size']}: the stores' process held its GIL {stores['gil_busy']:.0%} of the time, "
-        f"{stores['gil_ms_per_request']:.1f} ms a request:"
-    )
-    for work in stores["by_work"]:
-        console.print(f"  {work['gil_ms_per_request']:6.2f} ms  {work['name']}")
+    for key, who in (("stores_gil", "the stores' process"), ("replica_gil", "its replica")):
+        held = row["profile"].get(key)
+        if held is None:
+            continue
+        console.print(
+            f"{row['size']}: {who} held its GIL {held['gil_busy']:.0%} of the time, "
+            f"{held['gil_ms_per_request']:.1f} ms a request:"
+        )
+        for work in held["by_work"]:
+            console.print(f"  {work['gil_ms_per_request']:6.2f} ms  {work['name']}")
 
 
 def _report(rows: list[dict[str, Any]], skipped: list[dict[str, str]]) -> dict[str, Any]:
