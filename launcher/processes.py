@@ -64,6 +64,8 @@ class WorkerChild:
         self.process: asyncio.subprocess.Process | None = None
         self.failed: str | None = None
         self._stopping = False
+        self._signalled: int | None = None
+        """The PID `terminate` sent its SIGTERM to (`stop` sends none again)."""
 
     def _env(self) -> dict[str, str]:
         return {
@@ -128,14 +130,16 @@ class WorkerChild:
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
+            self._signalled = process.pid
 
     async def stop(self) -> None:
         self._stopping = True
         process = self.process
         if process is None or process.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
+        if self._signalled != process.pid:  # a second SIGTERM would stop it at once, uncleanly
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
         try:
             await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
         except TimeoutError:

@@ -100,10 +100,9 @@ class Replicas:
 
     async def stop(self, resources: Resources) -> None:
         resources.search_replicas = None
-        for child in self.children:
-            child.terminate()
-        for child in self.children:
-            await child.stop()
+        # one SIGTERM each (`WorkerChild.stop`): a second would stop a replica at once,
+        # before it deletes its copies
+        await asyncio.gather(*(child.stop() for child in self.children))
         for task in self._supervisors:
             task.cancel()
         if self.hub is not None:
@@ -162,6 +161,9 @@ class Replica:
         self.nc = nc
         self.served = ServedCopy()
         self.note = ""
+        self.taking = False
+        """Whether its subscriber takes commands yet: until then it announces no copy, so
+        the owner hands it nothing it could not answer."""
         self.root = copies_dir(settings, name)
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -235,7 +237,7 @@ class Replica:
     async def announce(self) -> None:
         seen = ReplicaSeen(
             replica=self.name,
-            version=self.served.version,
+            version=self.served.version if self.taking else None,
             running=self.served.busy,
             note=self.note[:500],
         )
@@ -304,6 +306,8 @@ async def run_replica(settings: Settings, name: str, stop: asyncio.Event) -> Non
             return
         await resources.warm_up()
         await broker.start()
+        replica.taking = True
+        await replica.announce()
         log.info("search_replica_started", replica=name, version=replica.served.version)
         await asyncio.gather(replica.keep_current(stop), replica.keep_announcing(stop))
     finally:

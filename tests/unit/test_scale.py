@@ -434,6 +434,47 @@ def test_table_has_a_line_per_size() -> None:
     assert [size_label(n) for n in (9_299, 10_000, 300_000)] == ["9.3k", "10k", "300k"]
 
 
+def test_a_row_with_a_search_replica_shows_the_owner_and_the_replica() -> None:
+    report = {
+        "size": "300k",
+        "search_replicas": 1,
+        "latency_ms": {"p50": 200.0, "p95": 300.0},
+        "throughput_qps": 35.0,
+        "cpu": {
+            "process_cpu_ms_per_request": {
+                "ragbus": 15.0,
+                "ragbus-child": 16.8,
+                "ragbus-replica": 13.2,
+            },
+            "server_cores_busy": 1.8,
+        },
+        "memory_mb": {
+            "processes": {
+                "ragbus-child": {"rss": 5120.0, "peak": 5120.0},
+                "ragbus-replica": {"rss": 5120.0, "peak": 5120.0},
+            },
+            "all": 11264,
+        },
+    }
+    line = table([report]).splitlines()[2]
+    assert line.startswith("| 300k, 1 replica(s) |")
+    assert line.endswith("| 35.00 | 15.0 / 16.8 + 13.2 | 1.80 | 10.0 / 11.0 |")
+
+
+def test_the_stack_names_its_search_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.stack as stack
+
+    tree = {1: [2, 3], 2: [4, 5], 3: []}
+    monkeypatch.setattr(stack, "child_pids", lambda pid: tree.get(pid, []))
+    monkeypatch.setattr(stack, "is_replica", lambda pid: pid == 5)
+    assert stack.stack_pids(1) == {
+        "ragbus": 1,
+        "ragbus-child": 2,
+        "ragbus-child-2": 3,
+        "ragbus-replica": 5,
+    }
+
+
 def test_ratios_are_against_the_first_size_of_the_run() -> None:
     def row(size: str, qps: float, p95: float, child: float | None) -> dict[str, object]:
         per = {"ragbus-child": child} if child is not None else {}
