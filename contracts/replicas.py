@@ -36,6 +36,7 @@ class ReplicaSeen(BaseModel):
     replica: str = Field(pattern=REPLICA_ID_PATTERN)
     version: StoresVersion | None = None
     running: int = Field(default=0, ge=0, description="Commands it is answering now.")
+    answered: int = Field(default=0, ge=0, description="Commands it has answered since it began.")
     note: str = Field(default="", max_length=500, description="Why it has no copy, if so.")
 
 

@@ -239,6 +239,7 @@ class Replica:
             replica=self.name,
             version=self.served.version if self.taking else None,
             running=self.served.busy,
+            answered=self.served.answered,
             note=self.note[:500],
         )
         with contextlib.suppress(Exception):

@@ -191,6 +191,8 @@ class ServedCopy:
     version: StoresVersion | None = None
     generation: int = 0
     running: Tally[int] = field(default_factory=Tally)
+    answered: int = 0
+    """Commands answered (`done`) since the process began."""
     _ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def holds(self, wanted: StoresVersion) -> bool:

@@ -24,11 +24,14 @@ import pytest
 import redis.asyncio as aioredis
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from contracts import subjects as sj
 from contracts.events import caller_events
+from contracts.replicas import ReplicaSeen, StoresVersion
 from infra.runtime.redis_client import started_redis_url
 from infra.runtime.services import free_port
 from infra.tenancy.accounts import connect_with_creds
 from tests.integration import bus_attacks
+from tests.integration.polling import until
 from tests.up_process import ragbus_cli, ragbus_up, tenants_env
 
 pytestmark = pytest.mark.integration
@@ -95,6 +98,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantStack]:
         LOG_LEVEL="INFO",
         MCP_SERVERS=json.dumps(MCP_SERVERS),
         SOURCE_ROOTS=str(root / "sources"),
+        # a search replica beside the store owner: every question here may be answered from
+        # its copy, through the service account's credentials (`test_a_search_replica_...`)
+        SEARCH_REPLICAS="1",
+        SEARCH_REPLICA_SETTLE_S="0.5",
     )
     log = root / "up.log"
     url = f"http://127.0.0.1:{api_port}"
@@ -614,6 +621,47 @@ async def test_no_tenant_reaches_another_or_ragbus_on_the_bus(
     async with httpx.AsyncClient(base_url=stack.url, headers=acme.headers) as http:
         view = await http.get(f"/v1/queries/{acme_secret['request_id']}")
         assert view.json()["status"] == "completed"
+
+
+async def test_a_search_replica_answers_a_tenants_question_and_only_with_its_documents(
+    stack: TenantStack, acme: Tenant, beta: Tenant, acme_secret: dict[str, Any]
+) -> None:
+    """The stack runs a search replica (`RAGBUS_SEARCH_REPLICAS=1`), on the service account's
+    credentials: once its copy holds acme's document it answers acme's question with it, and
+    beta's same question, from the same copy, does not see it."""
+    creds = await asyncio.to_thread(Path(stack.service_creds).read_text)
+    nc = await connect_with_creds([stack.nats_url], creds)
+    seen: list[ReplicaSeen] = []
+
+    async def note(msg: Any) -> None:
+        seen.append(ReplicaSeen.model_validate_json(msg.data))
+
+    try:
+        await nc.subscribe(sj.SEARCH_REPLICAS, cb=note)
+
+        async def serving() -> list[ReplicaSeen]:
+            version = StoresVersion.model_validate_json(
+                (await nc.request(sj.STORES_VERSION, b"", timeout=2)).data
+            )
+            return [s for s in seen if s.version == version]
+
+        current = await until(serving, 120, interval=0.5)
+        assert current, f"no replica serves a current copy: {seen[-3:]}"
+        before = current[-1].answered
+        question = "What is the Zephyr project codename?"
+        view = await asyncio.to_thread(ask, stack, acme, question, namespaces=["docs"])
+        assert view["status"] == "completed" and "secret-plan" in cited_documents(view)
+        theirs = await asyncio.to_thread(ask, stack, beta, question, namespaces=["docs"])
+        assert "secret-plan" not in cited_documents(theirs)
+
+        async def answered() -> int:
+            return max((s.answered for s in seen if s.version is not None), default=0)
+
+        assert await until(answered, 10, satisfied=lambda n: n >= before + 2) >= before + 2, (
+            "both searches went to the replica"
+        )
+    finally:
+        await nc.close()
 
 
 async def test_new_creds_for_a_tenant_and_for_one_made_before_accounts(

@@ -407,6 +407,7 @@ def create_replica_router(resources: Resources, replica: str, served: ServedCopy
                 held.drop()  # the owner answers the command itself, with its own events
                 log.exception("replica_search_failed", request_id=task.command.request_id)
                 return ReplicaAnswer(status="failed", error=describe_error(exc)[:2000])
+        served.answered += 1
         return ReplicaAnswer(status="done")
 
     return router
