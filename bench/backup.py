@@ -35,6 +35,7 @@ from bench.load import run_bench
 from bench.stack import spawn, stop_child
 from client import RagbusClient
 from infra.runtime.services import free_port
+from infra.sparse_copy import bytes_on_disk
 
 READY_TIMEOUT_S = 600.0
 BACKING_UP = "backup_running_throughout"
@@ -50,10 +51,6 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _on_disk(root: Path) -> int:
-    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
-
-
 def _backup(work: Path, number: int) -> dict[str, Any]:
     target = work / f"backup-{number}"
     started = time.monotonic()
@@ -66,7 +63,7 @@ def _backup(work: Path, number: int) -> dict[str, Any]:
         "directory": str(target),
         "seconds": round(seconds, 2),
         "bytes": sum(f["bytes"] for f in manifest["files"]),
-        "bytes_on_disk": _on_disk(target),
+        "bytes_on_disk": bytes_on_disk(target),
         "files": len(manifest["files"]),
         "streams": len(manifest["streams"]),
         "by_part": {

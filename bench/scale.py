@@ -24,6 +24,7 @@ from bench.stack import child_pids, replicas_serving, served_stack, stack_pids
 from client import RagbusClient
 from contracts.enums import CHANNEL_PHASE, Channel
 from infra.retrieval.vectors.edge import CONFIG_FILE
+from infra.threads import available_memory
 
 READY_TIMEOUT_S = 900.0
 """A 300k-chunk stack loads a graph snapshot of some hundreds of MB before it is ready."""
@@ -329,14 +330,9 @@ MEMORY_HEADROOM = 0.9
 
 
 def available_mb() -> float | None:
-    """The machine's MemAvailable in MB, from /proc/meminfo (None elsewhere)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """The machine's MemAvailable in MB (None where /proc/meminfo is not)."""
+    available = available_memory()
+    return None if available is None else available / 2**20
 
 
 def memory_needed_mb(rows: Sequence[dict[str, Any]], target_chunks: int) -> float | None:

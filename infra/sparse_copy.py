@@ -7,6 +7,7 @@ the ranges that hold data (`SEEK_DATA`/`SEEK_HOLE`) and leaves the rest a hole a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -45,3 +46,15 @@ def copy_sparse(source: str | os.PathLike[str], target: str | os.PathLike[str]) 
 def copy_tree(source: Path, target: Path) -> None:
     """`shutil.copytree` with `copy_sparse` (the target must not exist)."""
     shutil.copytree(source, target, copy_function=copy_sparse)
+
+
+def bytes_on_disk(*roots: Path) -> int:
+    """Bytes the files under `roots` take on disk (a sparse file counts what it holds, not its
+    length); a file gone meanwhile counts nothing."""
+    total = 0
+    for root in roots:
+        for folder, _dirs, files in os.walk(root):
+            for file in files:
+                with contextlib.suppress(OSError):
+                    total += os.stat(os.path.join(folder, file)).st_blocks * 512
+    return total

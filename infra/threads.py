@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 from infra.settings import Settings
 
@@ -24,6 +25,17 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # no sched_getaffinity on macOS and Windows
         return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """The machine's MemAvailable in bytes, from /proc/meminfo (None where it is not)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def host_processes(settings: Settings) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import time
 from pathlib import Path
@@ -41,6 +40,8 @@ from infra.runtime.done_fence import DoneFence
 from infra.runtime.replica_hub import ReplicaHub, ServedCopy
 from infra.runtime.resources import Resources
 from infra.settings import Settings
+from infra.sparse_copy import bytes_on_disk
+from infra.threads import available_memory
 from launcher.processes import WorkerChild
 
 log = get_logger(__name__)
@@ -113,32 +114,10 @@ def copies_dir(settings: Settings, name: str) -> Path:
     return settings.data_dir.resolve() / "replicas" / name
 
 
-def tree_bytes(*roots: Path) -> int:
-    """Bytes the files under `roots` take on disk (sparse files count what they hold)."""
-    total = 0
-    for root in roots:
-        for folder, _dirs, files in os.walk(root):
-            for file in files:
-                with contextlib.suppress(OSError):
-                    total += os.stat(os.path.join(folder, file)).st_blocks * 512
-    return total
-
-
-def memory_available() -> int | None:
-    """The machine's MemAvailable in bytes (None where /proc/meminfo is not)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def room_for_copy(settings: Settings, into: Path) -> str:
     """Why a copy of the stores does not fit now (memory, disk), or ''."""
-    size = tree_bytes(settings.vectors_path, settings.graph_path)
-    available = memory_available()
+    size = bytes_on_disk(settings.vectors_path, settings.graph_path)
+    available = available_memory()
     if available is not None and size > MEMORY_SHARE * available:
         return (
             f"the stores take {size / 1e9:.1f} GB, past {MEMORY_SHARE:.0%} of the "
@@ -151,7 +130,7 @@ def room_for_copy(settings: Settings, into: Path) -> str:
     return ""
 
 
-class Replica:
+class CopyKeeper:
     """One replica process's copy of the stores, kept current (`run_replica`)."""
 
     def __init__(self, settings: Settings, name: str, resources: Resources, nc: NatsClient):
@@ -276,7 +255,7 @@ class Replica:
         await asyncio.to_thread(shutil.rmtree, self.root, True)
 
 
-async def first_copy(replica: Replica, stop: asyncio.Event) -> bool:
+async def first_copy(replica: CopyKeeper, stop: asyncio.Event) -> bool:
     """Wait for the owner and the first copy; False when stopped first."""
     while not stop.is_set():
         if await replica.owner_version() is not None and await replica.refresh():
@@ -294,12 +273,12 @@ async def run_replica(settings: Settings, name: str, stop: asyncio.Event) -> Non
     broker = create_broker(settings)
     resources = Resources(settings, Bus.from_settings(broker, settings))
     await asyncio.to_thread(shutil.rmtree, copies_dir(settings, name), True)  # an earlier run's
-    replica: Replica | None = None
+    replica: CopyKeeper | None = None
     try:
         await broker.connect()
         nc = broker.connection
         resources.bus.fence = DoneFence(nc.jetstream())
-        replica = Replica(settings, name, resources, nc)
+        replica = CopyKeeper(settings, name, resources, nc)
         from workers.search import create_replica_router  # the search role: this process's
 
         broker.include_router(create_replica_router(resources, name, replica.served))

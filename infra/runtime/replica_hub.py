@@ -117,19 +117,20 @@ class ReplicaHub:
         if msg.reply:
             await msg.respond(self.version().model_dump_json().encode())
 
-    def fresh(self) -> list[Replica]:
-        """The replicas heard from lately whose copy holds every write there is now."""
-        now, version = self._clock(), self.version()
+    def fresh(self, version: StoresVersion | None = None) -> list[Replica]:
+        """The replicas heard from lately whose copy holds every write there is now
+        (`version`: the stores' now, when the caller has it already)."""
+        now, version = self._clock(), version or self.version()
         return [
             r
             for r in self.replicas.values()
             if r.version == version and now - r.seen_at < SEEN_FOR_S
         ]
 
-    def pick(self) -> Replica | None:
+    def pick(self, version: StoresVersion | None = None) -> Replica | None:
         """The fresh replica with the fewest commands in hand, when it has no more than this
         process answers itself (so each side takes its share); else None."""
-        fresh = self.fresh()
+        fresh = self.fresh(version)
         if not fresh:
             return None
         best = min(fresh, key=lambda r: r.running)
@@ -147,12 +148,11 @@ class ReplicaHub:
     async def hand_off(self, cmd: SearchCommand, channel: Channel, deliveries: int = 1) -> bool:
         """Whether a replica answered `cmd` (its result is published); False when this process
         is to answer it itself."""
-        replica = self.pick()
+        version = self.version()
+        replica = self.pick(version)
         if replica is None:
             return False
-        task = ReplicaTask(
-            version=self.version(), channel=channel, command=cmd, deliveries=deliveries
-        )
+        task = ReplicaTask(version=version, channel=channel, command=cmd, deliveries=deliveries)
         replica.running += 1
         try:
             reply = await self._nc.request(
