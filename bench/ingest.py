@@ -12,6 +12,7 @@ chunks per minute over the encoder's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,18 +67,19 @@ def encoder_alone(
     load: Callable[[Settings], Encoding] | None = None,
     clock: Clock = time.perf_counter,
 ) -> dict[str, Any]:
-    """Load the configured encoder (`load_encoder`, or `load`) and time it over the
-    documents' chunks; says which runtime, precision and threads it ran with."""
+    """Load the configured encoder as ingestion's background child does (`load_encoder` for
+    bulk work, or `load`) and time it over the documents' chunks; says which runtime,
+    precision and threads it ran with."""
     from infra.retrieval.encoder import encoder_threads, load_encoder
 
-    encoder = (load or load_encoder)(settings)
+    encoder = (load or functools.partial(load_encoder, bulk=True))(settings)
     chunks = ingest_chunks(documents, settings)
     timed = asyncio.run(time_encoder(encoder, chunks, clock))
     return {
         **timed,
         "runtime": getattr(encoder, "runtime", None),
         "precision": getattr(encoder, "precision", None),
-        "threads": encoder_threads(settings),
+        "threads": getattr(encoder, "threads", None) or encoder_threads(settings),
         "pooled_sentences": bool(getattr(encoder, "pools_spans", False)),
     }
 

@@ -115,7 +115,8 @@ class RetrievalSettings(BaseModel):
         ge=0,
         le=64,
         description="Encoder intra-op threads; 0 = this process's share of the cores "
-        "(cores ÷ RAGBUS_HOST_PROCESSES), at most 4.",
+        "(cores ÷ RAGBUS_HOST_PROCESSES), at most 4, for corpora (ingestion's batches), and "
+        "one for the query path's ONNX encoder (a question is too short to split).",
     )
     blas_threads: int = Field(
         1,

@@ -215,9 +215,23 @@ ENCODER_MAX_THREADS = 4
 
 
 def encoder_threads(settings: Settings) -> int:
-    """Intra-op threads: the setting, or this process's share of the cores
+    """Intra-op threads for corpora: the setting, or this process's share of the cores
     (`infra.threads.thread_share`: cores ÷ RAGBUS_HOST_PROCESSES), at most 4."""
     return settings.encoder_threads or min(ENCODER_MAX_THREADS, thread_share(settings))
+
+
+QUERY_ENCODER_THREADS = 1
+"""ONNX Runtime's intra-op threads on the query path, unless RAGBUS_ENCODER_THREADS says: a
+question is a few dozen tokens, too few to split between threads, and the pool's hand-offs
+cost more than they save. On 12.5k NFCorpus chunks under `ragbus up` on 2 cores (c = 8, two
+alternated pairs, docs/benchmarks.md): one thread did 44.2 and 45.1 q/s against 38.8 and 41.2
+with two, at 38.7 and 37.1 ms of server CPU a request against 43.9 and 40.9; at c = 1 its
+classification took 4.9 ms at p50 against 5.1."""
+
+
+def query_encoder_threads(settings: Settings) -> int:
+    """Intra-op threads of a query path's ONNX encoder (`load_encoder` without `bulk`)."""
+    return settings.encoder_threads or QUERY_ENCODER_THREADS
 
 
 def load_torch_encoder(settings: Settings, precision: str, device: str = "cpu") -> TorchEncoder:
@@ -253,8 +267,9 @@ def load_encoder(settings: Settings, *, bulk: bool = False) -> Encoder:
     where CUDA is available (torch), on the CPU otherwise. `bulk` is for a process that
     encodes corpora in batches (ingestion's background child, `ragbus vectors`): with `auto`
     it takes bf16 where the CPU has it; the query path's processes take the runtime that
-    answers one short text fastest (`resolve_precision`). The vectors agree either way
-    (cosine ≥ 0.9999 between the two)."""
+    answers one short text fastest (`resolve_precision`), and on ONNX Runtime one intra-op
+    thread (`query_encoder_threads`); a bulk one takes the process's share of the cores
+    (`encoder_threads`). The vectors agree either way (cosine ≥ 0.9999 between the two)."""
     _offline()
     limit_tokenizer_threads(encoder_threads(settings))
     path = model_path(settings)
@@ -272,7 +287,8 @@ def load_encoder(settings: Settings, *, bulk: bool = False) -> Encoder:
 
         try:
             exported = ensure_onnx_model(path, settings.models_path, model_name(settings))
-            encoder = OnnxEncoder(exported, path, model_name(settings), encoder_threads(settings))
+            threads = encoder_threads(settings) if bulk else query_encoder_threads(settings)
+            encoder = OnnxEncoder(exported, path, model_name(settings), threads)
         except OnnxUnsupported as exc:
             log.warning(
                 "encoder_onnx_unavailable", model=str(path), error=str(exc), fallback="torch"
@@ -287,7 +303,7 @@ def load_encoder(settings: Settings, *, bulk: bool = False) -> Encoder:
         runtime=encoder.runtime,
         device=encoder.device,
         precision=encoder.precision,
-        threads=encoder_threads(settings),
+        threads=getattr(encoder, "threads", None) or encoder_threads(settings),
         host_processes=host_processes(settings),
     )
     return encoder

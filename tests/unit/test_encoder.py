@@ -255,3 +255,26 @@ def test_on_a_gpu_passes_are_large() -> None:
     cpu = TorchEncoder(DimOnly(), "x")
     assert (gpu.batch_size, gpu.coalesce_max_texts) == (GPU_BATCH_SIZE, 2 * GPU_BATCH_SIZE)
     assert (cpu.device, cpu.batch_size, cpu.coalesce_max_texts) == ("cpu", 16, 32)
+
+
+def test_the_query_path_encodes_on_one_thread_and_corpora_on_the_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A question is too short for ONNX Runtime's intra-op pool to pay (docs/benchmarks.md):
+    the query path's encoder runs one thread; a bulk one keeps the process's share of the
+    cores (at most 4); RAGBUS_ENCODER_THREADS sets both."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)), raising=False)
+
+    def threads(told: int = 0, *, bulk: bool = False) -> int:
+        settings = Settings(
+            data_dir=tmp_path,
+            encoder_runtime="onnx",
+            encoder_precision="fp32",
+            encoder_threads=told,
+            host_processes=1,
+        )
+        return int(getattr(load_encoder(settings, bulk=bulk), "threads"))  # noqa: B009
+
+    assert threads() == 1
+    assert threads(bulk=True) == 2
+    assert threads(3) == 3
