@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +97,27 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEMessage]:
             data.append(value)
     if data:
         yield SSEMessage(event, event_id, json.loads("\n".join(data)))
+
+
+FINISH_S = 1.0
+"""How long a stream may take to end after its `done` (the server ends it at once)."""
+
+
+async def until_done(response: httpx.Response) -> AsyncIterator[SSEMessage]:
+    """A request's events until its `done`. Before giving the `done`, the rest of the stream
+    is read (the server ends it right after), so the response is complete and its connection
+    goes back to the pool for the next request: a response left unread is closed with its
+    connection, and the next request opens a new one (a connect here, an accept there)."""
+    messages = parse_sse(response.aiter_lines())
+    async for message in messages:
+        if message.event == "done":
+            with contextlib.suppress(TimeoutError, httpx.HTTPError):
+                async with asyncio.timeout(FINISH_S):
+                    async for _ in messages:  # nothing more is expected: read to the end
+                        pass
+            yield message
+            return
+        yield message
 
 
 def _query_body(
@@ -220,10 +243,8 @@ class RagbusClient:
             "POST", "/v1/chat", json=body, headers=headers, timeout=STREAM_TIMEOUT
         ) as resp:
             await _raise_for_error(resp)
-            async for message in parse_sse(resp.aiter_lines()):
+            async for message in until_done(resp):
                 yield message
-                if message.event == "done":
-                    return
 
     async def status(self, request_id: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/queries/{request_id}")
@@ -243,10 +264,8 @@ class RagbusClient:
         url = f"/v1/queries/{request_id}/events"
         async with self._http.stream("GET", url, headers=headers, timeout=STREAM_TIMEOUT) as resp:
             await _raise_for_error(resp)
-            async for message in parse_sse(resp.aiter_lines()):
+            async for message in until_done(resp):
                 yield message
-                if message.event == "done":
-                    return
 
     async def ingest(
         self, documents: Iterable[dict[str, Any]], *, idempotency_key: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 
 from bench.load import AskPath, Outcome, load_queries, percentile, run_one, summarize
 from client import SSEMessage, parse_sse
-from client.http import ApiError
+from client import http as client_http
+from client.http import ApiError, until_done
 
 
 async def _lines(*lines: str) -> AsyncIterator[str]:
@@ -40,6 +42,56 @@ async def test_parse_sse_reads_events_and_skips_pings() -> None:
         SSEMessage("token", "7", {"type": "token", "seq": 7}),
         SSEMessage("done", "9", {"type": "done"}),
     ]
+
+
+class _Stream(httpx.AsyncByteStream):
+    """A response body that records whether it was read to its end and closed; with
+    `hang_after`, it stops sending (without ending) after that many chunks."""
+
+    def __init__(self, chunks: list[bytes], hang_after: int | None = None) -> None:
+        self.chunks = chunks
+        self.hang_after = hang_after
+        self.ended = False
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for n, chunk in enumerate(self.chunks):
+            if n == self.hang_after:
+                await asyncio.Event().wait()
+            yield chunk
+        self.ended = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+EVENTS = [
+    b'event: phase\ndata: {"type": "phase"}\n\n',
+    b'event: done\ndata: {"type": "done"}\n\n',
+    b": the server ends the stream here\n\n",
+]
+
+
+async def test_a_stream_is_read_to_its_end_before_its_done_is_given() -> None:
+    """So the response is complete when its reader stops at `done`, and its connection goes
+    back to the pool instead of being closed with it (a new connection a request)."""
+    body = _Stream(EVENTS)
+    seen = []
+    async for message in until_done(httpx.Response(200, stream=body)):
+        seen.append((message.event, body.ended, body.closed))
+        if message.event == "done":
+            break
+    assert seen == [("phase", False, False), ("done", True, True)]
+
+
+async def test_a_stream_that_does_not_end_after_its_done_still_gives_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client_http, "FINISH_S", 0.05)
+    body = _Stream(EVENTS, hang_after=2)
+    messages = [m.event async for m in until_done(httpx.Response(200, stream=body))]
+    assert messages == ["phase", "done"]
+    assert not body.ended
 
 
 def test_load_queries_reads_text_and_jsonl(tmp_path: Path) -> None:
