@@ -19,11 +19,12 @@ cannot be opened beside a running stack or would not do the same work are refuse
 reason (`bench.same_work_engines.unsupported`).
 
 Threads and pools, chosen as follows:
-- the encoder is loaded as ragbus's classify process loads it (`load_encoder`: ONNX Runtime
-  with `RAGBUS_ENCODER_THREADS` or min(4, cores) intra-op threads, one inter-op thread, no
-  spinning). Each of the T threads runs its own forward pass on the shared, thread-safe
-  session (`InlineEncoder`); ragbus's coalescing batcher would merge concurrent queries into
-  one pass instead (its futures belong to one event loop, so it cannot serve T loops);
+- the encoder is loaded as ragbus's classify process loads it (`load_encoder` for the query
+  path: ONNX Runtime with one intra-op thread unless `RAGBUS_ENCODER_THREADS` says, one
+  inter-op thread, no spinning). Each of the T threads runs its own forward pass on the
+  shared, thread-safe session (`InlineEncoder`); ragbus's coalescing batcher would merge
+  concurrent queries into one pass instead (its futures belong to one event loop, so it
+  cannot serve T loops);
 - BLAS: as ragbus's serving processes run it, `RAGBUS_BLAS_THREADS` threads (one by
   default; 0 = the library's default; `infra.runtime.blas`);
 - each thread has its own worker (`bench.same_work_worker.Worker`): its own event loop and
