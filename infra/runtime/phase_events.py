@@ -40,7 +40,13 @@ from infra.logging import get_logger
 from infra.metrics import STEP_SECONDS, UNKNOWN_REQUESTS
 from infra.runtime.bus import HELD_EVENTS, Bus, PublishAbandoned
 from infra.runtime.done_fence import emit_unless_done
-from infra.runtime.step_context import LIVENESS, current_deliveries, require_live, still_live
+from infra.runtime.step_context import (
+    LIVENESS,
+    current_deliveries,
+    heard_live_before,
+    require_live,
+    still_live,
+)
 from infra.telemetry import tracer
 
 log = get_logger(__name__)
@@ -127,8 +133,12 @@ async def _phase_events(
         )
         # A step that ran long enough to announce itself asks again whether its request is
         # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
-        # A quicker first delivery sends at once (its request was live a moment ago).
-        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s
+        # So does one whose message heard its request live that long ago (it waited before
+        # the step: the chaos run saw a quick generation's events after a done the saga had
+        # sent at its deadline). A quicker first delivery sends at once (live a moment ago).
+        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s or heard_live_before(
+            end.request_id, bus.phase_start_after_s
+        )
         await send_while_live(bus, end, ask_first=ask_first)
 
 

@@ -6,6 +6,7 @@ handlers take only their decoded message (no dependency injection on the hot pat
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,11 +24,19 @@ class _Liveness:
     def __init__(self, is_live: Callable[[str], Awaitable[bool]]) -> None:
         self._is_live = is_live
         self._asked: dict[str, asyncio.Future[bool]] = {}
+        self._asked_at: dict[str, float] = {}
 
     def once(self, request_id: str) -> Awaitable[bool]:
         if request_id not in self._asked:
             self._asked[request_id] = asyncio.ensure_future(self._is_live(request_id))
+            self._asked_at[request_id] = time.monotonic()
         return self._asked[request_id]
+
+    def age(self, request_id: str) -> float:
+        """Seconds since this message first asked whether its request is live (0 when it
+        has not asked)."""
+        asked_at = self._asked_at.get(request_id)
+        return 0.0 if asked_at is None else time.monotonic() - asked_at
 
     async def now(self, request_id: str) -> bool:
         return await self._is_live(request_id)
@@ -66,6 +75,15 @@ async def require_live(request_id: str) -> None:
     liveness = LIVENESS.get()
     if liveness is not None and not await liveness.once(request_id):
         raise RequestNotLive(request_id)
+
+
+def heard_live_before(request_id: str, seconds: float) -> bool:
+    """Whether the message being handled asked about its request more than `seconds` ago: a
+    message that waited (behind other work in its process, or for a step before this one)
+    may find its request finished since, however quick its own step, and an event it sends
+    then asks again, as a long step's does."""
+    liveness = LIVENESS.get()
+    return liveness is not None and liveness.age(request_id) > seconds
 
 
 async def still_live(request_id: str) -> bool:

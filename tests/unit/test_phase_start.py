@@ -195,3 +195,28 @@ async def test_an_event_that_asks_is_decided_by_the_fence_not_by_redis() -> None
     await run_step_while(request, bus, 0.01, finish=False, deliveries=2)
     assert bus.statuses() == []
     assert fence.read == [f"rag.events.default.{CMD.request_id}"]
+
+
+async def test_a_quick_step_of_a_message_that_waited_asks_again() -> None:
+    # The make soak chaos run (2026-11-30): a generate command asked at its start (live), then
+    # waited in its busy process past the saga's deadline, which answered from the passages
+    # and sent the done; its quick generation's events, sent without asking, landed after it.
+    request, bus = Request(), RecordingBus(after_s=0.05)
+    with message_context(request.is_live):
+        await require_live(CMD.request_id)  # the message's start: live
+        await asyncio.sleep(0.08)  # waiting, not in a phase
+        request.live = False  # the saga's deadline ended the request
+        async with phase(bus, CMD, Phase.GENERATION):
+            pass  # quick
+    assert bus.statuses() == []
+    assert request.asked == 2
+
+
+async def test_a_quick_step_soon_after_its_message_asked_does_not_ask_again() -> None:
+    request, bus = Request(), RecordingBus(after_s=0.5)
+    with message_context(request.is_live):
+        await require_live(CMD.request_id)
+        async with phase(bus, CMD, Phase.GENERATION):
+            pass
+    assert bus.statuses() == ["completed"]
+    assert request.asked == 1
