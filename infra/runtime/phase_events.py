@@ -133,12 +133,9 @@ async def _phase_events(
         )
         # A step that ran long enough to announce itself asks again whether its request is
         # live: it may have timed out or been cancelled meanwhile, and nothing follows a done.
-        # So does one whose message heard its request live that long ago (it waited before
-        # the step: the chaos run saw a quick generation's events after a done the saga had
-        # sent at its deadline). A quicker first delivery sends at once (live a moment ago).
-        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s or heard_live_before(
-            end.request_id, bus.phase_start_after_s
-        )
+        # A quicker first delivery sends at once (its request was live a moment ago, unless
+        # its message waited since: `_send_while_live`).
+        ask_first = run.duration_ms / 1000 >= bus.phase_start_after_s
         await send_while_live(bus, end, ask_first=ask_first)
 
 
@@ -159,9 +156,12 @@ async def _send_while_live(
     bus: Bus, message: PhaseEvent | PhasesEvent, events: list[PhaseEvent], *, ask_first: bool
 ) -> None:
     """`message` (standing for `events`) on its request's subject, or nothing once the request
-    has finished: fenced against the request's done when `ask_first` or when the message is a
-    redelivery (`done_fence`), and asked before each re-send of a publish that has to wait out
-    JetStream (a stream electing a leader). The request's `done` may have gone out meanwhile,
+    has finished: fenced against the request's done (`done_fence`) when `ask_first`, when the
+    message is a redelivery, or when it heard its request live longer ago than a step takes to
+    announce itself (it waited behind other work: the chaos run saw a quick generation's events
+    land after a done the saga had sent at its deadline meanwhile); and asked before each
+    re-send of a publish that has to wait out JetStream (a stream electing a leader). The
+    request's `done` may have gone out meanwhile,
     and nothing follows a done: a redelivery's earlier delivery may have finished the request
     (its worker killed after sending the result, before the ack), and a message that found its
     request finished sends nothing more."""
@@ -174,7 +174,11 @@ async def _send_while_live(
     try:
         if liveness is not None and liveness.found_finished(request_id):
             raise PublishAbandoned(message.type)  # an earlier event of this message found so
-        if ask_first or current_deliveries() > 1:
+        if (
+            ask_first
+            or current_deliveries() > 1
+            or heard_live_before(request_id, bus.phase_start_after_s)
+        ):
             await emit_unless_done(bus, message, still_wanted=live)
         else:
             await bus.emit(message, still_wanted=live)

@@ -220,3 +220,20 @@ async def test_a_quick_step_soon_after_its_message_asked_does_not_ask_again() ->
             pass
     assert bus.statuses() == ["completed"]
     assert request.asked == 1
+
+
+async def test_an_event_sent_outside_a_phase_by_a_message_that_waited_asks_again() -> None:
+    # A channel's `skipped` event goes out by `send_while_live`, not at a phase's end: the
+    # same rule holds for it.
+    request, bus = Request(), RecordingBus(after_s=0.05)
+    with message_context(request.is_live):
+        await require_live(CMD.request_id)
+        await asyncio.sleep(0.08)
+        request.live = False
+        skipped = PhaseEvent(
+            **CMD.correlation(),
+            data=PhaseData(phase=Phase.GRAPH_GLOBAL_SEARCH, status=PhaseStatus.SKIPPED),
+        )
+        await phase_events.send_while_live(bus, skipped)
+    assert bus.statuses() == []
+    assert request.asked == 2
